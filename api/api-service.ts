@@ -1,0 +1,126 @@
+// The stateless API tier: a Moleculer service that serves the Connect protocol (JSON and binary
+// protobuf, unary) on the shared HTTP server and forwards each RPC to the engine action owning it.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createConnectRouter, createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { ServiceBroker, ServiceSchema } from "moleculer";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
+import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
+import { PushService } from "../shared/gen/api/v1/push_pb.js";
+import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
+import { UserService } from "../shared/gen/api/v1/user_pb.js";
+import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
+import { MediaService } from "../shared/gen/api/v1/media_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { Errors } from "../shared/errors.js";
+import { rpcDuration, rpcRequests } from "../shared/metrics.js";
+import { connectErrorOf, normalizeErrorBody, toConnectError } from "./errors.js";
+import { requestFactsKey } from "./rpc.js";
+import { authService } from "./services/auth.js";
+import { pushService } from "./services/push.js";
+import { syncService } from "./services/sync.js";
+import { userService } from "./services/user.js";
+
+/** Largest request body accepted; UploadFile carries up to 5 MB of data, base64 in JSON. */
+export const maxRequestBytes = 8 * 1024 * 1024;
+
+function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
+  router.service(AuthService, authService(broker));
+  router.service(UserService, userService(broker));
+  router.service(PushService, pushService(broker));
+  router.service(SyncService, syncService(broker));
+  // Services of later milestones: every method answers UNIMPLEMENTED until it is built.
+  for (const service of [AgentService, ContactService, ConversationService, GroupService, MediaService, MessageService]) {
+    router.service(service, {});
+  }
+}
+
+function clientAddress(req: IncomingMessage): string {
+  const address = req.socket.remoteAddress ?? "";
+  return address.startsWith("::ffff:") ? address.slice("::ffff:".length) : address;
+}
+
+export interface ApiHandle {
+  /** Serves one HTTP request if it is a Connect RPC; answers false when the path is not ours. */
+  handle(req: IncomingMessage, res: ServerResponse): boolean;
+}
+
+export function apiService(onReady: (api: ApiHandle) => void): ServiceSchema {
+  return {
+    name: "api",
+    started() {
+      const broker = this.broker;
+      const router = createConnectRouter({
+        readMaxBytes: maxRequestBytes,
+        // Strict decoding: an unknown field or enum name is a client bug to report, not to drop.
+        jsonOptions: { ignoreUnknownFields: false },
+        interceptors: [
+          (next) => async (request) => {
+            try {
+              return await next(request);
+            } catch (err) {
+              throw toConnectError(err, (message, cause) => this.logger.error(message, cause));
+            }
+          },
+        ],
+      });
+      registerRoutes(router, broker);
+      const handlers = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+
+      const handle = (req: IncomingMessage, res: ServerResponse): boolean => {
+        const path = (req.url ?? "").split("?", 1)[0];
+        if (!path.startsWith("/api.v1.")) return false;
+        const handler = handlers.get(path);
+        const started = process.hrtime.bigint();
+        const procedure = handler ? path : "unknown";
+        const finish = (code: string) => {
+          rpcRequests.inc({ procedure, code });
+          rpcDuration.observe({ procedure }, Number(process.hrtime.bigint() - started) / 1e9);
+        };
+        if (!handler) {
+          const body = JSON.stringify({ code: "unimplemented", message: `no such procedure: ${path}` });
+          res.writeHead(404, { "content-type": "application/json" });
+          res.end(normalizeErrorBody(404, new TextEncoder().encode(body)).body);
+          finish("unimplemented");
+          return true;
+        }
+        const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req), host: req.headers.host ?? "" });
+        const universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+        handler(universalRequest)
+          .then(async (response) => {
+            if (response.status === 200) {
+              finish("ok");
+              return universalResponseToNodeResponse(response, res);
+            }
+            const chunks: Uint8Array[] = [];
+            if (response.body) for await (const chunk of response.body) chunks.push(chunk);
+            const normalized = normalizeErrorBody(response.status, Buffer.concat(chunks));
+            finish(normalized.code);
+            const header = new Headers(response.header);
+            header.set("content-length", String(normalized.body.byteLength));
+            return universalResponseToNodeResponse({ ...response, status: normalized.status, header, body: oneChunk(normalized.body) }, res);
+          })
+          .catch((err: unknown) => {
+            this.logger.error("failed to answer an RPC", err);
+            finish("internal");
+            if (!res.headersSent) {
+              const error = connectErrorOf(Errors.internal);
+              res.writeHead(500, { "content-type": "application/json" });
+              res.end(JSON.stringify({ code: "internal", message: error.rawMessage }));
+            } else {
+              res.destroy();
+            }
+          });
+        return true;
+      };
+      onReady({ handle });
+    },
+  };
+}
+
+async function* oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
+  yield body;
+}

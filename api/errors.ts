@@ -1,0 +1,81 @@
+// Every error leaves the API as a Connect error carrying exactly one shared.v1.ErrorDetail.
+import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
+import { base64Encode } from "@bufbuild/protobuf/wire";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
+import { Errors, catalogueEntryForCode, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+
+export function connectErrorOf(entry: CatalogueEntry, metadata: Record<string, string> = {}, message?: string): ConnectError {
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  return new ConnectError(message ?? entry.message, entry.code, undefined, [{ desc: ErrorDetailSchema, value: detail }]);
+}
+
+/** Turns whatever a handler threw into the Connect error the client sees. */
+export function toConnectError(err: unknown, log: (message: string, err: unknown) => void): ConnectError {
+  const parts = parleyErrorParts(err);
+  if (parts) return connectErrorOf(parts.entry, parts.metadata, parts.message);
+  if (err instanceof ConnectError) {
+    if (err.findDetails(ErrorDetailSchema).length > 0) return err;
+    return connectErrorOf(catalogueEntryForCode(err.code), {}, err.rawMessage);
+  }
+  const name = (err as { name?: string } | null)?.name;
+  if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError" || name === "RequestTimeoutError") {
+    return connectErrorOf(Errors.unavailable);
+  }
+  log("unexpected error while serving an RPC", err);
+  return connectErrorOf(Errors.internal);
+}
+
+interface ConnectErrorJson {
+  code?: string;
+  message?: string;
+  details?: unknown[];
+}
+
+const codeByName = new Map<string, Code>(
+  Object.entries(Code)
+    .filter(([, value]) => typeof value === "number")
+    .map(([key, value]) => [key.replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase()), value as Code]),
+);
+
+/**
+ * Connect answers some failures itself before any of our code runs (undecodable bodies, bodies
+ * over the size limit, unsupported content types, unknown methods). Those error bodies get their
+ * ErrorDetail here, so clients identify every error the same way. Connect reports an undecodable
+ * protobuf body as `internal`; it is the client's fault, so it becomes `invalid_argument` (400).
+ */
+export function normalizeErrorBody(status: number, body: Uint8Array): { status: number; body: Uint8Array; code: string } {
+  let parsed: ConnectErrorJson;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(body)) as ConnectErrorJson;
+  } catch {
+    return { status, body, code: "unknown" };
+  }
+  if (parsed.code === "internal" && parsed.message?.startsWith("parse binary:")) {
+    parsed = { code: "invalid_argument", message: parsed.message };
+    status = 400;
+  }
+  if (!parsed.code || (parsed.details && parsed.details.length > 0)) return { status, body, code: parsed.code ?? "unknown" };
+  const code = codeByName.get(parsed.code) ?? Code.Internal;
+  const entry =
+    code === Code.InvalidArgument
+      ? Errors.malformedRequest
+      : code === Code.ResourceExhausted
+        ? Errors.requestTooLarge
+        : catalogueEntryForCode(code);
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata: {} });
+  parsed.details = [
+    {
+      type: ErrorDetailSchema.typeName,
+      value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"),
+      debug: toJson(ErrorDetailSchema, detail),
+    },
+  ];
+  parsed.message ??= entry.message;
+  return { status, body: new TextEncoder().encode(JSON.stringify(parsed)), code: parsed.code };
+}
+
+/** Reads the ErrorDetail of a Connect error (for tests and clients of our own). */
+export function errorDetailOf(err: ConnectError) {
+  return err.findDetails(ErrorDetailSchema)[0] ?? fromBinary(ErrorDetailSchema, new Uint8Array());
+}

@@ -1,0 +1,11 @@
+import type { ServiceBroker } from "moleculer";
+import { PushService } from "../../shared/gen/api/v1/push_pb.js";
+import { forwardingService, type RouteTable } from "../rpc.js";
+
+export const pushRoutes: RouteTable<typeof PushService> = {
+  registerToken: { access: "user", action: "push.registerToken" },
+  unregisterToken: { access: "user", action: "push.unregisterToken" },
+  clearBadge: { access: "user", action: "push.clearBadge" },
+};
+
+export const pushService = (broker: ServiceBroker) => forwardingService(broker, PushService, pushRoutes);

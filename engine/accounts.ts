@@ -1,0 +1,444 @@
+// Accounts: identities, sign-in by code or password, device sessions and their tokens, password
+// setup, change and reset. Owns every credential the platform issues to users.
+import { create } from "@bufbuild/protobuf";
+import type { ServiceSchema } from "moleculer";
+import {
+  ChangePasswordRequestSchema,
+  ChangePasswordResponseSchema,
+  GetClientConfigRequestSchema,
+  GetClientConfigResponseSchema,
+  LoginPasswordRequestSchema,
+  LoginPasswordResponseSchema,
+  LogoutAllRequestSchema,
+  LogoutAllResponseSchema,
+  LogoutRequestSchema,
+  LogoutResponseSchema,
+  RefreshTokenRequestSchema,
+  RefreshTokenResponseSchema,
+  RequestVerifyCodeRequestSchema,
+  RequestVerifyCodeResponseSchema,
+  ResetPasswordConfirmRequestSchema,
+  ResetPasswordConfirmResponseSchema,
+  ResetPasswordRequestRequestSchema,
+  ResetPasswordRequestResponseSchema,
+  ResetPasswordVerifyRequestSchema,
+  ResetPasswordVerifyResponseSchema,
+  SetupPasswordRequestSchema,
+  SetupPasswordResponseSchema,
+  VerifyCodeRequestSchema,
+  VerifyCodeResponseSchema,
+} from "../shared/gen/api/v1/auth_pb.js";
+import { IdentityType, type DeviceInput } from "../shared/gen/api/v1/common_pb.js";
+import {
+  ListDevicesRequestSchema,
+  ListDevicesResponseSchema,
+  RemoveDeviceRequestSchema,
+  RemoveDeviceResponseSchema,
+} from "../shared/gen/api/v1/user_pb.js";
+import type { Caller } from "../shared/caller.js";
+import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import type { EngineDeps } from "./deps.js";
+import {
+  TokenPrefix,
+  equalHashes,
+  hashCode,
+  hashPassword,
+  hashToken,
+  isWellFormedToken,
+  newToken,
+  newVerificationCode,
+  passwordWeakness,
+  verifyPassword,
+} from "./credentials.js";
+import { Mailboxes } from "./mailbox.js";
+import { requireUser, rpcAction } from "./rpc-action.js";
+import { AccountType, type UserRecord } from "./store/store.js";
+import { deviceView, selfView } from "./views.js";
+
+export const AuthPolicy = {
+  accessTokenTtlSeconds: 2 * 60 * 60,
+  refreshTokenTtlSeconds: 30 * 24 * 60 * 60,
+  verificationTtlSeconds: 5 * 60,
+  codeIntervalSeconds: 60,
+  maxFailedCodeAttempts: 5,
+  resetTokenTtlSeconds: 10 * 60,
+  maxFailedLogins: 10,
+  lockoutSeconds: 15 * 60,
+  /** Activity is recorded at most this often per session, to keep reads from becoming writes. */
+  touchIntervalMs: 60_000,
+} as const;
+
+type Purpose = "login" | "reset";
+type IdentityName = "IDENTITY_TYPE_EMAIL" | "IDENTITY_TYPE_PHONE";
+
+interface VerificationSession {
+  purpose: Purpose;
+  identityType: IdentityName;
+  identityValue: string;
+  codeHash: string;
+  failedAttempts: number;
+  expiresAt: number;
+}
+
+interface Identity {
+  type: IdentityName;
+  value: string;
+}
+
+const emailPattern = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+const phonePattern = /^\+?[1-9][0-9]{5,14}$/;
+
+/** Canonical form of an identity: emails lowercased, phones without separators. */
+export function normalizeIdentity(type: IdentityType, raw: string): Identity {
+  const value = raw.trim();
+  if (type === IdentityType.EMAIL) {
+    const email = value.toLowerCase();
+    if (emailPattern.test(email)) return { type: "IDENTITY_TYPE_EMAIL", value: email };
+  } else if (type === IdentityType.PHONE) {
+    const phone = value.replace(/[\s\-().]/g, "");
+    if (phonePattern.test(phone)) return { type: "IDENTITY_TYPE_PHONE", value: phone };
+  }
+  throw new ParleyError(Errors.invalidIdentity);
+}
+
+export interface AuthenticatedToken {
+  kind: "user" | "agent";
+  userId: number;
+  deviceId: string;
+}
+
+export class Accounts {
+  private readonly verifyMailboxes = new Mailboxes();
+
+  constructor(
+    private readonly deps: EngineDeps,
+    private readonly revoke: (event: SessionsRevokedEvent) => void,
+  ) {}
+
+  private get now(): number {
+    return this.deps.clock.now();
+  }
+
+  async findByIdentity(identity: Identity): Promise<UserRecord | undefined> {
+    const users = this.deps.store.users;
+    return identity.type === "IDENTITY_TYPE_EMAIL" ? users.findByEmail(identity.value) : users.findByPhone(identity.value);
+  }
+
+  /** Starts a verification session and sends its code; one code per identity per interval. */
+  async requestCode(identityType: IdentityType, rawValue: string, purpose: Purpose): Promise<{ verifyToken: string; expiresIn: number }> {
+    const identity = normalizeIdentity(identityType, rawValue);
+    if (!this.deps.codeSender.supports(identity.type)) throw new ParleyError(Errors.identityDisabled);
+    if (purpose === "reset" && !(await this.findByIdentity(identity))) throw new ParleyError(Errors.accountNotFound);
+
+    const rateKey = `code-rate:${identity.type}:${identity.value}`;
+    const intervalMs = AuthPolicy.codeIntervalSeconds * 1000;
+    const nextAllowedAt = this.now + intervalMs;
+    if (!(await this.deps.ephemeral.setIfAbsent(rateKey, String(nextAllowedAt), intervalMs))) {
+      const allowedAt = Number(await this.deps.ephemeral.get(rateKey)) || nextAllowedAt;
+      const retryAfterSeconds = Math.max(1, Math.ceil((allowedAt - this.now) / 1000));
+      throw new ParleyError(Errors.codeRateLimited, { retryAfterSeconds: String(retryAfterSeconds) });
+    }
+
+    const verifyToken = newToken(TokenPrefix.verify);
+    const sessionKey = `verify:${hashToken(verifyToken)}`;
+    const code = newVerificationCode();
+    const ttlMs = AuthPolicy.verificationTtlSeconds * 1000;
+    const session: VerificationSession = {
+      purpose,
+      identityType: identity.type,
+      identityValue: identity.value,
+      codeHash: hashCode(sessionKey, code),
+      failedAttempts: 0,
+      expiresAt: this.now + ttlMs,
+    };
+    await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), ttlMs);
+    try {
+      await this.deps.codeSender.send({ identityType: identity.type, identityValue: identity.value, code, purpose, at: this.now });
+    } catch {
+      await this.deps.ephemeral.delete(sessionKey);
+      await this.deps.ephemeral.delete(rateKey);
+      throw new ParleyError(Errors.codeDeliveryFailed);
+    }
+    return { verifyToken, expiresIn: AuthPolicy.verificationTtlSeconds };
+  }
+
+  /**
+   * Checks a code against its session and consumes the session on success. Each wrong code
+   * counts; after the maximum the session answers RESOURCE_EXHAUSTED even to the right code.
+   */
+  async consumeCode(verifyToken: string, code: string, purpose: Purpose): Promise<Identity> {
+    if (!isWellFormedToken(verifyToken, TokenPrefix.verify)) throw new ParleyError(Errors.malformedVerifyToken);
+    const sessionKey = `verify:${hashToken(verifyToken)}`;
+    return this.verifyMailboxes.run(sessionKey, async () => {
+      const raw = await this.deps.ephemeral.get(sessionKey);
+      const session = raw ? (JSON.parse(raw) as VerificationSession) : undefined;
+      // A login session cannot serve a reset, nor the reverse: to the caller it does not exist.
+      if (!session || session.purpose !== purpose) throw new ParleyError(Errors.verifySessionNotFound);
+      if (session.failedAttempts >= AuthPolicy.maxFailedCodeAttempts) throw new ParleyError(Errors.tooManyCodeAttempts);
+      if (!equalHashes(session.codeHash, hashCode(sessionKey, code))) {
+        session.failedAttempts += 1;
+        await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), Math.max(1, session.expiresAt - this.now));
+        throw new ParleyError(Errors.wrongCode, {
+          remainingAttempts: String(AuthPolicy.maxFailedCodeAttempts - session.failedAttempts),
+        });
+      }
+      if ((await this.deps.ephemeral.take(sessionKey)) === undefined) throw new ParleyError(Errors.verifySessionNotFound);
+      return { type: session.identityType, value: session.identityValue };
+    });
+  }
+
+  private async createSession(user: UserRecord, device: DeviceInput, clientIp: string) {
+    const accessToken = newToken(TokenPrefix.userAccess);
+    const refreshToken = newToken(TokenPrefix.refresh);
+    const now = this.now;
+    await this.deps.store.sessions.upsertSession({
+      userId: user.userId,
+      deviceId: device.deviceId,
+      deviceType: device.deviceType,
+      deviceName: device.deviceName,
+      deviceModel: device.deviceModel,
+      osVersion: device.osVersion,
+      appVersion: device.appVersion,
+      loginIp: clientIp,
+      loginAt: now,
+      lastActiveAt: now,
+      accessTokenHash: hashToken(accessToken),
+      accessExpiresAt: now + AuthPolicy.accessTokenTtlSeconds * 1000,
+      refreshTokenHash: hashToken(refreshToken),
+      refreshExpiresAt: now + AuthPolicy.refreshTokenTtlSeconds * 1000,
+    });
+    if (device.pushToken) {
+      await this.deps.store.pushTokens.upsertPushToken({
+        userId: user.userId,
+        deviceId: device.deviceId,
+        token: device.pushToken.token,
+        platform: device.pushToken.platform,
+        isSandbox: device.pushToken.isSandbox,
+        updatedAt: now,
+      });
+    }
+    return { userId: user.userId, deviceId: device.deviceId, accessToken, refreshToken, expiresIn: AuthPolicy.accessTokenTtlSeconds };
+  }
+
+  async signInWithCode(verifyToken: string, code: string, device: DeviceInput, clientIp: string) {
+    const identity = await this.consumeCode(verifyToken, code, "login");
+    let user = await this.findByIdentity(identity);
+    const isNewUser = !user;
+    if (!user) {
+      const nickname = identity.type === "IDENTITY_TYPE_EMAIL" ? identity.value.split("@")[0].slice(0, 64) : `User ${identity.value.slice(-4)}`;
+      user = await this.deps.store.users.createUser({
+        accountType: AccountType.user,
+        email: identity.type === "IDENTITY_TYPE_EMAIL" ? identity.value : null,
+        phone: identity.type === "IDENTITY_TYPE_PHONE" ? identity.value : null,
+        nickname,
+        createdAt: this.now,
+      });
+    }
+    const session = await this.createSession(user, device, clientIp);
+    return { ...session, isNewUser, user: isNewUser ? selfView(user) : undefined };
+  }
+
+  async signInWithPassword(identityType: IdentityType, rawValue: string, password: string, device: DeviceInput, clientIp: string) {
+    const identity = normalizeIdentity(identityType, rawValue);
+    const user = await this.findByIdentity(identity);
+    if (!user || user.accountType !== AccountType.user) throw new ParleyError(Errors.accountNotFound);
+    const lockKey = `login-lock:${user.userId}`;
+    const lockedUntil = await this.deps.ephemeral.get(lockKey);
+    if (lockedUntil) {
+      const retryAfterSeconds = Math.max(1, Math.ceil((Number(lockedUntil) - this.now) / 1000));
+      throw new ParleyError(Errors.accountLocked, { retryAfterSeconds: String(retryAfterSeconds) });
+    }
+    const failuresKey = `login-failures:${user.userId}`;
+    if (!user.passwordHash || !(await verifyPassword(password, user.passwordHash))) {
+      const lockoutMs = AuthPolicy.lockoutSeconds * 1000;
+      const failures = await this.deps.ephemeral.increment(failuresKey, lockoutMs);
+      if (failures >= AuthPolicy.maxFailedLogins) {
+        await this.deps.ephemeral.set(lockKey, String(this.now + lockoutMs), lockoutMs);
+        await this.deps.ephemeral.delete(failuresKey);
+      }
+      throw new ParleyError(Errors.wrongPassword, { remainingAttempts: String(Math.max(0, AuthPolicy.maxFailedLogins - failures)) });
+    }
+    await this.deps.ephemeral.delete(failuresKey);
+    const session = await this.createSession(user, device, clientIp);
+    return { ...session, user: selfView(user) };
+  }
+
+  async refresh(refreshToken: string) {
+    if (!isWellFormedToken(refreshToken, TokenPrefix.refresh)) throw new ParleyError(Errors.invalidRefreshToken);
+    const expectedHash = hashToken(refreshToken);
+    const session = await this.deps.store.sessions.findByRefreshHash(expectedHash);
+    if (!session || session.refreshExpiresAt <= this.now) throw new ParleyError(Errors.invalidRefreshToken);
+    const accessToken = newToken(TokenPrefix.userAccess);
+    const nextRefresh = newToken(TokenPrefix.refresh);
+    const now = this.now;
+    const rotated = await this.deps.store.sessions.rotateTokens(session.userId, session.deviceId, expectedHash, {
+      accessTokenHash: hashToken(accessToken),
+      accessExpiresAt: now + AuthPolicy.accessTokenTtlSeconds * 1000,
+      refreshTokenHash: hashToken(nextRefresh),
+      refreshExpiresAt: now + AuthPolicy.refreshTokenTtlSeconds * 1000,
+      lastActiveAt: now,
+    });
+    if (!rotated) throw new ParleyError(Errors.invalidRefreshToken);
+    return { accessToken, refreshToken: nextRefresh, expiresIn: AuthPolicy.accessTokenTtlSeconds };
+  }
+
+  /** Resolves a bearer token to its identity; UNAUTHENTICATED for anything not currently valid. */
+  async authenticate(token: string): Promise<AuthenticatedToken> {
+    if (isWellFormedToken(token, TokenPrefix.userAccess)) {
+      const session = await this.deps.store.sessions.findByAccessHash(hashToken(token));
+      if (!session) throw new ParleyError(Errors.unauthenticated);
+      if (session.accessExpiresAt <= this.now) throw new ParleyError(Errors.tokenExpired);
+      if (this.now - session.lastActiveAt > AuthPolicy.touchIntervalMs) {
+        await this.deps.store.sessions.touchSession(session.userId, session.deviceId, this.now);
+      }
+      return { kind: "user", userId: session.userId, deviceId: session.deviceId };
+    }
+    // Agent tokens are recognised by their prefix; until an agent holds this token it is unknown.
+    throw new ParleyError(Errors.unauthenticated);
+  }
+
+  async revokeDevices(userId: number, deviceIds: string[]): Promise<void> {
+    if (deviceIds.length > 0) this.revoke({ userId, deviceIds });
+  }
+
+  async logout(caller: Caller): Promise<void> {
+    await this.deps.store.sessions.deleteSession(caller.userId, caller.deviceId);
+    await this.revokeDevices(caller.userId, [caller.deviceId]);
+  }
+
+  async logoutAll(caller: Caller): Promise<void> {
+    const removed = await this.deps.store.sessions.deleteSessionsExcept(caller.userId, null);
+    await this.revokeDevices(caller.userId, removed);
+  }
+
+  async removeDevice(caller: Caller, deviceId: string): Promise<void> {
+    if (deviceId === caller.deviceId) throw new ParleyError(Errors.cannotRemoveCurrentDevice);
+    if (!(await this.deps.store.sessions.deleteSession(caller.userId, deviceId))) throw new ParleyError(Errors.deviceNotFound);
+    await this.revokeDevices(caller.userId, [deviceId]);
+  }
+
+  private static checkStrength(password: string): void {
+    const weakness = passwordWeakness(password);
+    if (weakness) throw new ParleyError(Errors.weakPassword, {}, weakness);
+  }
+
+  async setupPassword(caller: Caller, newPassword: string): Promise<void> {
+    const user = await this.requireUser(caller.userId);
+    if (user.passwordHash) throw new ParleyError(Errors.passwordAlreadySet);
+    Accounts.checkStrength(newPassword);
+    await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
+  }
+
+  async changePassword(caller: Caller, oldPassword: string, newPassword: string): Promise<void> {
+    const user = await this.requireUser(caller.userId);
+    if (!user.passwordHash) throw new ParleyError(Errors.passwordNotSet);
+    if (!(await verifyPassword(oldPassword, user.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
+    Accounts.checkStrength(newPassword);
+    await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
+    const removed = await this.deps.store.sessions.deleteSessionsExcept(user.userId, caller.deviceId);
+    await this.revokeDevices(user.userId, removed);
+  }
+
+  async issueResetToken(verifyToken: string, code: string): Promise<{ resetToken: string; expiresIn: number }> {
+    const identity = await this.consumeCode(verifyToken, code, "reset");
+    const user = await this.findByIdentity(identity);
+    if (!user) throw new ParleyError(Errors.accountNotFound);
+    const resetToken = newToken(TokenPrefix.reset);
+    await this.deps.ephemeral.set(`reset:${hashToken(resetToken)}`, String(user.userId), AuthPolicy.resetTokenTtlSeconds * 1000);
+    return { resetToken, expiresIn: AuthPolicy.resetTokenTtlSeconds };
+  }
+
+  async confirmReset(resetToken: string, newPassword: string): Promise<void> {
+    if (!isWellFormedToken(resetToken, TokenPrefix.reset)) throw new ParleyError(Errors.resetTokenNotFound);
+    const key = `reset:${hashToken(resetToken)}`;
+    if (!(await this.deps.ephemeral.get(key))) throw new ParleyError(Errors.resetTokenNotFound);
+    // A weak password leaves the token usable for another try; only success consumes it.
+    Accounts.checkStrength(newPassword);
+    const userId = Number(await this.deps.ephemeral.take(key));
+    if (!userId) throw new ParleyError(Errors.resetTokenNotFound);
+    await this.deps.store.users.setPasswordHash(userId, await hashPassword(newPassword));
+    await this.deps.ephemeral.delete(`login-lock:${userId}`);
+    await this.deps.ephemeral.delete(`login-failures:${userId}`);
+    const removed = await this.deps.store.sessions.deleteSessionsExcept(userId, null);
+    await this.revokeDevices(userId, removed);
+  }
+
+  private async requireUser(userId: number): Promise<UserRecord> {
+    const user = await this.deps.store.users.getUser(userId);
+    if (!user) throw new ParleyError(Errors.userNotFound);
+    return user;
+  }
+
+  clientConfig(requestHost: string) {
+    const { config, codeSender } = this.deps;
+    const wsUrl = config.publicWsUrl ?? `ws://${requestHost || `localhost:${config.port}`}/ws`;
+    return {
+      gateway: { wsUrl },
+      login: { emailEnabled: codeSender.supports("IDENTITY_TYPE_EMAIL"), phoneEnabled: codeSender.supports("IDENTITY_TYPE_PHONE") },
+    };
+  }
+}
+
+export function accountsService(deps: EngineDeps): ServiceSchema {
+  let accounts: Accounts;
+  return {
+    name: "accounts",
+    created() {
+      accounts = new Accounts(deps, (event) => void this.broker.broadcast(BusEvents.sessionsRevoked, event));
+    },
+    actions: {
+      authenticate: {
+        handler: (ctx: { params: { token: string } }) => accounts.authenticate(ctx.params.token),
+      },
+      requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "login"),
+      ),
+      verifyCode: rpcAction(VerifyCodeRequestSchema, VerifyCodeResponseSchema, async ({ request, clientIp }) =>
+        accounts.signInWithCode(request.verifyToken, request.code, request.deviceInfo!, clientIp),
+      ),
+      loginPassword: rpcAction(LoginPasswordRequestSchema, LoginPasswordResponseSchema, ({ request, clientIp }) =>
+        accounts.signInWithPassword(request.identityType, request.identityValue, request.password, request.deviceInfo!, clientIp),
+      ),
+      refreshToken: rpcAction(RefreshTokenRequestSchema, RefreshTokenResponseSchema, ({ request }) => accounts.refresh(request.refreshToken)),
+      logout: rpcAction(LogoutRequestSchema, LogoutResponseSchema, async ({ caller }) => {
+        await accounts.logout(requireUser(caller));
+        return {};
+      }),
+      logoutAll: rpcAction(LogoutAllRequestSchema, LogoutAllResponseSchema, async ({ caller }) => {
+        await accounts.logoutAll(requireUser(caller));
+        return {};
+      }),
+      setupPassword: rpcAction(SetupPasswordRequestSchema, SetupPasswordResponseSchema, async ({ request, caller }) => {
+        await accounts.setupPassword(requireUser(caller), request.newPassword);
+        return {};
+      }),
+      changePassword: rpcAction(ChangePasswordRequestSchema, ChangePasswordResponseSchema, async ({ request, caller }) => {
+        await accounts.changePassword(requireUser(caller), request.oldPassword, request.newPassword);
+        return {};
+      }),
+      resetPasswordRequest: rpcAction(ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ({ request }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "reset"),
+      ),
+      resetPasswordVerify: rpcAction(ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, ({ request }) =>
+        accounts.issueResetToken(request.verifyToken, request.code),
+      ),
+      resetPasswordConfirm: rpcAction(ResetPasswordConfirmRequestSchema, ResetPasswordConfirmResponseSchema, async ({ request }) => {
+        await accounts.confirmReset(request.resetToken, request.newPassword);
+        return {};
+      }),
+      getClientConfig: rpcAction(GetClientConfigRequestSchema, GetClientConfigResponseSchema, async ({ host }) =>
+        create(GetClientConfigResponseSchema, accounts.clientConfig(host)),
+      ),
+      listDevices: rpcAction(ListDevicesRequestSchema, ListDevicesResponseSchema, async ({ caller }) => {
+        const user = requireUser(caller);
+        const sessions = await deps.store.sessions.listSessions(user.userId);
+        return { devices: sessions.map((session) => deviceView(session, user.deviceId)) };
+      }),
+      removeDevice: rpcAction(RemoveDeviceRequestSchema, RemoveDeviceResponseSchema, async ({ request, caller }) => {
+        await accounts.removeDevice(requireUser(caller), request.deviceId);
+        return {};
+      }),
+    },
+  };
+}

@@ -1,0 +1,16 @@
+// What every engine service is built from, chosen once at start-up (see server.ts).
+import type { ParleyConfig } from "../shared/config.js";
+import type { Clock } from "./clock.js";
+import type { CodeSender } from "./code-delivery/code-sender.js";
+import type { EphemeralState } from "./ephemeral/ephemeral-state.js";
+import type { PushNotifier } from "./push-notifier/push-notifier.js";
+import type { Store } from "./store/store.js";
+
+export interface EngineDeps {
+  config: ParleyConfig;
+  clock: Clock;
+  store: Store;
+  ephemeral: EphemeralState;
+  codeSender: CodeSender;
+  pushNotifier: PushNotifier;
+}

@@ -1,0 +1,178 @@
+// The inbox actor: one per user (sharded by userId), owner of that user's update stream.
+//
+// How a client stays in sync. Every state change that concerns a user appends one SnUpdate to
+// the user's stream and gets the next `sn`: 1, 2, 3… with no gaps, ever. Online clients receive
+// each entry live; a client that sees an sn other than its last sn + 1 knows it missed entries
+// and calls GetDifference(lastSn), which answers the entries after it in order, in pages
+// (`hasMore` means: call again with the returned sn). The server keeps the latest
+// `retainedUpdates` entries per user; a client whose sn is older than what is retained (or ahead
+// of the stream, which happens only when server data was lost) gets `updateTooLong`: it must drop
+// its local state, reload it (ListConversations, ListContacts…) and continue from the returned sn,
+// which is the latest. GetCurrentState gives that baseline for a first sync.
+//
+// Ownership: appends for a user run one at a time through the user's mailbox, and the store
+// refuses an sn that is already taken, so a second owner (during a reshard) cannot fork the
+// stream: the stale owner reloads the latest sn and retries.
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
+import { GroupInfoSchema } from "../shared/gen/api/v1/group_pb.js";
+import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
+import {
+  GetCurrentStateRequestSchema,
+  GetCurrentStateResponseSchema,
+  GetDifferenceRequestSchema,
+  GetDifferenceResponseSchema,
+} from "../shared/gen/api/v1/sync_pb.js";
+import { NonSnUpdateSchema, SnUpdateSchema, UpdateSchema, type SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { BusEvents, type PushEvent } from "../shared/bus.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
+import type { EngineDeps } from "./deps.js";
+import { Mailboxes } from "./mailbox.js";
+import { requireUser, rpcAction } from "./rpc-action.js";
+
+export const InboxPolicy = {
+  /** Entries kept per user; older ones are pruned and answer updateTooLong. */
+  retainedUpdates: 10_000,
+  /** Entries per GetDifference page. */
+  differencePageSize: 100,
+  /** Pruning runs when an append crosses a multiple of this sn. */
+  pruneEvery: 500,
+  /** Users whose latest sn is cached in memory. */
+  cachedUsers: 100_000,
+} as const;
+
+export interface AppendParams {
+  userId: number;
+  /** SnUpdate wire forms without sn; the inbox assigns it. */
+  entries: WireMessage[];
+  /** UserInfo wire forms referenced by the entries, pushed along with them. */
+  users?: WireMessage[];
+  /** GroupInfo wire forms referenced by the entries. */
+  groups?: WireMessage[];
+}
+
+export interface PushEphemeralParams {
+  userId: number;
+  /** NonSnUpdate wire form. */
+  entry: WireMessage;
+  users?: WireMessage[];
+  groups?: WireMessage[];
+}
+
+export class Inbox {
+  private readonly mailboxes = new Mailboxes();
+  private readonly latestSn = new Map<number, number>();
+
+  constructor(
+    private readonly deps: EngineDeps,
+    private readonly publish: (event: PushEvent) => void,
+  ) {}
+
+  private async currentSn(userId: number): Promise<number> {
+    const cached = this.latestSn.get(userId);
+    if (cached !== undefined) return cached;
+    const latest = await this.deps.store.updates.latestSn(userId);
+    if (this.latestSn.size >= InboxPolicy.cachedUsers) this.latestSn.delete(this.latestSn.keys().next().value!);
+    this.latestSn.set(userId, latest);
+    return latest;
+  }
+
+  /** Appends entries to the user's stream in order, pushes each live, answers their sn values. */
+  append(params: AppendParams): Promise<number[]> {
+    const { userId } = params;
+    return this.mailboxes.run(userId, async () => {
+      const entries = params.entries.map((wire) => fromWire(SnUpdateSchema, wire));
+      let assigned: SnUpdate[] = [];
+      for (let attempt = 0; ; attempt++) {
+        const base = await this.currentSn(userId);
+        const now = this.deps.clock.now();
+        assigned = entries.map((entry, index) => ({ ...entry, sn: base + index + 1 }));
+        const outcome = await this.deps.store.updates.appendUpdates(
+          userId,
+          assigned.map((entry) => ({ sn: entry.sn, payload: toBinary(SnUpdateSchema, entry), createdAt: now })),
+        );
+        if (outcome === "ok") break;
+        // Someone else wrote this user's stream: our cached sn is stale. Reload and retry.
+        this.latestSn.delete(userId);
+        if (attempt >= 3) throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
+      }
+      const latest = assigned[assigned.length - 1]?.sn ?? (await this.currentSn(userId));
+      this.latestSn.set(userId, latest);
+      for (const entry of assigned) {
+        const update = create(UpdateSchema, {
+          users: (params.users ?? []).map((u) => fromWire(UserInfoSchema, u)),
+          groups: (params.groups ?? []).map((g) => fromWire(GroupInfoSchema, g)),
+          update: { case: "snUpdate", value: entry },
+        });
+        this.publish({ userId, update: toWire(UpdateSchema, update) });
+      }
+      const first = assigned[0]?.sn ?? latest;
+      if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
+        await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
+      }
+      return assigned.map((entry) => entry.sn);
+    });
+  }
+
+  /** Pushes an ephemeral entry live to the user's connections; nothing is stored. */
+  pushEphemeral(params: PushEphemeralParams): void {
+    const update = create(UpdateSchema, {
+      users: (params.users ?? []).map((u) => fromWire(UserInfoSchema, u)),
+      groups: (params.groups ?? []).map((g) => fromWire(GroupInfoSchema, g)),
+      update: { case: "nonSnUpdate", value: fromWire(NonSnUpdateSchema, params.entry) },
+    });
+    this.publish({ userId: params.userId, update: toWire(UpdateSchema, update) });
+  }
+
+  async currentState(userId: number): Promise<number> {
+    return this.mailboxes.run(userId, () => this.currentSn(userId));
+  }
+
+  async difference(userId: number, sn: number) {
+    if (sn < 0) throw new ParleyError(Errors.invalidSn);
+    const latest = await this.currentState(userId);
+    if (sn === latest) return { updates: [], sn: latest, hasMore: false, updateTooLong: false };
+    const oldest = await this.deps.store.updates.oldestRetainedSn(userId);
+    const lostEntries = oldest === undefined ? latest > sn : sn + 1 < oldest;
+    if (sn > latest || lostEntries) return { updates: [], sn: latest, hasMore: false, updateTooLong: true };
+    const stored = await this.deps.store.updates.readUpdates(userId, sn, InboxPolicy.differencePageSize);
+    const updates = stored.map((row) => fromBinary(SnUpdateSchema, row.payload));
+    const last = updates[updates.length - 1]?.sn ?? sn;
+    return { updates, sn: last, hasMore: last < latest, updateTooLong: false };
+  }
+}
+
+const shardByUser = { strategy: "Shard", strategyOptions: { shardKey: "userId" } };
+const shardByCaller = { strategy: "Shard", strategyOptions: { shardKey: "caller.userId" } };
+
+export function inboxService(deps: EngineDeps): ServiceSchema {
+  let inbox: Inbox;
+  return {
+    name: "inbox",
+    created() {
+      inbox = new Inbox(deps, (event) => void this.broker.broadcast(BusEvents.push, event));
+    },
+    actions: {
+      append: { ...shardByUser, handler: async (ctx: Context<AppendParams>) => ({ sns: await inbox.append(ctx.params) }) },
+      pushEphemeral: {
+        handler: (ctx: Context<PushEphemeralParams>) => {
+          inbox.pushEphemeral(ctx.params);
+          return {};
+        },
+      },
+      getCurrentState: {
+        ...shardByCaller,
+        handler: rpcAction(GetCurrentStateRequestSchema, GetCurrentStateResponseSchema, async ({ caller }) => ({
+          state: { latestSn: await inbox.currentState(requireUser(caller).userId) },
+        })),
+      },
+      getDifference: {
+        ...shardByCaller,
+        handler: rpcAction(GetDifferenceRequestSchema, GetDifferenceResponseSchema, async ({ request, caller }) =>
+          inbox.difference(requireUser(caller).userId, request.sn),
+        ),
+      },
+    },
+  };
+}

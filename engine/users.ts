@@ -1,0 +1,117 @@
+// Users: profiles, usernames and the public view of accounts.
+import type { Context, ServiceSchema } from "moleculer";
+import {
+  BatchGetUserInfoRequestSchema,
+  BatchGetUserInfoResponseSchema,
+  GetProfileRequestSchema,
+  GetProfileResponseSchema,
+  ResolveUsernameRequestSchema,
+  ResolveUsernameResponseSchema,
+  SetUsernameRequestSchema,
+  SetUsernameResponseSchema,
+  UpdateProfileRequestSchema,
+  UpdateProfileResponseSchema,
+} from "../shared/gen/api/v1/user_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
+import { SnUpdateSchema, type SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import { toWire } from "../shared/wire.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { EngineDeps } from "./deps.js";
+import type { AppendParams } from "./inbox.js";
+import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
+import type { ProfileChange, UserRecord } from "./store/store.js";
+import { selfView, userInfoView } from "./views.js";
+
+const usernamePattern = /^[a-z0-9_]{5,32}$/;
+/** Generated default usernames; reserved so a chosen name can never collide with a future default. */
+const defaultUsernamePattern = /^u_[0-9]+$/;
+
+export function usernameProblem(username: string): string | undefined {
+  if (!usernamePattern.test(username)) return "a username has 5 to 32 characters: lowercase letters, digits and underscores";
+  if (defaultUsernamePattern.test(username)) return "names of the form u_<digits> are reserved";
+  return undefined;
+}
+
+/** Appends entries to a user's update stream through the inbox actor that owns it. */
+export async function appendToStream(
+  ctx: Context,
+  userId: number,
+  entries: MessageInitShape<typeof SnUpdateSchema>["update"][],
+  users: UserInfo[] = [],
+): Promise<number[]> {
+  const params: AppendParams = {
+    userId,
+    entries: entries.map((update) => toWire(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>)),
+    users: users.map((user) => toWire(UserInfoSchema, user)),
+  };
+  const { sns } = (await ctx.call("inbox.append", params)) as { sns: number[] };
+  return sns;
+}
+
+export function usersService(deps: EngineDeps): ServiceSchema {
+  const users = deps.store.users;
+  const requireRecord = async (userId: number): Promise<UserRecord> => {
+    const user = await users.getUser(userId);
+    if (!user) throw new ParleyError(Errors.userNotFound);
+    return user;
+  };
+  return {
+    name: "users",
+    actions: {
+      getProfile: rpcAction(GetProfileRequestSchema, GetProfileResponseSchema, async ({ caller }) => ({
+        profile: selfView(await requireRecord(requireCaller(caller).userId)),
+      })),
+      updateProfile: rpcAction(UpdateProfileRequestSchema, UpdateProfileResponseSchema, async ({ request, caller, ctx }) => {
+        const before = await requireRecord(requireCaller(caller).userId);
+        const change: ProfileChange = {};
+        if (request.nickname !== undefined && request.nickname !== before.nickname) change.nickname = request.nickname;
+        if (request.signature !== undefined && request.signature !== before.signature) change.signature = request.signature;
+        if (request.avatarUrl !== undefined && request.avatarUrl !== before.avatarUrl) change.avatarUrl = request.avatarUrl;
+        if (Object.keys(change).length === 0) return { profile: selfView(before) };
+        const after = await users.updateProfile(before.userId, change);
+        const event: SnUpdate["update"] = {
+          case: "userProfileUpdated",
+          value: {
+            $typeName: "api.v1.UserProfileUpdatedEvent",
+            userId: after.userId,
+            newNickname: change.nickname,
+            newAvatarUrl: change.avatarUrl,
+            newSignature: change.signature,
+          },
+        };
+        await appendToStream(ctx, after.userId, [event], [userInfoView(after)]);
+        return { profile: selfView(after) };
+      }),
+      setUsername: rpcAction(SetUsernameRequestSchema, SetUsernameResponseSchema, async ({ request, caller, ctx }) => {
+        const user = await requireRecord(requireUser(caller).userId);
+        if (user.usernameCustom) throw new ParleyError(Errors.usernameAlreadySet);
+        const problem = usernameProblem(request.username);
+        if (problem) throw new ParleyError(Errors.invalidUsername, {}, problem);
+        const outcome = await users.setCustomUsername(user.userId, request.username);
+        if (outcome === "already-set") throw new ParleyError(Errors.usernameAlreadySet);
+        if (outcome === "taken") throw new ParleyError(Errors.usernameTaken);
+        const after = await requireRecord(user.userId);
+        await appendToStream(
+          ctx,
+          after.userId,
+          [{ case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: after.userId, newUsername: after.username } }],
+          [userInfoView(after)],
+        );
+        return { profile: selfView(after) };
+      }),
+      resolveUsername: rpcAction(ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, async ({ request, caller }) => {
+        requireCaller(caller);
+        const user = await users.findByUsername(request.username.toLowerCase());
+        if (!user) throw new ParleyError(Errors.userNotFound);
+        // Contacts arrive with ContactService; until then no account can be a contact of another.
+        return { user: userInfoView(user), isContact: false };
+      }),
+      batchGetUserInfo: rpcAction(BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, async ({ request, caller }) => {
+        requireCaller(caller);
+        const found = await users.getUsers([...new Set(request.userIds)]);
+        return { users: Object.fromEntries(found.map((user) => [user.userId, userInfoView(user)])) };
+      }),
+    },
+  };
+}

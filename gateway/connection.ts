@@ -1,0 +1,188 @@
+// The rules of one gateway connection: authenticate first, answer heartbeats, carry pushes, and
+// protect the server from a reader that cannot keep up.
+import { create } from "@bufbuild/protobuf";
+import { ClientFrameType, ServerFrameSchema, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
+import { ErrorDetailSchema, type ErrorDetail } from "../shared/gen/shared/v1/error_pb.js";
+import { Errors, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+import { decodeClientFrame, encodeServerFrame, type FrameForm, type SharedFrame } from "./frame-codec.js";
+import type { GatewaySocket, SocketHandlers } from "./socket.js";
+
+export interface Identity {
+  kind: "user" | "agent";
+  userId: number;
+  deviceId: string;
+}
+
+export interface ConnectionPolicy {
+  authTimeoutMs: number;
+  idleTimeoutMs: number;
+  /** Unsent bytes a connection may hold before it is dropped as a slow consumer. */
+  maxBufferedBytes: number;
+}
+
+export const CloseCodes = {
+  normal: 1000,
+  goingAway: 1001,
+  authFailed: 4001,
+  protocolViolation: 4002,
+  revoked: 4003,
+  slowConsumer: 4008,
+  idle: 4009,
+} as const;
+
+export function errorDetail(entry: CatalogueEntry, metadata: Record<string, string> = {}): ErrorDetail {
+  return create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+}
+
+export interface ConnectionHooks {
+  authenticate(token: string): Promise<Identity>;
+  onAuthenticated(connection: Connection): void;
+  onClosed(connection: Connection): void;
+}
+
+// Pushes carry server-generated request ids counting down from -1, so they can never collide
+// with the client's own (positive) correlation ids.
+let lastPushId = 0n;
+const nextPushId = () => --lastPushId;
+
+export class Connection implements SocketHandlers {
+  identity: Identity | undefined;
+  private form: FrameForm | undefined;
+  private authenticating = false;
+  private closed = false;
+  private authTimer: NodeJS.Timeout | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly socket: GatewaySocket,
+    private readonly policy: ConnectionPolicy,
+    private readonly hooks: ConnectionHooks,
+  ) {
+    this.authTimer = setTimeout(() => this.fail(Errors.gatewayAuthTimeout, CloseCodes.authFailed), policy.authTimeoutMs);
+    this.resetIdleTimer();
+  }
+
+  private resetIdleTimer(): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => this.fail(Errors.gatewayIdleTimeout, CloseCodes.idle), this.policy.idleTimeoutMs);
+  }
+
+  onMessage(data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean): void {
+    if (this.closed) return;
+    this.resetIdleTimer();
+    const decoded = decodeClientFrame(data, isBinary);
+    this.form ??= decoded.form;
+    if (!decoded.ok) {
+      if (!this.identity) this.fail(Errors.gatewayAuthRequired, CloseCodes.protocolViolation);
+      else this.sendError(0n, errorDetail(Errors.gatewayBadFrame, { reason: decoded.reason }), false);
+      return;
+    }
+    const { frame } = decoded;
+    if (!this.identity) {
+      if (this.authenticating) return; // frames racing the auth answer are dropped, not misread
+      if (frame.type !== ClientFrameType.AUTH_REQUEST || frame.payload.case !== "authRequest") {
+        this.fail(Errors.gatewayAuthRequired, CloseCodes.protocolViolation, frame.requestId);
+        return;
+      }
+      void this.authenticate(frame.requestId, frame.payload.value.token);
+      return;
+    }
+    if (frame.type === ClientFrameType.HEARTBEAT_PING && frame.payload.case === "heartbeatPing") {
+      this.send(create(ServerFrameSchema, {
+        requestId: frame.requestId,
+        type: ServerFrameType.HEARTBEAT_PONG,
+        payload: { case: "heartbeatPong", value: { serverTime: BigInt(Date.now()) } },
+      }));
+      return;
+    }
+    this.sendError(frame.requestId, errorDetail(Errors.gatewayBadFrame, { reason: "only heartbeats are expected after authentication" }), false);
+  }
+
+  private async authenticate(requestId: bigint, token: string): Promise<void> {
+    this.authenticating = true;
+    try {
+      const identity = await this.hooks.authenticate(token);
+      if (this.closed) return;
+      clearTimeout(this.authTimer);
+      this.identity = identity;
+      this.send(create(ServerFrameSchema, {
+        requestId,
+        type: ServerFrameType.AUTH_RESPONSE,
+        payload: { case: "authResponse", value: { success: true, userId: identity.userId } },
+      }));
+      this.hooks.onAuthenticated(this);
+    } catch (err) {
+      if (this.closed) return;
+      const parts = parleyErrorParts(err);
+      const detail = errorDetail(parts?.entry ?? Errors.unavailable, parts?.metadata);
+      this.send(create(ServerFrameSchema, {
+        requestId,
+        type: ServerFrameType.AUTH_RESPONSE,
+        payload: { case: "authResponse", value: { success: false, error: detail } },
+      }));
+      this.close(CloseCodes.authFailed, "authentication failed");
+    } finally {
+      this.authenticating = false;
+    }
+  }
+
+  /** Queues a push built once for many connections. */
+  push(shared: SharedFrame): void {
+    if (this.closed || !this.form) return;
+    this.write(shared.encoded(this.form));
+  }
+
+  /** Builds the frame that carries an update to connections (the request id is shared by all). */
+  static pushFrame(update: ServerFrame["payload"] & { case: "update" }): ServerFrame {
+    return create(ServerFrameSchema, { requestId: nextPushId(), type: ServerFrameType.UPDATE, payload: update });
+  }
+
+  private send(frame: ServerFrame): void {
+    this.write(encodeServerFrame(frame, this.form ?? "json"));
+  }
+
+  private write(data: string | Uint8Array): void {
+    const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
+    if (this.socket.bufferedAmount + size > this.policy.maxBufferedBytes) {
+      // The reader fell behind: queuing more would grow memory without bound. Drop the
+      // connection; the client reconnects and catches up with GetDifference.
+      this.closed = true;
+      this.clearTimers();
+      this.socket.terminate();
+      this.hooks.onClosed(this);
+      return;
+    }
+    this.socket.send(data);
+  }
+
+  private sendError(requestId: bigint, error: ErrorDetail, fatal: boolean): void {
+    this.send(create(ServerFrameSchema, { requestId, type: ServerFrameType.ERROR, payload: { case: "error", value: { error, fatal } } }));
+  }
+
+  /** Sends a fatal error frame and closes. */
+  fail(entry: CatalogueEntry, closeCode: number, requestId = 0n): void {
+    if (this.closed) return;
+    this.sendError(requestId, errorDetail(entry), true);
+    this.close(closeCode, entry.errorName);
+  }
+
+  close(code: number, reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearTimers();
+    this.socket.close(code, reason);
+    this.hooks.onClosed(this);
+  }
+
+  onClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearTimers();
+    this.hooks.onClosed(this);
+  }
+
+  private clearTimers(): void {
+    clearTimeout(this.authTimer);
+    clearTimeout(this.idleTimer);
+  }
+}

@@ -1,0 +1,43 @@
+// The `ws` implementation of the socket layer, attached to the shared HTTP server at one path.
+import type { IncomingMessage, Server } from "node:http";
+import type { Duplex } from "node:stream";
+import { WebSocketServer, type WebSocket } from "ws";
+import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
+
+/** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
+const maxClientFrameBytes = 64 * 1024;
+
+export function attachWsServer(server: Server, path: string, onConnection: (socket: GatewaySocket) => SocketHandlers): SocketServer {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: maxClientFrameBytes, perMessageDeflate: false });
+  const onUpgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
+    if ((req.url ?? "").split("?", 1)[0] !== path) {
+      stream.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      return;
+    }
+    wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {
+      const address = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
+      const socket: GatewaySocket = {
+        send: (data) => ws.send(data, { binary: typeof data !== "string" }),
+        get bufferedAmount() {
+          return ws.bufferedAmount;
+        },
+        close: (code, reason) => ws.close(code, reason),
+        terminate: () => ws.terminate(),
+        remoteAddress: address,
+      };
+      const handlers = onConnection(socket);
+      ws.on("message", (data, isBinary) => handlers.onMessage(data, isBinary));
+      ws.on("close", () => handlers.onClose());
+      ws.on("error", () => ws.terminate());
+    });
+  };
+  server.on("upgrade", onUpgrade);
+  return {
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.off("upgrade", onUpgrade);
+        for (const client of wss.clients) client.terminate();
+        wss.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,33 @@
+// Broker settings. Embedded mode (the default) runs every service in one broker with no
+// transporter. A multi-node deployment passes a transporter (TCP here; NATS in a cluster).
+import type { BrokerOptions } from "moleculer";
+
+export interface BrokerSettings {
+  nodeID?: string;
+  /** Moleculer transporter, e.g. "TCP" or "nats://127.0.0.1:4222"; none in embedded mode. */
+  transporter?: BrokerOptions["transporter"];
+  logLevel?: "fatal" | "error" | "warn" | "info" | "debug";
+}
+
+export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {
+  return {
+    namespace: "parley",
+    nodeID: settings.nodeID,
+    transporter: settings.transporter ?? null,
+    // Action parameters and results are JSON-safe by construction (shared/wire.ts), so the
+    // default JSON serializer is enough on every transporter.
+    serializer: "JSON",
+    logger: { type: "Console", options: { level: settings.logLevel ?? "info", formatter: "short" } },
+    registry: {
+      // Actors are sharded per key; a local endpoint must not win over the shard owner, or two
+      // nodes would own one conversation or stream (the store refuses that, but it costs retries).
+      preferLocal: false,
+      strategy: "RoundRobin",
+    },
+    requestTimeout: 30_000,
+    heartbeatInterval: 5,
+    heartbeatTimeout: 15,
+    metrics: false,
+    tracing: false,
+  };
+}

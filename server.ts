@@ -1,0 +1,123 @@
+// The composition root: picks the adapters behind every port once, builds the services of the
+// requested roles into one Moleculer broker, and serves HTTP (Connect, /ws, health, metrics) on
+// one port. `npm start` runs all roles in one process; tests and multi-node setups pick roles.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import moleculer, { type ServiceBroker } from "moleculer";
+import { apiService, type ApiHandle } from "./api/api-service.js";
+import { accountsService } from "./engine/accounts.js";
+import { systemClock, type Clock } from "./engine/clock.js";
+import { createCodeSender } from "./engine/code-delivery/code-sender.js";
+import type { EngineDeps } from "./engine/deps.js";
+import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
+import { inboxService } from "./engine/inbox.js";
+import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
+import { pushService } from "./engine/push.js";
+import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
+import { usersService } from "./engine/users.js";
+import { gatewayService } from "./gateway/gateway-service.js";
+import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
+import type { ParleyConfig } from "./shared/config.js";
+import { metricsRegistry, openSockets } from "./shared/metrics.js";
+
+/** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
+export type Role = "edge" | "engine";
+
+export interface ParleyOptions {
+  config: ParleyConfig;
+  roles?: Role[];
+  clock?: Clock;
+  broker?: BrokerSettings;
+  /** How long /healthz answers 503 before the server stops, so load balancers stop routing to it. */
+  drainMs?: number;
+  /** Adapters to use instead of the configured ones (tests record what leaves the engine). */
+  adapters?: Partial<Pick<EngineDeps, "pushNotifier">>;
+}
+
+export interface Parley {
+  broker: ServiceBroker;
+  /** The bound port of the edge role (0 when this process has no edge). */
+  port: number;
+  /** Base URL of the edge, e.g. http://127.0.0.1:8080. */
+  url: string;
+  stop(): Promise<void>;
+}
+
+const engineServices = ["accounts", "users", "push", "inbox"];
+
+export async function startParley(options: ParleyOptions): Promise<Parley> {
+  const { config } = options;
+  const roles = options.roles ?? ["edge", "engine"];
+  const clock = options.clock ?? systemClock;
+  const broker = new moleculer.ServiceBroker(brokerOptions({ logLevel: config.logLevel, ...options.broker }));
+  const cleanups: (() => Promise<void>)[] = [];
+
+  if (roles.includes("engine")) {
+    const logger = broker.getLogger("engine");
+    const store = await openSqliteStore(config.dataDir);
+    const ephemeral = new MemoryEphemeralState(clock);
+    const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
+    cleanups.push(() => codeSender.close(), () => ephemeral.close(), () => store.close());
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger) };
+    broker.createService(accountsService(deps));
+    broker.createService(usersService(deps));
+    broker.createService(pushService(deps));
+    broker.createService(inboxService(deps));
+  }
+
+  let server: Server | undefined;
+  let ready = false;
+  if (roles.includes("edge")) {
+    let api: ApiHandle | undefined;
+    server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+      const path = (req.url ?? "").split("?", 1)[0];
+      if (path === "/healthz") {
+        res.writeHead(ready ? 200 : 503, { "content-type": "text/plain" }).end(ready ? "ok\n" : "unavailable\n");
+        return;
+      }
+      if (path === "/metrics" && req.method === "GET") {
+        metricsRegistry.metrics().then(
+          (text) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(text),
+          () => res.writeHead(500).end(),
+        );
+        return;
+      }
+      if (api?.handle(req, res)) return;
+      res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
+    });
+    broker.createService(apiService((handle) => (api = handle)));
+    broker.createService(gatewayService({ server, onConnectionCountChange: (delta) => openSockets.inc(delta) }));
+  }
+
+  await broker.start();
+  let port = 0;
+  if (server) {
+    await broker.waitForServices(engineServices, 30_000);
+    const listening = server;
+    await new Promise<void>((resolve, reject) => {
+      listening.once("error", reject);
+      listening.listen(config.port, config.host, () => resolve());
+    });
+    port = (listening.address() as AddressInfo).port;
+    ready = true;
+  }
+
+  return {
+    broker,
+    port,
+    url: `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${port}`,
+    async stop() {
+      ready = false;
+      if (options.drainMs) await new Promise((resolve) => setTimeout(resolve, options.drainMs));
+      await broker.stop();
+      if (server) {
+        const closing = server;
+        await new Promise<void>((resolve) => {
+          closing.close(() => resolve());
+          closing.closeAllConnections();
+        });
+      }
+      for (const cleanup of cleanups.reverse()) await cleanup();
+    },
+  };
+}

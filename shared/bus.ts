@@ -1,0 +1,22 @@
+// Events that cross from the engine to the gateway. They travel as Moleculer broadcasts, so every
+// gateway node hears them and delivers to the sockets it holds; payloads are JSON-safe (the proto3
+// JSON form of the protocol messages).
+import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
+
+export const BusEvents = {
+  /** A new entry of a user's update stream (or an ephemeral update) to deliver live. */
+  push: "parley.push",
+  /** Device sessions that stopped being valid; their sockets must close. */
+  sessionsRevoked: "parley.sessions-revoked",
+} as const;
+
+export interface PushEvent {
+  userId: number;
+  update: UpdateJson;
+}
+
+export interface SessionsRevokedEvent {
+  userId: number;
+  /** The revoked devices; every socket authenticated on one of them is closed. */
+  deviceIds: string[];
+}

@@ -1,0 +1,56 @@
+// The operator-facing configuration: every environment variable the server reads, parsed once.
+import { resolve } from "node:path";
+
+export type CodeDelivery =
+  | { kind: "console" }
+  | { kind: "file"; path: string }
+  | { kind: "smtp"; url: string; from: string };
+
+export interface ParleyConfig {
+  host: string;
+  port: number;
+  dataDir: string;
+  publicUrl: string | undefined;
+  publicWsUrl: string | undefined;
+  codeDelivery: CodeDelivery;
+  webhookAllowPrivateNetworks: boolean;
+  /** Log level for the broker; tests turn it down. */
+  logLevel: "fatal" | "error" | "warn" | "info" | "debug";
+}
+
+function parseCodeDelivery(raw: string | undefined, smtpFrom: string | undefined): CodeDelivery {
+  const value = (raw ?? "console").trim();
+  if (value === "console") return { kind: "console" };
+  if (value.startsWith("file:")) {
+    const path = value.slice("file:".length);
+    if (!path) throw new Error("CODE_DELIVERY=file:<path> needs a path");
+    return { kind: "file", path: resolve(path) };
+  }
+  if (value.startsWith("smtp://") || value.startsWith("smtps://")) {
+    return { kind: "smtp", url: value, from: smtpFrom ?? "Parley <no-reply@parley.localhost>" };
+  }
+  throw new Error(`CODE_DELIVERY must be console, file:<path> or smtp://…; got ${JSON.stringify(value)}`);
+}
+
+function parsePort(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 8080;
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`PORT must be 0..65535; got ${raw}`);
+  return port;
+}
+
+/** Reads the configuration from environment variables (see the README's configuration table). */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
+  const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
+  if (!["fatal", "error", "warn", "info", "debug"].includes(logLevel)) throw new Error(`LOG_LEVEL is invalid: ${logLevel}`);
+  return {
+    host: env.HOST || "0.0.0.0",
+    port: parsePort(env.PORT),
+    dataDir: resolve(env.DATA_DIR || "./data"),
+    publicUrl: env.PUBLIC_URL || undefined,
+    publicWsUrl: env.PUBLIC_WS_URL || undefined,
+    codeDelivery: parseCodeDelivery(env.CODE_DELIVERY, env.SMTP_FROM),
+    webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
+    logLevel,
+  };
+}

@@ -1,0 +1,133 @@
+// The error catalogue: every business error the platform can answer, in one place.
+//
+// errorCode is domain-segmented: 1xxx request/common, 2xxx authentication and sessions,
+// 3xxx users and profiles, 4xxx contacts, 5xxx conversations and messages, 6xxx groups,
+// 7xxx agents, 8xxx media, 9xxx sync, push and the gateway. Codes are never reused: clients
+// branch on them. The Connect code travels with the entry so a handler only names the entry.
+import { Code } from "@connectrpc/connect";
+import moleculer from "moleculer";
+
+export interface CatalogueEntry {
+  readonly code: Code;
+  readonly errorCode: number;
+  readonly errorName: string;
+  readonly message: string;
+}
+
+function entry(code: Code, errorCode: number, errorName: string, message: string): CatalogueEntry {
+  return { code, errorCode, errorName, message };
+}
+
+export const Errors = {
+  // 1xxx: request shape and generic conditions
+  invalidArgument: entry(Code.InvalidArgument, 1001, "INVALID_ARGUMENT", "the request is invalid"),
+  malformedRequest: entry(Code.InvalidArgument, 1002, "MALFORMED_REQUEST", "the request body could not be decoded"),
+  requestTooLarge: entry(Code.ResourceExhausted, 1003, "REQUEST_TOO_LARGE", "the request body is too large"),
+  unimplemented: entry(Code.Unimplemented, 1004, "UNIMPLEMENTED", "this operation is not available yet"),
+  internal: entry(Code.Internal, 1005, "INTERNAL", "internal error"),
+  unavailable: entry(Code.Unavailable, 1006, "UNAVAILABLE", "the service is temporarily unavailable"),
+  notFound: entry(Code.NotFound, 1007, "NOT_FOUND", "not found"),
+  unsupportedMediaType: entry(Code.InvalidArgument, 1008, "UNSUPPORTED_MEDIA_TYPE", "unsupported content type"),
+  deadlineExceeded: entry(Code.DeadlineExceeded, 1009, "DEADLINE_EXCEEDED", "the request took too long"),
+
+  // 2xxx: authentication, sessions, verification, passwords
+  unauthenticated: entry(Code.Unauthenticated, 2001, "UNAUTHENTICATED", "missing or invalid credentials"),
+  tokenExpired: entry(Code.Unauthenticated, 2002, "TOKEN_EXPIRED", "the access token has expired"),
+  userOnly: entry(Code.PermissionDenied, 2003, "USER_ONLY", "this operation requires a user token"),
+  agentOnly: entry(Code.PermissionDenied, 2004, "AGENT_ONLY", "this operation requires an agent token"),
+  invalidIdentity: entry(Code.InvalidArgument, 2005, "INVALID_IDENTITY", "the identity type or value is invalid"),
+  codeRateLimited: entry(Code.ResourceExhausted, 2006, "CODE_RATE_LIMITED", "a code was sent to this identity recently"),
+  verifySessionNotFound: entry(Code.NotFound, 2007, "VERIFY_SESSION_NOT_FOUND", "the verification session is missing or expired"),
+  malformedVerifyToken: entry(Code.InvalidArgument, 2008, "MALFORMED_VERIFY_TOKEN", "the verify token is malformed"),
+  wrongCode: entry(Code.InvalidArgument, 2009, "WRONG_CODE", "the verification code is wrong"),
+  tooManyCodeAttempts: entry(Code.ResourceExhausted, 2010, "TOO_MANY_CODE_ATTEMPTS", "too many failed attempts on this verification session"),
+  accountNotFound: entry(Code.NotFound, 2011, "ACCOUNT_NOT_FOUND", "no account has this identity"),
+  wrongPassword: entry(Code.Unauthenticated, 2012, "WRONG_PASSWORD", "the password is wrong"),
+  accountLocked: entry(Code.ResourceExhausted, 2013, "ACCOUNT_LOCKED", "the account is temporarily locked after repeated failed logins"),
+  invalidRefreshToken: entry(Code.Unauthenticated, 2014, "INVALID_REFRESH_TOKEN", "the refresh token is invalid, expired or revoked"),
+  passwordAlreadySet: entry(Code.FailedPrecondition, 2015, "PASSWORD_ALREADY_SET", "a password is already set"),
+  passwordNotSet: entry(Code.FailedPrecondition, 2016, "PASSWORD_NOT_SET", "no password is set"),
+  weakPassword: entry(Code.InvalidArgument, 2017, "WEAK_PASSWORD", "the password does not meet the complexity rules"),
+  wrongOldPassword: entry(Code.Unauthenticated, 2018, "WRONG_OLD_PASSWORD", "the old password is wrong"),
+  resetTokenNotFound: entry(Code.NotFound, 2019, "RESET_TOKEN_NOT_FOUND", "the reset token is missing, expired or used"),
+  deviceNotFound: entry(Code.NotFound, 2020, "DEVICE_NOT_FOUND", "no such device session"),
+  cannotRemoveCurrentDevice: entry(Code.InvalidArgument, 2021, "CANNOT_REMOVE_CURRENT_DEVICE", "this is the current device; use Logout"),
+  identityDisabled: entry(Code.InvalidArgument, 2022, "IDENTITY_TYPE_DISABLED", "sign-in with this identity type is not enabled"),
+  sessionRevoked: entry(Code.Unauthenticated, 2023, "SESSION_REVOKED", "the session was revoked"),
+  codeDeliveryFailed: entry(Code.Unavailable, 2024, "CODE_DELIVERY_FAILED", "the verification code could not be delivered"),
+
+  // 3xxx: users and profiles
+  userNotFound: entry(Code.NotFound, 3001, "USER_NOT_FOUND", "user not found"),
+  usernameAlreadySet: entry(Code.FailedPrecondition, 3002, "USERNAME_ALREADY_SET", "a custom username is already set"),
+  usernameTaken: entry(Code.AlreadyExists, 3003, "USERNAME_TAKEN", "the username is taken"),
+  invalidUsername: entry(Code.InvalidArgument, 3004, "INVALID_USERNAME", "a username has 5 to 32 lowercase letters, digits or underscores"),
+  invalidUserIds: entry(Code.InvalidArgument, 3005, "INVALID_USER_IDS", "between 1 and 200 user ids are required"),
+
+  // 7xxx: agents
+  agentNotActive: entry(Code.FailedPrecondition, 7003, "AGENT_NOT_ACTIVE", "the agent is not active"),
+
+  // 9xxx: sync, push and the gateway
+  pushTokenNotFound: entry(Code.NotFound, 9001, "PUSH_TOKEN_NOT_FOUND", "no push token is registered for this device"),
+  invalidPushToken: entry(Code.InvalidArgument, 9002, "INVALID_PUSH_TOKEN", "the push token or platform is invalid"),
+  unknownPushDevice: entry(Code.InvalidArgument, 9004, "UNKNOWN_PUSH_DEVICE", "the device is not one of the caller's signed-in devices"),
+  invalidSn: entry(Code.InvalidArgument, 9003, "INVALID_SN", "sn cannot be negative"),
+  gatewayAuthRequired: entry(Code.Unauthenticated, 9101, "GATEWAY_AUTH_REQUIRED", "the first frame must be an authentication request"),
+  gatewayAuthTimeout: entry(Code.DeadlineExceeded, 9102, "GATEWAY_AUTH_TIMEOUT", "no authentication frame arrived in time"),
+  gatewayBadFrame: entry(Code.InvalidArgument, 9103, "GATEWAY_BAD_FRAME", "the frame could not be decoded"),
+  gatewaySlowConsumer: entry(Code.ResourceExhausted, 9104, "GATEWAY_SLOW_CONSUMER", "the connection fell too far behind; reconnect and call GetDifference"),
+  gatewayIdleTimeout: entry(Code.DeadlineExceeded, 9105, "GATEWAY_IDLE_TIMEOUT", "no frame arrived within the heartbeat timeout"),
+  gatewayShuttingDown: entry(Code.Unavailable, 9106, "GATEWAY_SHUTTING_DOWN", "the server is restarting; reconnect"),
+} as const satisfies Record<string, CatalogueEntry>;
+
+export type ErrorName = keyof typeof Errors;
+
+const byErrorName = new Map<string, CatalogueEntry>(Object.values(Errors).map((e) => [e.errorName, e]));
+
+/** Looks an entry up by its errorName, as carried across process boundaries. */
+export function catalogueEntryByName(errorName: string): CatalogueEntry | undefined {
+  return byErrorName.get(errorName);
+}
+
+/** The generic entry for a Connect code, used when an error arrives without a catalogue entry. */
+export function catalogueEntryForCode(code: Code): CatalogueEntry {
+  switch (code) {
+    case Code.InvalidArgument:
+      return Errors.invalidArgument;
+    case Code.Unauthenticated:
+      return Errors.unauthenticated;
+    case Code.NotFound:
+      return Errors.notFound;
+    case Code.Unimplemented:
+      return Errors.unimplemented;
+    case Code.ResourceExhausted:
+      return Errors.requestTooLarge;
+    case Code.Unavailable:
+      return Errors.unavailable;
+    case Code.DeadlineExceeded:
+      return Errors.deadlineExceeded;
+    default:
+      return Errors.internal;
+  }
+}
+
+/**
+ * A business error as engine services throw it. Moleculer carries `type` and `data` of an error
+ * between nodes, so the catalogue name rides in `type` and the metadata in `data`; the API tier
+ * reads those two fields whether the error was thrown locally or regenerated from a packet.
+ */
+export class ParleyError extends moleculer.Errors.MoleculerError {
+  constructor(entry: CatalogueEntry, metadata: Record<string, string> = {}, message?: string) {
+    super(message ?? entry.message, 400, entry.errorName, { metadata });
+    this.name = "ParleyError";
+  }
+}
+
+/** Reads the catalogue entry and metadata of an error thrown by any engine service, local or remote. */
+export function parleyErrorParts(err: unknown): { entry: CatalogueEntry; metadata: Record<string, string>; message: string } | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const { type, data, message } = err as { type?: unknown; data?: { metadata?: Record<string, string> }; message?: unknown };
+  if (typeof type !== "string") return undefined;
+  const entry = catalogueEntryByName(type);
+  if (!entry) return undefined;
+  return { entry, metadata: data?.metadata ?? {}, message: typeof message === "string" ? message : entry.message };
+}

@@ -1,0 +1,94 @@
+// The API tier and the engine in two brokers joined by Moleculer's TCP transporter: every action
+// parameter, result, error and bus event crosses a real serializer and socket.
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
+import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
+import { ServerFrameType } from "../shared/gen/api/v1/gateway_pb.js";
+import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
+import { UserService } from "../shared/gen/api/v1/user_pb.js";
+import { loadConfig } from "../shared/config.js";
+import { Errors } from "../shared/errors.js";
+import { AdjustableClock } from "../engine/clock.js";
+import { startParley, type Parley } from "../server.js";
+import { device } from "./support/accounts.js";
+import { expectError } from "./support/expect-error.js";
+import { client, freshEmail, lastCode, wireModes, type TestServer } from "./support/harness.js";
+import { GatewayClient } from "./support/ws-client.js";
+
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address() as { port: number };
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+describe("API tier and engine on two brokers over the TCP transporter", () => {
+  let edge: Parley;
+  let engine: Parley;
+  let dataDir: string;
+  let codesFile: string;
+
+  before(async function () {
+    this.timeout(60_000);
+    dataDir = mkdtempSync(join(tmpdir(), "parley-distributed-"));
+    codesFile = join(dataDir, "codes.jsonl");
+    const [edgePort, enginePort] = [await freePort(), await freePort()];
+    const urls = [`127.0.0.1:${edgePort}/edge-node`, `127.0.0.1:${enginePort}/engine-node`];
+    const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
+    const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" });
+    const clock = new AdjustableClock();
+    [engine, edge] = await Promise.all([
+      startParley({ config, clock, roles: ["engine"], broker: { nodeID: "engine-node", transporter: transporter(enginePort) } }),
+      startParley({ config, clock, roles: ["edge"], broker: { nodeID: "edge-node", transporter: transporter(edgePort) } }),
+    ]);
+  });
+
+  after(async () => {
+    await edge?.stop();
+    await engine?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it("runs no engine service on the edge node", () => {
+    const local = edge.broker.services.map((s) => s.name).filter((name) => !name.startsWith("$")).sort();
+    expect(local).to.deep.equal(["api", "gateway"]);
+  });
+
+  for (const mode of wireModes) {
+    it(`serves sign-in, profile events, the update stream, live push and revocation across nodes (${mode})`, async () => {
+      const asServer = { url: edge.url, codesFile } as TestServer;
+      const auth = client(edge, AuthService, mode);
+      const email = freshEmail("distributed");
+      const { verifyToken } = await auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: email });
+      const signed = await auth.verifyCode({ verifyToken, code: lastCode(asServer, email), deviceInfo: device() });
+      expect(signed.isNewUser).to.equal(true);
+      expect(typeof signed.user?.createdAt).to.equal("bigint");
+
+      const ws = await GatewayClient.connect(edge.url, mode);
+      const authAnswer = await ws.authenticate(signed.accessToken);
+      expect(authAnswer.payload.case === "authResponse" && authAnswer.payload.value.userId).to.equal(signed.userId);
+
+      const users = client(edge, UserService, mode, signed.accessToken);
+      await users.updateProfile({ nickname: "over the wire" });
+      await users.updateProfile({ signature: "still dense" });
+      await ws.next((f) => f.type === ServerFrameType.UPDATE && f.payload.case === "update" && f.payload.value.update.value?.$typeName === "api.v1.SnUpdate" && (f.payload.value.update.value as { sn: number }).sn === 2);
+      expect(ws.pushedSns()).to.deep.equal([1, 2]);
+
+      const diff = await client(edge, SyncService, mode, signed.accessToken).getDifference({ sn: 0 });
+      expect(diff.updates.map((u) => u.sn)).to.deep.equal([1, 2]);
+
+      // A business error thrown on the engine node keeps its catalogue entry on the edge.
+      await expectError(users.setUsername({ username: "u_12345" }), Errors.invalidUsername);
+
+      await client(edge, AuthService, mode, signed.accessToken).logout({});
+      await ws.next((f) => f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.error?.errorName === "SESSION_REVOKED");
+      await ws.closed;
+      await expectError(users.getProfile({}), Errors.unauthenticated);
+    });
+  }
+});

@@ -1,0 +1,37 @@
+import { expect } from "chai";
+import WebSocket from "ws";
+import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
+import { client, startTestServer, type TestServer } from "./support/harness.js";
+
+describe("GET /healthz and GET /metrics", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer();
+  });
+  after(async () => server.dispose());
+
+  it("/healthz answers 200 once the server accepts requests", async () => {
+    const response = await fetch(server.url + "/healthz");
+    expect(response.status).to.equal(200);
+  });
+
+  it("/metrics serves request counts and latencies per RPC and open sockets in Prometheus text", async () => {
+    await client(server, AuthService, "json").getClientConfig({});
+    const socket = new WebSocket(server.url.replace("http", "ws") + "/ws");
+    await new Promise((resolve) => socket.once("open", resolve));
+    const text = await (await fetch(server.url + "/metrics")).text();
+    expect(text).to.match(/parley_rpc_requests_total\{procedure="\/api\.v1\.AuthService\/GetClientConfig",code="ok"\} \d+/);
+    expect(text).to.match(/parley_rpc_duration_seconds_bucket\{le="0\.005",procedure="\/api\.v1\.AuthService\/GetClientConfig"\} \d+/);
+    const open = Number(/parley_websocket_connections (\d+)/.exec(text)?.[1]);
+    expect(open).to.be.greaterThanOrEqual(1);
+    socket.close();
+  });
+
+  it("/healthz answers 503 while draining", async () => {
+    const draining = await startTestServer({ drainMs: 500 });
+    const stopping = draining.dispose();
+    const response = await fetch(draining.url + "/healthz");
+    expect(response.status).to.equal(503);
+    await stopping;
+  });
+});
