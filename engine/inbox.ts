@@ -78,25 +78,25 @@ export class Inbox {
     return latest;
   }
 
+  /** Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded. */
+  private async store(userId: number, entries: SnUpdate[]): Promise<SnUpdate[]> {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const base = await this.currentSn(userId);
+      const now = this.deps.clock.now();
+      const assigned = entries.map((entry, index) => ({ ...entry, sn: base + index + 1 }));
+      const rows = assigned.map((entry) => ({ sn: entry.sn, payload: toBinary(SnUpdateSchema, entry), createdAt: now }));
+      if ((await this.deps.store.updates.appendUpdates(userId, rows)) === "ok") return assigned;
+      this.latestSn.delete(userId);
+    }
+    throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
+  }
+
   /** Appends entries to the user's stream in order, pushes each live, answers their sn values. */
   append(params: AppendParams): Promise<number[]> {
     const { userId } = params;
     return this.mailboxes.run(userId, async () => {
       const entries = params.entries.map((wire) => fromWire(SnUpdateSchema, wire));
-      let assigned: SnUpdate[] = [];
-      for (let attempt = 0; ; attempt++) {
-        const base = await this.currentSn(userId);
-        const now = this.deps.clock.now();
-        assigned = entries.map((entry, index) => ({ ...entry, sn: base + index + 1 }));
-        const outcome = await this.deps.store.updates.appendUpdates(
-          userId,
-          assigned.map((entry) => ({ sn: entry.sn, payload: toBinary(SnUpdateSchema, entry), createdAt: now })),
-        );
-        if (outcome === "ok") break;
-        // Someone else wrote this user's stream: our cached sn is stale. Reload and retry.
-        this.latestSn.delete(userId);
-        if (attempt >= 3) throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
-      }
+      const assigned = await this.store(userId, entries);
       const latest = assigned[assigned.length - 1]?.sn ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
       for (const entry of assigned) {

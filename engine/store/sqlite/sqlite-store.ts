@@ -116,6 +116,9 @@ function userStore(db: Database.Database): UserStore {
   const byUsername = db.prepare<[string], UserRow>("SELECT * FROM users WHERE username = ?");
   const setUsername = db.prepare("UPDATE users SET username = ?, username_custom = 1 WHERE user_id = ? AND username_custom = 0");
   const setPassword = db.prepare("UPDATE users SET password_hash = ? WHERE user_id = ?");
+  const updateProfile = db.prepare(
+    "UPDATE users SET nickname = COALESCE(?, nickname), avatar_url = COALESCE(?, avatar_url), signature = COALESCE(?, signature) WHERE user_id = ?",
+  );
   const create = db.transaction((user: NewUser): UserRecord => {
     // A placeholder that cannot collide (usernames never contain '#') until the id is known.
     const placeholder = `#pending-${process.pid}-${Math.random()}`;
@@ -156,12 +159,8 @@ function userStore(db: Database.Database): UserStore {
       return row && toUser(row);
     },
     async updateProfile(userId, change: ProfileChange) {
-      const assignments: string[] = [];
-      const values: string[] = [];
-      if (change.nickname !== undefined) assignments.push("nickname = ?"), values.push(change.nickname);
-      if (change.avatarUrl !== undefined) assignments.push("avatar_url = ?"), values.push(change.avatarUrl);
-      if (change.signature !== undefined) assignments.push("signature = ?"), values.push(change.signature);
-      if (assignments.length > 0) db.prepare(`UPDATE users SET ${assignments.join(", ")} WHERE user_id = ?`).run(...values, userId);
+      // COALESCE keeps a column whose new value is absent (NULL), so one statement serves every change.
+      updateProfile.run(change.nickname ?? null, change.avatarUrl ?? null, change.signature ?? null, userId);
       const row = byId.get(userId);
       if (!row) throw new Error(`user ${userId} does not exist`);
       return toUser(row);

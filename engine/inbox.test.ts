@@ -1,0 +1,64 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { loadConfig } from "../shared/config.js";
+import { toWire } from "../shared/wire.js";
+import type { PushEvent } from "../shared/bus.js";
+import { AdjustableClock } from "./clock.js";
+import type { EngineDeps } from "./deps.js";
+import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
+import { Inbox } from "./inbox.js";
+import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
+import type { Store } from "./store/store.js";
+
+describe("Inbox actor", () => {
+  let dir: string;
+  let store: Store;
+  let deps: EngineDeps;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "parley-inbox-"));
+    store = await openSqliteStore(dir);
+    const clock = new AdjustableClock();
+    deps = {
+      config: loadConfig({ DATA_DIR: dir }),
+      clock,
+      store,
+      ephemeral: new MemoryEphemeralState(clock),
+      codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
+      pushNotifier: { send: async () => {} },
+    };
+  });
+  after(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const entry = (nickname: string) => toWire(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId: 1, newNickname: nickname } } });
+
+  it("assigns dense sn values and publishes each entry once, in order", async () => {
+    const published: PushEvent[] = [];
+    const inbox = new Inbox(deps, (event) => published.push(event));
+    const sns = await Promise.all(Array.from({ length: 25 }, (_, i) => inbox.append({ userId: 501, entries: [entry(`n${i}`)] })));
+    expect(sns.flat().sort((a, b) => a - b)).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect(published.map((p) => (p.update.snUpdate as { sn: number }).sn)).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
+  });
+
+  it("never forks a stream when two owners write it (a reshard): the stale one reloads and retries", async () => {
+    const first = new Inbox(deps, () => {});
+    const second = new Inbox(deps, () => {});
+    await first.append({ userId: 502, entries: [entry("a")] });
+    await second.append({ userId: 502, entries: [entry("b")] });
+    // `first` still believes the latest sn is 1; the store refuses sn 2 and it must move on to 3.
+    const [sn] = await first.append({ userId: 502, entries: [entry("c")] });
+    expect(sn).to.equal(3);
+    const rows = await store.updates.readUpdates(502, 0, 10);
+    expect(rows.map((r) => r.sn)).to.deep.equal([1, 2, 3]);
+  });
+
+  it("appends a batch atomically with consecutive sn values", async () => {
+    const inbox = new Inbox(deps, () => {});
+    expect(await inbox.append({ userId: 503, entries: [entry("x"), entry("y"), entry("z")] })).to.deep.equal([1, 2, 3]);
+  });
+});
