@@ -15,6 +15,7 @@ import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { pushService } from "./engine/push.js";
 import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
 import { usersService } from "./engine/users.js";
+import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
@@ -30,6 +31,8 @@ export interface ParleyOptions {
   broker?: BrokerSettings;
   /** How long /healthz answers 503 before the server stops, so load balancers stop routing to it. */
   drainMs?: number;
+  /** Gateway connection limits (timeouts, send queue size); defaults suit production. */
+  gateway?: Partial<ConnectionPolicy>;
   /** Adapters to use instead of the configured ones (tests record what leaves the engine). */
   adapters?: Partial<Pick<EngineDeps, "pushNotifier">>;
 }
@@ -86,7 +89,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
     });
     broker.createService(apiService((handle) => (api = handle)));
-    broker.createService(gatewayService({ server, onConnectionCountChange: (delta) => openSockets.inc(delta) }));
+    broker.createService(gatewayService({ ...options.gateway, server, onConnectionCountChange: (delta) => openSockets.inc(delta) }));
   }
 
   await broker.start();

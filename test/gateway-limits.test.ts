@@ -1,0 +1,58 @@
+import { expect } from "chai";
+import WebSocket from "ws";
+import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
+import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { toWire } from "../shared/wire.js";
+import type { AppendParams } from "../engine/inbox.js";
+import { signInWithCode } from "./support/accounts.js";
+import { startTestServer, type TestServer } from "./support/harness.js";
+import { GatewayClient } from "./support/ws-client.js";
+
+const fatal = (name: string) => (f: ServerFrame) => f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.fatal && f.payload.value.error?.errorName === name;
+
+describe("WebSocket gateway limits", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer({ gateway: { authTimeoutMs: 300, idleTimeoutMs: 1500, maxBufferedBytes: 256 * 1024 } });
+  });
+  after(async () => server.dispose());
+
+  it("closes a connection that does not authenticate in time", async () => {
+    const ws = await GatewayClient.connect(server.url, "json");
+    await ws.next(fatal("GATEWAY_AUTH_TIMEOUT"));
+    await ws.closed;
+  });
+
+  it("closes a connection that stays silent past the idle timeout, and keeps one that pings", async () => {
+    const user = await signInWithCode(server);
+    const [silent, pinging] = [await GatewayClient.connect(server.url, "json"), await GatewayClient.connect(server.url, "binary")];
+    await silent.authenticate(user.accessToken);
+    await pinging.authenticate(user.accessToken);
+    const timer = setInterval(() => pinging.send({ type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } }), 400);
+    try {
+      await silent.next(fatal("GATEWAY_IDLE_TIMEOUT"), 5000);
+      await silent.closed;
+      expect(pinging.socket.readyState).to.equal(WebSocket.OPEN);
+    } finally {
+      clearInterval(timer);
+      pinging.close();
+    }
+  });
+
+  it("disconnects a reader that falls behind instead of queuing without bound", async () => {
+    const user = await signInWithCode(server);
+    const ws = await GatewayClient.connect(server.url, "json");
+    await ws.authenticate(user.accessToken);
+    const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
+    rawSocket.pause();
+    const big = "x".repeat(64 * 1024);
+    const entries = Array.from({ length: 10 }, () => toWire(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId: user.userId, newSignature: big } } }));
+    for (let i = 0; i < 20; i++) await server.broker.call("inbox.append", { userId: user.userId, entries } satisfies AppendParams);
+    const metrics = await (await fetch(server.url + "/metrics")).text();
+    expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);
+    rawSocket.resume();
+    await ws.closed;
+    // Far fewer than the 200 updates arrived: the rest were never queued.
+    expect(ws.pushedSns().length).to.be.lessThan(200);
+  });
+});
