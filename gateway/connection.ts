@@ -30,6 +30,9 @@ export const CloseCodes = {
   idle: 4009,
 } as const;
 
+/** How long a slow consumer's close handshake may take before the socket is dropped. */
+const slowConsumerGraceMs = 2000;
+
 export function errorDetail(entry: CatalogueEntry, metadata: Record<string, string> = {}): ErrorDetail {
   return create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
 }
@@ -144,12 +147,11 @@ export class Connection implements SocketHandlers {
   private write(data: string | Uint8Array): void {
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
     if (this.socket.bufferedAmount + size > this.policy.maxBufferedBytes) {
-      // The reader fell behind: queuing more would grow memory without bound. Drop the
-      // connection; the client reconnects and catches up with GetDifference.
-      this.closed = true;
-      this.clearTimers();
-      this.socket.terminate();
-      this.hooks.onClosed(this);
+      // The reader fell behind: queuing more would grow memory without bound. Nothing more is
+      // queued; the close frame tells a client that reads again why, and a client that never
+      // does is dropped. It reconnects and catches up with GetDifference.
+      this.close(CloseCodes.slowConsumer, Errors.gatewaySlowConsumer.errorName);
+      setTimeout(() => this.socket.terminate(), slowConsumerGraceMs).unref();
       return;
     }
     this.socket.send(data);

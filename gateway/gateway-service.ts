@@ -66,11 +66,6 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         },
       },
     },
-    methods: {
-      openConnections(): number {
-        return all.size;
-      },
-    },
     started() {
       const broker = this.broker;
       socketServer = attachWsServer(options.server, "/ws", (socket) => {

@@ -51,7 +51,8 @@ describe("WebSocket gateway limits", () => {
     const metrics = await (await fetch(server.url + "/metrics")).text();
     expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);
     rawSocket.resume();
-    await ws.closed;
+    const closed = await ws.closed;
+    expect(closed).to.deep.equal({ code: 4008, reason: "GATEWAY_SLOW_CONSUMER" });
     // Far fewer than the 200 updates arrived: the rest were never queued.
     expect(ws.pushedSns().length).to.be.lessThan(200);
   });
