@@ -6,6 +6,10 @@ import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle } from "./api/api-service.js";
 import { accountsService } from "./engine/accounts.js";
+import { agentsService } from "./engine/agents.js";
+import { conversationService } from "./engine/conversation.js";
+import { conversationsService } from "./engine/conversations.js";
+import { socialService } from "./engine/social.js";
 import { systemClock, type Clock } from "./engine/clock.js";
 import { createCodeSender } from "./engine/code-delivery/code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
@@ -46,7 +50,7 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
-const engineServices = ["accounts", "users", "push", "inbox"];
+const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
@@ -66,6 +70,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
     broker.createService(inboxService(deps));
+    broker.createService(socialService(deps));
+    broker.createService(agentsService(deps));
+    broker.createService(conversationService(deps));
+    broker.createService(conversationsService(deps));
   }
 
   let server: Server | undefined;

@@ -19,7 +19,11 @@ import { Errors } from "../shared/errors.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
 import { connectErrorOf, normalizeErrorBody, toConnectError } from "./errors.js";
 import { requestFactsKey } from "./rpc.js";
+import { agentService } from "./services/agent.js";
 import { authService } from "./services/auth.js";
+import { contactService } from "./services/contact.js";
+import { conversationService } from "./services/conversation.js";
+import { messageService } from "./services/message.js";
 import { pushService } from "./services/push.js";
 import { syncService } from "./services/sync.js";
 import { userService } from "./services/user.js";
@@ -32,8 +36,12 @@ function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
   router.service(UserService, userService(broker));
   router.service(PushService, pushService(broker));
   router.service(SyncService, syncService(broker));
+  router.service(ContactService, contactService(broker));
+  router.service(AgentService, agentService(broker));
+  router.service(ConversationService, conversationService(broker));
+  router.service(MessageService, messageService(broker));
   // Services of later milestones: every method answers UNIMPLEMENTED until it is built.
-  for (const service of [AgentService, ContactService, ConversationService, GroupService, MediaService, MessageService]) {
+  for (const service of [GroupService, MediaService]) {
     router.service(service, {});
   }
 }

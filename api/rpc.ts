@@ -59,7 +59,7 @@ type UnaryMethodNames<S extends DescService> = {
 export type RouteTable<S extends DescService> = Record<UnaryMethodNames<S> & string, RpcRoute>;
 
 /** Builds a Connect implementation that serves each method of `service` through its route. */
-export function forwardingService<S extends DescService>(broker: ServiceBroker, service: S, routes: RouteTable<S>): ServiceImpl<S> {
+export function forwardingService<S extends DescService>(broker: ServiceBroker, service: S, routes: Partial<RouteTable<S>>): ServiceImpl<S> {
   const impl: Record<string, (request: MessageShape<DescMessage>, context: HandlerContext) => Promise<MessageShape<DescMessage>>> = {};
   for (const method of service.methods) {
     const route = (routes as Record<string, RpcRoute>)[method.localName];

@@ -53,7 +53,7 @@ import {
 } from "./credentials.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, type UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, type UserRecord } from "./store/store.js";
 import { deviceView, selfView } from "./views.js";
 
 export const AuthPolicy = {
@@ -294,7 +294,11 @@ export class Accounts {
       }
       return { kind: "user", userId: session.userId, deviceId: session.deviceId };
     }
-    // Agent tokens are recognised by their prefix; until an agent holds this token it is unknown.
+    if (isWellFormedToken(token, TokenPrefix.agent)) {
+      const agent = await this.deps.store.agents.findByTokenHash(hashToken(token));
+      if (!agent || agent.status !== AgentStatus.active) throw new ParleyError(Errors.unauthenticated);
+      return { kind: "agent", userId: agent.agentUserId, deviceId: "" };
+    }
     throw new ParleyError(Errors.unauthenticated);
   }
 

@@ -9,6 +9,7 @@ export const TokenPrefix = {
   refresh: "ply_r_",
   verify: "ply_v_",
   reset: "ply_p_",
+  secretKey: "ply_s_",
 } as const;
 
 const tokenBodyLength = 43; // base64url of 32 bytes

@@ -13,10 +13,10 @@
 // Ownership: appends for a user run one at a time through the user's mailbox, and the store
 // refuses an sn that is already taken, so a second owner (during a reshard) cannot fork the
 // stream: the stale owner reloads the latest sn and retries.
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { GroupInfoSchema } from "../shared/gen/api/v1/group_pb.js";
-import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
 import {
   GetCurrentStateRequestSchema,
   GetCurrentStateResponseSchema,
@@ -141,6 +141,59 @@ export class Inbox {
     const last = updates[updates.length - 1]?.sn ?? sn;
     return { updates, sn: last, hasMore: last < latest, updateTooLong: false };
   }
+}
+
+/** Appends entries to a user's update stream through the inbox actor that owns it. */
+export async function appendToStream(
+  ctx: Pick<Context, "call">,
+  userId: number,
+  entries: MessageInitShape<typeof SnUpdateSchema>["update"][],
+  users: UserInfo[] = [],
+): Promise<number[]> {
+  const params: AppendParams = {
+    userId,
+    entries: entries.map((update) => toWire(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>)),
+    users: users.map((user) => toWire(UserInfoSchema, user)),
+  };
+  const { sns } = (await ctx.call("inbox.append", params)) as { sns: number[] };
+  return sns;
+}
+
+/**
+ * Appends the same entry to several users' streams. The entry is encoded once for all of them;
+ * each user's inbox actor assigns its own sn. Resolves when every stream has it.
+ */
+export async function fanOut(
+  ctx: Pick<Context, "call">,
+  userIds: readonly number[],
+  entry: MessageInitShape<typeof SnUpdateSchema>["update"],
+  users: UserInfo[] = [],
+): Promise<void> {
+  const entries = [toWire(SnUpdateSchema, { update: entry } as MessageInitShape<typeof SnUpdateSchema>)];
+  const related = users.map((user) => toWire(UserInfoSchema, user));
+  await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related } satisfies AppendParams)));
+}
+
+/** Pushes the same ephemeral entry to several users' live connections, encoded once. */
+export async function fanOutEphemeral(
+  ctx: Pick<Context, "call">,
+  userIds: readonly number[],
+  entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
+  users: UserInfo[] = [],
+): Promise<void> {
+  const wire = toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>);
+  const related = users.map((user) => toWire(UserInfoSchema, user));
+  await Promise.all(userIds.map((userId) => ctx.call("inbox.pushEphemeral", { userId, entry: wire, users: related } satisfies PushEphemeralParams)));
+}
+
+/** Pushes an ephemeral entry to a user's live connections through the inbox actor. */
+export async function pushEphemeral(ctx: Pick<Context, "call">, userId: number, entry: MessageInitShape<typeof NonSnUpdateSchema>["update"], users: UserInfo[] = []): Promise<void> {
+  const params: PushEphemeralParams = {
+    userId,
+    entry: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
+    users: users.map((user) => toWire(UserInfoSchema, user)),
+  };
+  await ctx.call("inbox.pushEphemeral", params);
 }
 
 const shardByUser = { strategy: "Shard", strategyOptions: { shardKey: "userId" } };

@@ -1,5 +1,5 @@
 // Users: profiles, usernames and the public view of accounts.
-import type { Context, ServiceSchema } from "moleculer";
+import type { ServiceSchema } from "moleculer";
 import {
   BatchGetUserInfoRequestSchema,
   BatchGetUserInfoResponseSchema,
@@ -12,13 +12,10 @@ import {
   UpdateProfileRequestSchema,
   UpdateProfileResponseSchema,
 } from "../shared/gen/api/v1/user_pb.js";
-import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
-import { SnUpdateSchema, type SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { toWire } from "../shared/wire.js";
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { EngineDeps } from "./deps.js";
-import type { AppendParams } from "./inbox.js";
+import { appendToStream } from "./inbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import type { ProfileChange, UserRecord } from "./store/store.js";
 import { selfView, userInfoView } from "./views.js";
@@ -31,22 +28,6 @@ export function usernameProblem(username: string): string | undefined {
   if (!usernamePattern.test(username)) return "a username has 5 to 32 characters: lowercase letters, digits and underscores";
   if (defaultUsernamePattern.test(username)) return "names of the form u_<digits> are reserved";
   return undefined;
-}
-
-/** Appends entries to a user's update stream through the inbox actor that owns it. */
-export async function appendToStream(
-  ctx: Context,
-  userId: number,
-  entries: MessageInitShape<typeof SnUpdateSchema>["update"][],
-  users: UserInfo[] = [],
-): Promise<number[]> {
-  const params: AppendParams = {
-    userId,
-    entries: entries.map((update) => toWire(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>)),
-    users: users.map((user) => toWire(UserInfoSchema, user)),
-  };
-  const { sns } = (await ctx.call("inbox.append", params)) as { sns: number[] };
-  return sns;
 }
 
 export function usersService(deps: EngineDeps): ServiceSchema {
@@ -101,11 +82,10 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         return { profile: selfView(after) };
       }),
       resolveUsername: rpcAction(ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, async ({ request, caller }) => {
-        requireCaller(caller);
+        const resolver = requireCaller(caller);
         const user = await users.findByUsername(request.username.toLowerCase());
         if (!user) throw new ParleyError(Errors.userNotFound);
-        // Contacts arrive with ContactService; until then no account can be a contact of another.
-        return { user: userInfoView(user), isContact: false };
+        return { user: userInfoView(user), isContact: (await deps.store.social.getContact(resolver.userId, user.userId)) !== undefined };
       }),
       batchGetUserInfo: rpcAction(BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, async ({ request, caller }) => {
         requireCaller(caller);

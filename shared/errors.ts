@@ -63,7 +63,42 @@ export const Errors = {
   invalidUsername: entry(Code.InvalidArgument, 3004, "INVALID_USERNAME", "a username has 5 to 32 lowercase letters, digits or underscores"),
   invalidUserIds: entry(Code.InvalidArgument, 3005, "INVALID_USER_IDS", "between 1 and 200 user ids are required"),
 
+  // 4xxx: contacts, friend requests, blocks
+  cannotTargetSelf: entry(Code.InvalidArgument, 4001, "CANNOT_TARGET_SELF", "this operation cannot target yourself"),
+  friendRequestPending: entry(Code.AlreadyExists, 4002, "FRIEND_REQUEST_PENDING", "a friend request between you is already pending"),
+  blocked: entry(Code.PermissionDenied, 4003, "BLOCKED", "one of you has blocked the other"),
+  alreadyContacts: entry(Code.FailedPrecondition, 4004, "ALREADY_CONTACTS", "you are already contacts"),
+  friendRequestNotFound: entry(Code.NotFound, 4005, "FRIEND_REQUEST_NOT_FOUND", "no such friend request"),
+  friendRequestHandled: entry(Code.FailedPrecondition, 4006, "FRIEND_REQUEST_HANDLED", "the friend request was already handled"),
+  contactNotFound: entry(Code.NotFound, 4007, "CONTACT_NOT_FOUND", "not in your contacts"),
+  alreadyBlocked: entry(Code.AlreadyExists, 4008, "ALREADY_BLOCKED", "already blocked"),
+  notBlocked: entry(Code.NotFound, 4009, "NOT_BLOCKED", "not in your blocklist"),
+  contactAlreadyExists: entry(Code.AlreadyExists, 4010, "CONTACT_ALREADY_EXISTS", "already in your contacts"),
+  targetIsRegularUser: entry(Code.FailedPrecondition, 4011, "TARGET_IS_REGULAR_USER", "regular users are added with SendFriendRequest"),
+  privateAgent: entry(Code.PermissionDenied, 4012, "PRIVATE_AGENT", "only the creator can add a private agent"),
+
+  // 5xxx: conversations and messages
+  conversationNotFound: entry(Code.NotFound, 5001, "CONVERSATION_NOT_FOUND", "no such conversation"),
+  notMember: entry(Code.PermissionDenied, 5002, "NOT_A_MEMBER", "you are not a member of this conversation"),
+  contactRemoved: entry(Code.FailedPrecondition, 5003, "CONTACT_REMOVED", "the contact relationship was removed; become contacts again to send"),
+  messageNotFound: entry(Code.NotFound, 5004, "MESSAGE_NOT_FOUND", "no such message"),
+  notSender: entry(Code.PermissionDenied, 5005, "NOT_SENDER", "only the sender can do this"),
+  messageRecalled: entry(Code.FailedPrecondition, 5006, "MESSAGE_RECALLED", "the message was recalled"),
+  editWindowClosed: entry(Code.FailedPrecondition, 5007, "EDIT_WINDOW_CLOSED", "messages can be changed only within 24 hours of sending"),
+  bodyTypeChanged: entry(Code.InvalidArgument, 5008, "BODY_TYPE_CHANGED", "the new body must have the same type as the original"),
+  invalidBody: entry(Code.InvalidArgument, 5009, "INVALID_BODY", "the message body is invalid"),
+  readPositionBackwards: entry(Code.InvalidArgument, 5010, "READ_POSITION_BACKWARDS", "the read position cannot move backwards"),
+  streamNotFound: entry(Code.NotFound, 5011, "STREAM_NOT_FOUND", "no such stream message"),
+  streamFinished: entry(Code.FailedPrecondition, 5012, "STREAM_FINISHED", "the stream already ended or failed"),
+  notACard: entry(Code.FailedPrecondition, 5013, "NOT_A_CARD", "the message is not a card"),
+  cardActionNotFound: entry(Code.NotFound, 5014, "CARD_ACTION_NOT_FOUND", "the card action is missing or expired"),
+  replyTargetNotFound: entry(Code.InvalidArgument, 5015, "REPLY_TARGET_NOT_FOUND", "the message replied to does not exist"),
+  conversationReadOnly: entry(Code.FailedPrecondition, 5016, "CONVERSATION_READ_ONLY", "the conversation is read-only"),
+  streamSequenceGap: entry(Code.InvalidArgument, 5017, "STREAM_SEQUENCE_GAP", "a delta is missing before this seq"),
+
   // 7xxx: agents
+  agentNotFound: entry(Code.NotFound, 7001, "AGENT_NOT_FOUND", "no such agent"),
+  notAgentCreator: entry(Code.PermissionDenied, 7002, "NOT_AGENT_CREATOR", "only the agent's creator can do this"),
   agentNotActive: entry(Code.FailedPrecondition, 7003, "AGENT_NOT_ACTIVE", "the agent is not active"),
 
   // 9xxx: sync, push and the gateway

@@ -63,6 +63,8 @@ export interface PushTokenRecord {
 }
 
 export interface UserStore {
+  /** Public, active agents whose nickname, username or description contains the text (case-insensitive). */
+  searchAgents(text: string, limit: number): Promise<UserRecord[]>;
   /** Creates an account with a generated default username (`u_<userId>`) and returns it. */
   createUser(user: NewUser): Promise<UserRecord>;
   /** The account with this id, or undefined. */
@@ -145,11 +147,205 @@ export interface UpdateLogStore {
   pruneUpdates(userId: number, upToSn: number): Promise<void>;
 }
 
+export const AgentStatus = { active: 1, deleted: 2 } as const;
+export const AgentVisibility = { public: 1, private: 2 } as const;
+export const DeliveryMode = { webhook: 1, websocket: 2 } as const;
+
+export interface AgentRecord {
+  agentUserId: number;
+  creatorId: number;
+  status: number;
+  visibility: number;
+  isSystem: boolean;
+  tokenHash: string;
+  tokenPrefix: string;
+  /** The HMAC key for webhook signatures; kept because the server must sign with it. */
+  secretKey: string;
+  deliveryMode: number;
+  webhookUrl: string;
+  ipWhitelist: string[];
+  commands: { command: string; description: string }[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface AgentStore {
+  /** Creates the agent's account and agent record together; answers both. */
+  createAgent(
+    user: Omit<NewUser, "email" | "phone"> & { username: string; signature: string },
+    agent: Omit<AgentRecord, "agentUserId">,
+  ): Promise<{ user: UserRecord; agent: AgentRecord }>;
+  /** The agent record, or undefined. */
+  getAgent(agentUserId: number): Promise<AgentRecord | undefined>;
+  /** The agent whose current token has this hash, or undefined. */
+  findByTokenHash(tokenHash: string): Promise<AgentRecord | undefined>;
+  /** The agents a user created, oldest first. */
+  listByCreator(creatorId: number): Promise<AgentRecord[]>;
+  /** Replaces the given fields of the agent record. */
+  updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>): Promise<AgentRecord>;
+}
+
+export const FriendRequestStatus = { pending: 1, accepted: 2, rejected: 3 } as const;
+export type FriendRequestStatusValue = (typeof FriendRequestStatus)[keyof typeof FriendRequestStatus];
+
+export interface FriendRequestRecord {
+  requestId: number;
+  fromUserId: number;
+  toUserId: number;
+  message: string;
+  status: FriendRequestStatusValue;
+  createdAt: number;
+}
+
+export interface ContactRecord {
+  ownerId: number;
+  contactId: number;
+  alias: string | null;
+  createdAt: number;
+}
+
+export interface BlockRecord {
+  blockerId: number;
+  blockedId: number;
+  blockedAt: number;
+}
+
+export interface SocialStore {
+  /** Creates a PENDING request and answers it with its id (increasing). */
+  createFriendRequest(fromUserId: number, toUserId: number, message: string, createdAt: number): Promise<FriendRequestRecord>;
+  /** The request with this id, or undefined. */
+  getFriendRequest(requestId: number): Promise<FriendRequestRecord | undefined>;
+  /** A PENDING request between the two users in either direction, or undefined. */
+  findPendingBetween(a: number, b: number): Promise<FriendRequestRecord | undefined>;
+  /** Moves a PENDING request to `status`; answers false when it was not PENDING any more. */
+  resolveFriendRequest(requestId: number, status: FriendRequestStatusValue, handledAt: number): Promise<boolean>;
+  /** Deletes every PENDING request between the two users (either direction); answers their ids. */
+  cancelPendingBetween(a: number, b: number): Promise<number[]>;
+  /** PENDING requests addressed to the user created before `beforeTime`, newest first. */
+  listPendingRequests(toUserId: number, beforeTime: number, limit: number): Promise<FriendRequestRecord[]>;
+
+  /** Adds `contactId` to `ownerId`'s contacts; answers false when it was already there. */
+  addContact(ownerId: number, contactId: number, createdAt: number): Promise<boolean>;
+  /** Removes one side of a contact relationship; answers whether it existed. */
+  removeContact(ownerId: number, contactId: number): Promise<boolean>;
+  /** `ownerId`'s record of `contactId`, or undefined. */
+  getContact(ownerId: number, contactId: number): Promise<ContactRecord | undefined>;
+  /** Contacts with id > afterId in ascending id order, at most `limit`. */
+  listContacts(ownerId: number, afterId: number, limit: number): Promise<ContactRecord[]>;
+  /** How many contacts the owner has. */
+  countContacts(ownerId: number): Promise<number>;
+  /** Sets (or with null clears) the alias; answers false when not a contact. */
+  setAlias(ownerId: number, contactId: number, alias: string | null): Promise<boolean>;
+  /** The owners who have `contactId` among their contacts. */
+  listContactOwners(contactId: number): Promise<number[]>;
+
+  /** Records a block; answers false when it already existed. */
+  block(blockerId: number, blockedId: number, blockedAt: number): Promise<boolean>;
+  /** Removes a block; answers whether it existed. */
+  unblock(blockerId: number, blockedId: number): Promise<boolean>;
+  /** Whether either user blocked the other. */
+  isBlockedEitherWay(a: number, b: number): Promise<boolean>;
+  /** The ids among `userIds` that `userId` blocked or that blocked `userId`. */
+  blockedAmong(userId: number, userIds: readonly number[]): Promise<Set<number>>;
+  /** The user's blocklist, newest first. */
+  listBlocked(blockerId: number): Promise<BlockRecord[]>;
+}
+
+export const ConversationKind = { private: 1, group: 2 } as const;
+export type ConversationKindValue = (typeof ConversationKind)[keyof typeof ConversationKind];
+
+export interface ConversationRecord {
+  conversationId: bigint;
+  type: ConversationKindValue;
+  lastMessageId: bigint;
+  lastMessageTime: number;
+  createdAt: number;
+}
+
+export interface UserConversationRecord {
+  userId: number;
+  conversationId: bigint;
+  isMuted: boolean;
+  isDeleted: boolean;
+  lastReadMessageId: bigint;
+  /** Messages with ids up to this one are deleted for this user (DeleteHistory, clearing). */
+  clearedUpTo: bigint;
+}
+
+export interface ConversationStore {
+  /** Creates the conversation and each participant's state if missing (idempotent). */
+  ensureConversation(conversationId: bigint, type: ConversationKindValue, participants: readonly number[], createdAt: number): Promise<void>;
+  /** The conversation, or undefined. */
+  getConversation(conversationId: bigint): Promise<ConversationRecord | undefined>;
+  /** The user's state in the conversation, created with defaults if missing. */
+  getUserState(userId: number, conversationId: bigint): Promise<UserConversationRecord>;
+  /** Sets the mute flag. */
+  setMuted(userId: number, conversationId: bigint, muted: boolean): Promise<void>;
+  /** Hides the conversation for the user; with clearUpTo > 0 also deletes history up to it. */
+  markDeleted(userId: number, conversationId: bigint, clearUpTo: bigint): Promise<void>;
+  /** Moves the read position forward only; answers the position after the call. */
+  advanceRead(userId: number, conversationId: bigint, upTo: bigint): Promise<bigint>;
+  /** Deletes history up to the id (never moves back) for the user. */
+  clearHistory(userId: number, conversationId: bigint, upTo: bigint): Promise<void>;
+  /**
+   * Records a new last message and lists the conversation again for every participant who had
+   * deleted it (there is no explicit restore).
+   */
+  recordMessage(conversationId: bigint, messageId: bigint, at: number, participants: readonly number[]): Promise<void>;
+  /** The user's listed (not deleted) conversations with lastMessageTime < beforeTime, newest first. */
+  listForUser(userId: number, beforeTime: number, limit: number): Promise<{ conversation: ConversationRecord; state: UserConversationRecord }[]>;
+}
+
+export interface MessageRecord {
+  conversationId: bigint;
+  messageId: bigint;
+  senderId: number;
+  clientMessageId: bigint;
+  /** The protobuf binary form of the api.v1.MessageBody. */
+  body: Uint8Array;
+  /** The protobuf binary form of the api.v1.ReplyContext, or null. */
+  replyTo: Uint8Array | null;
+  metadata: Record<string, string>;
+  createdAt: number;
+  updatedAt: number | null;
+  edited: boolean;
+}
+
+export interface MessageStore {
+  /**
+   * Stores a new message. Answers "conflict" when its id is taken (the writer's sequence is
+   * stale) and "duplicate" with the stored message when (conversation, sender, clientMessageId)
+   * already exists.
+   */
+  insertMessage(message: MessageRecord): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
+  /** The highest message id of the conversation, 0n when none. */
+  latestMessageId(conversationId: bigint): Promise<bigint>;
+  /** The message, or undefined. */
+  getMessage(conversationId: bigint, messageId: bigint): Promise<MessageRecord | undefined>;
+  /** The message the sender sent with this client id, or undefined. */
+  findByClientMessageId(conversationId: bigint, senderId: number, clientMessageId: bigint): Promise<MessageRecord | undefined>;
+  /** Replaces body and edit fields of a stored message. */
+  updateMessage(conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">): Promise<void>;
+  /**
+   * Messages visible to the user (not deleted by them, above their cleared position), in the
+   * given direction: "before" answers ids < cursor descending, "after" ids > cursor ascending.
+   */
+  listVisible(userId: number, conversationId: bigint, direction: "before" | "after", cursor: bigint, clearedUpTo: bigint, limit: number): Promise<MessageRecord[]>;
+  /** Whether the user deleted this message (DeleteMessages). */
+  isDeletedFor(userId: number, conversationId: bigint, messageId: bigint): Promise<boolean>;
+  /** Deletes the existing, not yet deleted messages for the user; answers how many it deleted. */
+  deleteFor(userId: number, conversationId: bigint, messageIds: readonly bigint[], clearedUpTo: bigint): Promise<number>;
+}
+
 /** Everything the engine persists, behind one handle chosen at start-up. */
 export interface Store {
   users: UserStore;
   sessions: SessionStore;
   pushTokens: PushTokenStore;
   updates: UpdateLogStore;
+  agents: AgentStore;
+  social: SocialStore;
+  conversations: ConversationStore;
+  messages: MessageStore;
   close(): Promise<void>;
 }

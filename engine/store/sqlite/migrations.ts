@@ -66,6 +66,97 @@ export const migrations: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 2,
+    up: `
+      CREATE TABLE friend_requests (
+        request_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        from_user_id INTEGER NOT NULL,
+        to_user_id INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        handled_at INTEGER
+      );
+      CREATE INDEX friend_requests_inbox ON friend_requests (to_user_id, status, created_at DESC);
+      CREATE INDEX friend_requests_pair ON friend_requests (from_user_id, to_user_id, status);
+
+      CREATE TABLE contacts (
+        owner_id INTEGER NOT NULL,
+        contact_id INTEGER NOT NULL,
+        alias TEXT,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (owner_id, contact_id)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE blocks (
+        blocker_id INTEGER NOT NULL,
+        blocked_id INTEGER NOT NULL,
+        blocked_at INTEGER NOT NULL,
+        PRIMARY KEY (blocker_id, blocked_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX blocks_by_time ON blocks (blocker_id, blocked_at DESC);
+
+      CREATE TABLE conversations (
+        conversation_id INTEGER PRIMARY KEY,
+        type INTEGER NOT NULL,
+        last_message_id INTEGER NOT NULL DEFAULT 0,
+        last_message_time INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+      );
+
+      CREATE TABLE user_conversations (
+        user_id INTEGER NOT NULL,
+        conversation_id INTEGER NOT NULL,
+        is_muted INTEGER NOT NULL DEFAULT 0,
+        is_deleted INTEGER NOT NULL DEFAULT 0,
+        last_read_message_id INTEGER NOT NULL DEFAULT 0,
+        cleared_up_to INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (user_id, conversation_id)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE messages (
+        conversation_id INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        sender_id INTEGER NOT NULL,
+        client_message_id INTEGER NOT NULL,
+        body BLOB NOT NULL,
+        reply_to BLOB,
+        metadata TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER,
+        edited INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (conversation_id, message_id)
+      ) WITHOUT ROWID;
+      CREATE UNIQUE INDEX messages_idempotency ON messages (conversation_id, sender_id, client_message_id) WHERE client_message_id > 0;
+
+      CREATE TABLE agents (
+        agent_user_id INTEGER PRIMARY KEY REFERENCES users (user_id),
+        creator_id INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        visibility INTEGER NOT NULL,
+        is_system INTEGER NOT NULL DEFAULT 0,
+        token_hash TEXT NOT NULL UNIQUE,
+        token_prefix TEXT NOT NULL,
+        secret_key TEXT NOT NULL,
+        delivery_mode INTEGER NOT NULL,
+        webhook_url TEXT NOT NULL DEFAULT '',
+        ip_whitelist TEXT NOT NULL DEFAULT '[]',
+        commands TEXT NOT NULL DEFAULT '[]',
+        mini_app TEXT NOT NULL DEFAULT '{}',
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE INDEX agents_by_creator ON agents (creator_id);
+
+      CREATE TABLE message_deletions (
+        user_id INTEGER NOT NULL,
+        conversation_id INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        PRIMARY KEY (user_id, conversation_id, message_id)
+      ) WITHOUT ROWID;
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

@@ -19,7 +19,11 @@ import type {
   UserRecord,
   UserStore,
 } from "../store.js";
+import { agentStore } from "./agents.js";
+import { conversationStore } from "./conversations.js";
+import { messageStore } from "./messages.js";
 import { migrate } from "./migrations.js";
+import { socialStore } from "./social.js";
 
 interface UserRow {
   user_id: number;
@@ -133,7 +137,17 @@ function userStore(db: Database.Database): UserStore {
     if (holder && holder.user_id !== userId) return "taken";
     return setUsername.run(username, userId).changes === 1 ? "ok" : "already-set";
   });
+  const agentSearch = db.prepare<[string, string, string, number], UserRow>(
+    `SELECT u.* FROM users u JOIN agents a ON a.agent_user_id = u.user_id
+     WHERE a.status = 1 AND a.visibility = 1
+       AND (instr(lower(u.nickname), ?) > 0 OR instr(u.username, ?) > 0 OR instr(lower(u.signature), ?) > 0)
+     ORDER BY u.user_id LIMIT ?`,
+  );
   return {
+    async searchAgents(text, limit) {
+      const needle = text.toLowerCase();
+      return agentSearch.all(needle, needle, needle, limit).map(toUser);
+    },
     async createUser(user) {
       return create(user);
     },
@@ -326,8 +340,14 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     db.close();
     throw err;
   }
+  const users = userStore(db);
+  const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   return {
-    users: userStore(db),
+    users,
+    agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
+    social: socialStore(db),
+    conversations: conversationStore(db),
+    messages: messageStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
     updates: updateLogStore(db),

@@ -1,0 +1,428 @@
+// The conversation actor: one per conversation (sharded by conversationId), owner of its dense
+// message id sequence, of the messages' lifecycle (send, edit, recall, streams) and of card
+// actions. Writes for one conversation run one at a time through its mailbox; different
+// conversations run concurrently. Every sequenced change is fanned out to the participants'
+// inbox actors before the mailbox takes the next one, so each user sees a conversation's
+// events in order.
+//
+// Streamed output is the hot path: deltas live only in memory here (GetMessage reads them) and go
+// out as ephemeral pushes; the database sees a stream twice, at START and at END or ERROR.
+import { randomBytes } from "node:crypto";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
+import {
+  AnswerCardActionRequestSchema,
+  AnswerCardActionResponseSchema,
+  EditMessageRequestSchema,
+  EditMessageResponseSchema,
+  EndStreamRequestSchema,
+  EndStreamResponseSchema,
+  ErrorStreamRequestSchema,
+  ErrorStreamResponseSchema,
+  GetMessageHistoryRequestSchema,
+  GetMessageHistoryResponseSchema,
+  GetMessageRequestSchema,
+  GetMessageResponseSchema,
+  MessageBodySchema,
+  MessageEnvelopeSchema,
+  MessageType,
+  PushStreamDeltaRequestSchema,
+  PushStreamDeltaResponseSchema,
+  RecallMessageRequestSchema,
+  RecallMessageResponseSchema,
+  ReplyContextSchema,
+  SendMessageRequestSchema,
+  SendMessageResponseSchema,
+  StreamPhase,
+  SubmitCardActionRequestSchema,
+  SubmitCardActionResponseSchema,
+  type MessageBody,
+  type MessageEntity,
+  type MessageEnvelope,
+  type SendMessageRequest,
+} from "../shared/gen/api/v1/message_pb.js";
+import type { Caller } from "../shared/caller.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import type { EngineDeps } from "./deps.js";
+import { fanOut, fanOutEphemeral, pushEphemeral } from "./inbox.js";
+import { Mailboxes } from "./mailbox.js";
+import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
+import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamStartBody } from "./message-body.js";
+import { requireCaller, rpcAction } from "./rpc-action.js";
+import type { MessageRecord } from "./store/store.js";
+import { userInfoView } from "./views.js";
+
+export const MessagePolicy = {
+  editWindowMs: 24 * 60 * 60 * 1000,
+  cardActionTtlMs: 5 * 60 * 1000,
+  historyPageDefault: 50,
+  /** Deltas that may arrive ahead of a missing one and wait for it. */
+  streamReorderWindow: 64,
+} as const;
+
+interface LiveStream {
+  senderId: number;
+  /** The seq the next in-order delta must carry. */
+  nextSeq: number;
+  text: string;
+  /** Deltas that arrived ahead of a gap, by seq. */
+  waiting: Map<number, string>;
+  contentType: string;
+}
+
+interface CardAction {
+  conversationId: string;
+  messageId: string;
+  agentUserId: number;
+  submitterId: number;
+}
+
+const streamKey = (conversationId: bigint, messageId: bigint) => `${conversationId}:${messageId}`;
+
+export function envelopeOf(record: MessageRecord, live?: LiveStream): MessageEnvelope {
+  let body = fromBinary(MessageBodySchema, record.body);
+  if (live && body.content.case === "stream") {
+    body = create(MessageBodySchema, {
+      type: MessageType.STREAM,
+      content: {
+        case: "stream",
+        value: { phase: live.text ? StreamPhase.DELTA : StreamPhase.START, contentType: live.contentType, accumulatedText: live.text },
+      },
+    });
+  }
+  return create(MessageEnvelopeSchema, {
+    messageId: record.messageId,
+    conversationId: record.conversationId,
+    senderId: record.senderId,
+    body,
+    replyTo: record.replyTo ? fromBinary(ReplyContextSchema, record.replyTo) : undefined,
+    metadata: record.metadata,
+    createdAt: BigInt(record.createdAt),
+    updatedAt: record.updatedAt === null ? undefined : BigInt(record.updatedAt),
+    edited: record.edited,
+    clientMessageId: record.clientMessageId,
+  });
+}
+
+export class ConversationActor {
+  private readonly mailboxes = new Mailboxes();
+  private readonly latestId = new Map<bigint, bigint>();
+  private readonly streams = new Map<string, LiveStream>();
+
+  constructor(private readonly deps: EngineDeps) {}
+
+  private get store() {
+    return this.deps.store;
+  }
+
+  private async nextIds(conversationId: bigint): Promise<bigint> {
+    const cached = this.latestId.get(conversationId);
+    if (cached !== undefined) return cached + 1n;
+    const latest = await this.store.messages.latestMessageId(conversationId);
+    this.latestId.set(conversationId, latest);
+    return latest + 1n;
+  }
+
+  /** Stores a new message at the next id; a stale sequence (another owner wrote) is reloaded. */
+  private async insert(record: Omit<MessageRecord, "messageId">): Promise<{ record: MessageRecord; duplicate: boolean }> {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const messageId = await this.nextIds(record.conversationId);
+      const candidate = { ...record, messageId };
+      const result = await this.store.messages.insertMessage(candidate);
+      if (result.outcome === "ok") {
+        this.latestId.set(record.conversationId, messageId);
+        return { record: candidate, duplicate: false };
+      }
+      if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
+      this.latestId.delete(record.conversationId);
+    }
+    throw new ParleyError(Errors.unavailable, { reason: "message sequence contention" });
+  }
+
+  private async publish(ctx: Context, access: ConversationAccess, record: MessageRecord): Promise<void> {
+    const sender = await this.store.users.getUser(record.senderId);
+    const envelope = envelopeOf(record, this.streams.get(streamKey(record.conversationId, record.messageId)));
+    await fanOut(ctx, access.participants, { case: "messageEnvelope", value: envelope }, sender ? [userInfoView(sender)] : []);
+  }
+
+  async send(ctx: Context, caller: Caller, request: SendMessageRequest) {
+    const access = await requireParticipant(this.store, request.conversationId, caller.userId);
+    checkOutgoingBody(request.body!, caller.kind === "agent");
+    return this.mailboxes.run(String(request.conversationId), async () => {
+      // A retry of a message already accepted answers it again, whatever changed since.
+      const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
+      if (existing) return { messageId: existing.messageId, createdAt: BigInt(existing.createdAt) };
+      await requireCanPost(this.store, access, caller.userId);
+      const isStream = request.body!.content.case === "stream";
+      const body = isStream ? streamStartBody(request.body!) : request.body!;
+      const now = this.deps.clock.now();
+      const { record, duplicate } = await this.insert({
+        conversationId: request.conversationId,
+        senderId: caller.userId,
+        clientMessageId: request.clientMessageId,
+        body: toBinary(MessageBodySchema, body),
+        replyTo: request.replyToMessageId ? await this.replyContext(caller.userId, access, request.replyToMessageId) : null,
+        metadata: {},
+        createdAt: now,
+        updatedAt: null,
+        edited: false,
+      });
+      if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
+      if (isStream) {
+        const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
+        this.streams.set(streamKey(record.conversationId, record.messageId), { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType });
+      }
+      await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
+      await this.publish(ctx, access, record);
+      return { messageId: record.messageId, createdAt: BigInt(now) };
+    });
+  }
+
+  private async replyContext(userId: number, access: ConversationAccess, messageId: bigint): Promise<Uint8Array> {
+    const target = await this.store.messages.getMessage(access.conversation.conversationId, messageId);
+    if (!target) throw new ParleyError(Errors.replyTargetNotFound);
+    const sender = await this.store.users.getUser(target.senderId);
+    const body = fromBinary(MessageBodySchema, target.body);
+    return toBinary(
+      ReplyContextSchema,
+      create(ReplyContextSchema, { messageId, senderId: target.senderId, senderNickname: sender?.nickname ?? "", contentPreview: contentPreview(body) }),
+    );
+  }
+
+  /** The message a caller may see, or NOT_FOUND (missing, or deleted by this caller). */
+  private async visibleMessage(userId: number, conversationId: bigint, messageId: bigint): Promise<MessageRecord> {
+    const record = await this.store.messages.getMessage(conversationId, messageId);
+    if (!record) throw new ParleyError(Errors.messageNotFound);
+    const state = await this.store.conversations.getUserState(userId, conversationId);
+    if (messageId <= state.clearedUpTo || (await this.store.messages.isDeletedFor(userId, conversationId, messageId))) {
+      throw new ParleyError(Errors.messageNotFound);
+    }
+    return record;
+  }
+
+  /** Shared checks of EditMessage and RecallMessage. */
+  private async ownChange(caller: Caller, conversationId: bigint, messageId: bigint) {
+    const access = await requireParticipant(this.store, conversationId, caller.userId);
+    const record = await this.store.messages.getMessage(conversationId, messageId);
+    if (!record) throw new ParleyError(Errors.messageNotFound);
+    if (record.senderId !== caller.userId) throw new ParleyError(Errors.notSender);
+    const body = fromBinary(MessageBodySchema, record.body);
+    if (body.type === MessageType.RECALLED) throw new ParleyError(Errors.messageRecalled);
+    if (this.deps.clock.now() - record.createdAt > MessagePolicy.editWindowMs) throw new ParleyError(Errors.editWindowClosed);
+    return { access, record, body };
+  }
+
+  async edit(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, newBody: MessageBody) {
+    return this.mailboxes.run(String(conversationId), async () => {
+      const { access, record, body } = await this.ownChange(caller, conversationId, messageId);
+      if (newBody.type !== body.type) throw new ParleyError(Errors.bodyTypeChanged);
+      if (body.type === MessageType.STREAM) throw new ParleyError(Errors.invalidBody, {}, "a stream is finished with EndStream, not edited");
+      checkOutgoingBody(newBody, caller.kind === "agent");
+      const updatedAt = this.deps.clock.now();
+      const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, newBody), updatedAt, edited: true };
+      await this.store.messages.updateMessage(conversationId, messageId, updated);
+      await this.publish(ctx, access, updated);
+      return { updatedAt: BigInt(updatedAt) };
+    });
+  }
+
+  async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
+    return this.mailboxes.run(String(conversationId), async () => {
+      const { access, record } = await this.ownChange(caller, conversationId, messageId);
+      this.streams.delete(streamKey(conversationId, messageId));
+      const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
+      await this.store.messages.updateMessage(conversationId, messageId, updated);
+      await this.publish(ctx, access, updated);
+      return {};
+    });
+  }
+
+  async getMessage(caller: Caller, conversationId: bigint, messageId: bigint) {
+    await requireParticipant(this.store, conversationId, caller.userId);
+    const record = await this.visibleMessage(caller.userId, conversationId, messageId);
+    return { message: envelopeOf(record, this.streams.get(streamKey(conversationId, messageId))) };
+  }
+
+  async history(caller: Caller, conversationId: bigint, before: bigint | undefined, after: bigint | undefined, limit: number) {
+    await requireParticipant(this.store, conversationId, caller.userId);
+    if (before !== undefined && after !== undefined) {
+      throw new ParleyError(Errors.invalidArgument, { field: "before_message_id" }, "give beforeMessageId or afterMessageId, not both");
+    }
+    const pageSize = limit || MessagePolicy.historyPageDefault;
+    const state = await this.store.conversations.getUserState(caller.userId, conversationId);
+    const rows =
+      after !== undefined
+        ? await this.store.messages.listVisible(caller.userId, conversationId, "after", after, state.clearedUpTo, pageSize + 1)
+        : await this.store.messages.listVisible(caller.userId, conversationId, "before", before ?? BigInt(Number.MAX_SAFE_INTEGER) * 1024n, state.clearedUpTo, pageSize + 1);
+    const page = rows.slice(0, pageSize);
+    const messages = page.map((record) => envelopeOf(record, this.streams.get(streamKey(conversationId, record.messageId))));
+    const relatedIds = new Set<number>();
+    for (const message of messages) {
+      if (message.senderId) relatedIds.add(message.senderId);
+      if (message.replyTo?.senderId) relatedIds.add(message.replyTo.senderId);
+    }
+    const users = await this.store.users.getUsers([...relatedIds]);
+    return { messages, hasMore: rows.length > pageSize, relatedUsers: users.map(userInfoView) };
+  }
+
+  /** The live stream of a message the caller sent, or the reason there is none. */
+  private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ access: ConversationAccess; record: MessageRecord; stream: LiveStream }> {
+    const access = await requireParticipant(this.store, conversationId, caller.userId);
+    const record = await this.store.messages.getMessage(conversationId, messageId);
+    const body = record && fromBinary(MessageBodySchema, record.body);
+    if (!record || body?.content.case !== "stream" || record.senderId !== caller.userId) throw new ParleyError(Errors.streamNotFound);
+    if (body.content.value.phase === StreamPhase.END || body.content.value.phase === StreamPhase.ERROR) throw new ParleyError(Errors.streamFinished);
+    const key = streamKey(conversationId, messageId);
+    let stream = this.streams.get(key);
+    if (!stream) {
+      // The owner changed (restart or reshard) mid-stream: deltas held in memory are gone, the
+      // stream itself goes on. EndStream carries the agent's full text, so nothing is lost at END.
+      stream = { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType: body.content.value.contentType };
+      this.streams.set(key, stream);
+    }
+    return { access, record, stream };
+  }
+
+  async pushDelta(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, seq: number, delta: string) {
+    return this.mailboxes.run(String(conversationId), async () => {
+      const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      if (seq < stream.nextSeq || stream.waiting.has(seq)) return {}; // a retry of a delta already taken
+      if (seq - stream.nextSeq >= MessagePolicy.streamReorderWindow) {
+        throw new ParleyError(Errors.streamSequenceGap, { expectedSeq: String(stream.nextSeq) });
+      }
+      stream.waiting.set(seq, delta);
+      const ready: [number, string][] = [];
+      for (let next = stream.waiting.get(stream.nextSeq); next !== undefined; next = stream.waiting.get(stream.nextSeq)) {
+        ready.push([stream.nextSeq, next]);
+        stream.waiting.delete(stream.nextSeq);
+        stream.text += next;
+        stream.nextSeq += 1;
+      }
+      for (const [readySeq, readyDelta] of ready) {
+        const envelope = create(MessageEnvelopeSchema, {
+          messageId,
+          conversationId,
+          senderId: record.senderId,
+          body: { type: MessageType.STREAM, content: { case: "stream", value: { phase: StreamPhase.DELTA, seq: readySeq, delta: readyDelta, contentType: stream.contentType } } },
+          createdAt: BigInt(record.createdAt),
+          clientMessageId: record.clientMessageId,
+        });
+        await fanOutEphemeral(ctx, access.participants, { case: "messageEnvelope", value: envelope });
+      }
+      return {};
+    });
+  }
+
+  async finishStream(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, outcome: { text?: string; entities?: MessageEntity[]; error?: string }) {
+    return this.mailboxes.run(String(conversationId), async () => {
+      const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      const failed = outcome.error !== undefined;
+      // The agent's final text is authoritative; without one, what the deltas built up is kept.
+      const text = failed ? stream.text : outcome.text || stream.text;
+      const body = create(MessageBodySchema, {
+        type: MessageType.STREAM,
+        content: {
+          case: "stream",
+          value: failed
+            ? { phase: StreamPhase.ERROR, contentType: stream.contentType, accumulatedText: text, errorMessage: outcome.error }
+            : { phase: StreamPhase.END, contentType: stream.contentType, accumulatedText: text, entities: outcome.entities ?? [] },
+        },
+      });
+      if (!failed) checkEntities(text, outcome.entities ?? []);
+      const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
+      await this.store.messages.updateMessage(conversationId, messageId, updated);
+      this.streams.delete(streamKey(conversationId, messageId));
+      await this.publish(ctx, access, updated);
+      return {};
+    });
+  }
+
+  async submitCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionData: string, verb: string) {
+    await requireParticipant(this.store, conversationId, caller.userId);
+    const record = await this.visibleMessage(caller.userId, conversationId, messageId);
+    if (fromBinary(MessageBodySchema, record.body).type !== MessageType.CARD) throw new ParleyError(Errors.notACard);
+    const actionId = randomBytes(16).toString("base64url");
+    const action: CardAction = { conversationId: String(conversationId), messageId: String(messageId), agentUserId: record.senderId, submitterId: caller.userId };
+    await this.deps.ephemeral.set(`card-action:${actionId}`, JSON.stringify(action), MessagePolicy.cardActionTtlMs);
+    const submitter = await this.store.users.getUser(caller.userId);
+    await pushEphemeral(
+      ctx,
+      record.senderId,
+      { case: "cardAction", value: { $typeName: "api.v1.CardActionPayload", actionId, conversationId, messageId, senderId: caller.userId, actionData, verb } },
+      submitter ? [userInfoView(submitter)] : [],
+    );
+    return { actionId };
+  }
+
+  async answerCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionId: string, text: string, showAlert: boolean) {
+    const raw = await this.deps.ephemeral.get(`card-action:${actionId}`);
+    const action = raw ? (JSON.parse(raw) as CardAction) : undefined;
+    if (!action || action.agentUserId !== caller.userId || action.conversationId !== String(conversationId) || action.messageId !== String(messageId)) {
+      throw new ParleyError(Errors.cardActionNotFound);
+    }
+    const agent = await this.store.users.getUser(caller.userId);
+    await pushEphemeral(
+      ctx,
+      action.submitterId,
+      { case: "cardActionAnswer", value: { $typeName: "api.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
+      agent ? [userInfoView(agent)] : [],
+    );
+    return {};
+  }
+}
+
+const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "request.conversationId" } };
+
+export function conversationService(deps: EngineDeps): ServiceSchema {
+  const actor = new ConversationActor(deps);
+  const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
+  return {
+    name: "conversation",
+    actions: {
+      sendMessage: sharded(rpcAction(SendMessageRequestSchema, SendMessageResponseSchema, ({ request, caller, ctx }) => actor.send(ctx, requireCaller(caller), request))),
+      editMessage: sharded(
+        rpcAction(EditMessageRequestSchema, EditMessageResponseSchema, ({ request, caller, ctx }) =>
+          actor.edit(ctx, requireCaller(caller), request.conversationId, request.messageId, request.newBody!),
+        ),
+      ),
+      recallMessage: sharded(
+        rpcAction(RecallMessageRequestSchema, RecallMessageResponseSchema, ({ request, caller, ctx }) =>
+          actor.recall(ctx, requireCaller(caller), request.conversationId, request.messageId),
+        ),
+      ),
+      getMessage: sharded(
+        rpcAction(GetMessageRequestSchema, GetMessageResponseSchema, ({ request, caller }) => actor.getMessage(requireCaller(caller), request.conversationId, request.messageId)),
+      ),
+      getMessageHistory: sharded(
+        rpcAction(GetMessageHistoryRequestSchema, GetMessageHistoryResponseSchema, ({ request, caller }) =>
+          actor.history(requireCaller(caller), request.conversationId, request.beforeMessageId, request.afterMessageId, request.limit),
+        ),
+      ),
+      submitCardAction: sharded(
+        rpcAction(SubmitCardActionRequestSchema, SubmitCardActionResponseSchema, ({ request, caller, ctx }) =>
+          actor.submitCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionData, request.verb),
+        ),
+      ),
+      pushStreamDelta: sharded(
+        rpcAction(PushStreamDeltaRequestSchema, PushStreamDeltaResponseSchema, ({ request, caller, ctx }) =>
+          actor.pushDelta(ctx, requireCaller(caller), request.conversationId, request.messageId, request.seq, request.delta),
+        ),
+      ),
+      endStream: sharded(
+        rpcAction(EndStreamRequestSchema, EndStreamResponseSchema, ({ request, caller, ctx }) =>
+          actor.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { text: request.accumulatedText, entities: request.entities }),
+        ),
+      ),
+      errorStream: sharded(
+        rpcAction(ErrorStreamRequestSchema, ErrorStreamResponseSchema, ({ request, caller, ctx }) =>
+          actor.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { error: request.errorMessage }),
+        ),
+      ),
+      answerCardAction: sharded(
+        rpcAction(AnswerCardActionRequestSchema, AnswerCardActionResponseSchema, ({ request, caller, ctx }) =>
+          actor.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),
+        ),
+      ),
+    },
+  };
+}

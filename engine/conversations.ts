@@ -1,0 +1,138 @@
+// Per-user conversation state: the conversation list, mute and delete, read positions and local
+// message deletion. Only the caller's own state changes here, so these run outside the
+// conversation actor.
+import { create } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
+import {
+  ConversationActionType,
+  ConversationInfoSchema,
+  ConversationType,
+  GetConversationRequestSchema,
+  GetConversationResponseSchema,
+  ListConversationsRequestSchema,
+  ListConversationsResponseSchema,
+  MarkAsReadRequestSchema,
+  MarkAsReadResponseSchema,
+  UpdateConversationActionRequestSchema,
+  UpdateConversationActionResponseSchema,
+  type ConversationInfo,
+} from "../shared/gen/api/v1/conversation_pb.js";
+import {
+  DeleteHistoryRequestSchema,
+  DeleteHistoryResponseSchema,
+  DeleteMessagesRequestSchema,
+  DeleteMessagesResponseSchema,
+} from "../shared/gen/api/v1/message_pb.js";
+import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import { envelopeOf } from "./conversation.js";
+import type { EngineDeps } from "./deps.js";
+import { appendToStream } from "./inbox.js";
+import { requireParticipant, type ConversationAccess } from "./membership.js";
+import { requireCaller, rpcAction } from "./rpc-action.js";
+import { ConversationKind, type UserConversationRecord } from "./store/store.js";
+import { userInfoView } from "./views.js";
+
+export const ConversationPolicy = { listPageDefault: 20 } as const;
+
+function infoOf(access: Pick<ConversationAccess, "conversation" | "peerId">, state: UserConversationRecord): ConversationInfo {
+  return create(ConversationInfoSchema, {
+    conversationId: access.conversation.conversationId,
+    type: access.conversation.type === ConversationKind.private ? ConversationType.PRIVATE : ConversationType.GROUP,
+    isMuted: state.isMuted,
+    lastMessageTime: BigInt(access.conversation.lastMessageTime),
+    lastMessageId: access.conversation.lastMessageId,
+    lastReadMessageId: state.lastReadMessageId,
+    peerId: access.peerId,
+  });
+}
+
+export function conversationsService(deps: EngineDeps): ServiceSchema {
+  const { store, clock } = deps;
+  const emit = (ctx: Context, userId: number, event: SnUpdate["update"]) => appendToStream(ctx, userId, [event]);
+
+  return {
+    name: "conversations",
+    actions: {
+      getConversation: rpcAction(GetConversationRequestSchema, GetConversationResponseSchema, async ({ request, caller }) => {
+        const user = requireCaller(caller);
+        const access = await requireParticipant(store, request.conversationId, user.userId);
+        return { conversation: infoOf(access, await store.conversations.getUserState(user.userId, request.conversationId)) };
+      }),
+      listConversations: rpcAction(ListConversationsRequestSchema, ListConversationsResponseSchema, async ({ request, caller }) => {
+        const user = requireCaller(caller);
+        const limit = request.limit || ConversationPolicy.listPageDefault;
+        const before = request.beforeTime !== undefined ? Number(request.beforeTime) : Number.MAX_SAFE_INTEGER;
+        const rows = await store.conversations.listForUser(user.userId, before, limit + 1);
+        const page = rows.slice(0, limit);
+        const conversations: ConversationInfo[] = [];
+        const peers = new Set<number>();
+        const latest = [];
+        for (const { conversation, state } of page) {
+          const access = await requireParticipant(store, conversation.conversationId, user.userId);
+          conversations.push(infoOf(access, state));
+          peers.add(access.peerId);
+          const [message] = await store.messages.listVisible(user.userId, conversation.conversationId, "before", conversation.lastMessageId + 1n, state.clearedUpTo, 1);
+          if (message) latest.push(envelopeOf(message));
+        }
+        const users = await store.users.getUsers([...peers]);
+        return { conversations, relatedUsers: users.map(userInfoView), relatedGroups: [], messages: latest, hasMore: rows.length > limit };
+      }),
+      updateConversationAction: rpcAction(UpdateConversationActionRequestSchema, UpdateConversationActionResponseSchema, async ({ request, caller, ctx }) => {
+        const user = requireCaller(caller);
+        const access = await requireParticipant(store, request.conversationId, user.userId);
+        // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
+        if (!(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
+        const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
+        if (request.action === ConversationActionType.DELETE) {
+          await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n);
+        } else {
+          await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE);
+        }
+        await emit(ctx, user.userId, {
+          case: "conversationAction",
+          value: { $typeName: "api.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
+        });
+        return {};
+      }),
+      markAsRead: rpcAction(MarkAsReadRequestSchema, MarkAsReadResponseSchema, async ({ request, caller, ctx }) => {
+        const user = requireCaller(caller);
+        const access = await requireParticipant(store, request.conversationId, user.userId);
+        const state = await store.conversations.getUserState(user.userId, request.conversationId);
+        if (request.upToMessageId < state.lastReadMessageId) {
+          throw new ParleyError(Errors.readPositionBackwards, { lastReadMessageId: String(state.lastReadMessageId) });
+        }
+        if (request.upToMessageId > access.conversation.lastMessageId) {
+          throw new ParleyError(Errors.invalidArgument, { field: "up_to_message_id", lastMessageId: String(access.conversation.lastMessageId) }, "upToMessageId is beyond the last message");
+        }
+        const position = await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId);
+        await emit(ctx, user.userId, {
+          case: "readReceipt",
+          value: { $typeName: "api.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt: BigInt(clock.now()) },
+        });
+        return {};
+      }),
+      deleteMessages: rpcAction(DeleteMessagesRequestSchema, DeleteMessagesResponseSchema, async ({ request, caller, ctx }) => {
+        const user = requireCaller(caller);
+        await requireParticipant(store, request.conversationId, user.userId);
+        const state = await store.conversations.getUserState(user.userId, request.conversationId);
+        const deletedCount = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo);
+        await emit(ctx, user.userId, {
+          case: "messageDeleted",
+          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: request.messageIds, upToMessageId: 0n },
+        });
+        return { deletedCount };
+      }),
+      deleteHistory: rpcAction(DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, async ({ request, caller, ctx }) => {
+        const user = requireCaller(caller);
+        await requireParticipant(store, request.conversationId, user.userId);
+        await store.conversations.clearHistory(user.userId, request.conversationId, request.upToMessageId);
+        await emit(ctx, user.userId, {
+          case: "messageDeleted",
+          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: request.upToMessageId },
+        });
+        return {};
+      }),
+    },
+  };
+}

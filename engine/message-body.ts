@@ -1,0 +1,118 @@
+// Rules on message bodies beyond the per-field bounds of the .proto: the type must name the
+// content it carries, some types are the server's alone, cards must be JSON, and entities must
+// lie inside the text they annotate.
+import { create } from "@bufbuild/protobuf";
+import {
+  MessageBodySchema,
+  MessageType,
+  StreamPhase,
+  type MessageBody,
+  type MessageEntity,
+} from "../shared/gen/api/v1/message_pb.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+
+const contentOfType: Record<number, MessageBody["content"]["case"]> = {
+  [MessageType.TEXT]: "text",
+  [MessageType.IMAGE]: "image",
+  [MessageType.AUDIO]: "audio",
+  [MessageType.VIDEO]: "video",
+  [MessageType.FILE]: "file",
+  [MessageType.MARKDOWN]: "markdown",
+  [MessageType.CARD]: "card",
+  [MessageType.STREAM]: "stream",
+  [MessageType.GROUP]: "group",
+  [MessageType.RECALLED]: "recalled",
+};
+
+function invalid(message: string, metadata: Record<string, string> = {}): never {
+  throw new ParleyError(Errors.invalidBody, metadata, message);
+}
+
+/** Length in characters (code points), the unit of the protocol's bounds and entity offsets. */
+export function characterLength(text: string): number {
+  let length = 0;
+  for (const _ of text) length++;
+  return length;
+}
+
+/** Entities must annotate characters of the text they belong to. */
+export function checkEntities(text: string, entities: readonly MessageEntity[]): void {
+  const length = characterLength(text);
+  entities.forEach((entity, index) => {
+    if (entity.offset < 0 || entity.length <= 0 || entity.offset + entity.length > length) {
+      invalid(`entity ${index} lies outside the text (offset ${entity.offset}, length ${entity.length}, text length ${length})`, { entity: String(index) });
+    }
+  });
+}
+
+/**
+ * Checks a body a client sends. Agents may start a stream; nobody sends GROUP or RECALLED bodies
+ * (the server produces those). A custom payload travels with type UNSPECIFIED.
+ */
+export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): void {
+  const content = body.content;
+  if (content.case === "customPayload") {
+    if (body.type !== MessageType.UNSPECIFIED) invalid("a custom payload is sent with type MESSAGE_TYPE_UNSPECIFIED");
+    return;
+  }
+  if (content.case === undefined) invalid("the body has no content");
+  if (contentOfType[body.type] !== content.case) invalid(`type ${MessageType[body.type] ?? body.type} does not match the ${content.case} content`);
+  switch (content.case) {
+    case "group":
+    case "recalled":
+      invalid(`${content.case} bodies are produced by the server only`);
+      break;
+    case "text":
+      checkEntities(content.value.text, content.value.entities);
+      break;
+    case "markdown":
+      checkEntities(content.value.rawMarkdown, content.value.entities);
+      break;
+    case "card":
+      try {
+        JSON.parse(content.value.cardJson);
+      } catch (err) {
+        invalid(`cardJson is not valid JSON: ${err instanceof Error ? err.message : String(err)}`, { field: "card_json" });
+      }
+      break;
+    case "stream":
+      if (!senderIsAgent) invalid("only agents stream messages");
+      if (content.value.phase !== StreamPhase.START && content.value.phase !== StreamPhase.UNSPECIFIED) {
+        invalid("a stream starts with phase START; continue it with PushStreamDelta, EndStream or ErrorStream");
+      }
+      break;
+  }
+}
+
+/** The stored START body of a new stream: no text yet, only the content type. */
+export function streamStartBody(requested: MessageBody): MessageBody {
+  const contentType = requested.content.case === "stream" ? requested.content.value.contentType : "";
+  return create(MessageBodySchema, {
+    type: MessageType.STREAM,
+    content: { case: "stream", value: { phase: StreamPhase.START, contentType: contentType || "text/plain" } },
+  });
+}
+
+export function recalledBody(): MessageBody {
+  return create(MessageBodySchema, { type: MessageType.RECALLED, content: { case: "recalled", value: {} } });
+}
+
+/** The first 100 characters of what a message says, for reply previews. */
+export function contentPreview(body: MessageBody): string {
+  const content = body.content;
+  const text =
+    content.case === "text"
+      ? content.value.text
+      : content.case === "markdown"
+        ? content.value.rawMarkdown
+        : content.case === "card"
+          ? content.value.fallbackText
+          : content.case === "stream"
+            ? content.value.accumulatedText
+            : content.case === "file"
+              ? content.value.filename
+              : content.case
+                ? `[${content.case}]`
+                : "";
+  return [...text].slice(0, 100).join("");
+}

@@ -1,0 +1,274 @@
+// The social graph: friend requests, contacts (one record per side), aliases, blocks, search.
+import { create } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
+import {
+  AcceptFriendRequestRequestSchema,
+  AcceptFriendRequestResponseSchema,
+  AddContactRequestSchema,
+  AddContactResponseSchema,
+  BlockUserRequestSchema,
+  BlockUserResponseSchema,
+  DeleteContactRequestSchema,
+  DeleteContactResponseSchema,
+  ListBlockedRequestSchema,
+  ListBlockedResponseSchema,
+  ListContactsRequestSchema,
+  ListContactsResponseSchema,
+  ListPendingRequestsRequestSchema,
+  ListPendingRequestsResponseSchema,
+  PendingRequestItemSchema,
+  RejectFriendRequestRequestSchema,
+  RejectFriendRequestResponseSchema,
+  SearchAccountType,
+  SearchUsersRequestSchema,
+  SearchUsersResponseSchema,
+  SendFriendRequestRequestSchema,
+  SendFriendRequestResponseSchema,
+  UnblockUserRequestSchema,
+  UnblockUserResponseSchema,
+  UpdateContactAliasRequestSchema,
+  UpdateContactAliasResponseSchema,
+  type PendingRequestItem,
+} from "../shared/gen/api/v1/contact_pb.js";
+import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import { privateConversationId } from "../shared/ids.js";
+import type { Caller } from "../shared/caller.js";
+import type { EngineDeps } from "./deps.js";
+import { appendToStream } from "./inbox.js";
+import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
+import { AccountType, AgentStatus, AgentVisibility, ConversationKind, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
+import { normalizeIdentity } from "./accounts.js";
+import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
+import { userInfoView } from "./views.js";
+
+export const SocialPolicy = {
+  pendingPageDefault: 20,
+  contactsPageDefault: 50,
+  agentSearchResults: 10,
+} as const;
+
+type Event = SnUpdate["update"];
+
+function requestItem(request: FriendRequestRecord): PendingRequestItem {
+  return create(PendingRequestItemSchema, {
+    requestId: BigInt(request.requestId),
+    fromUserId: request.fromUserId,
+    toUserId: request.toUserId,
+    message: request.message,
+    createdAt: BigInt(request.createdAt),
+  });
+}
+
+export function socialService(deps: EngineDeps): ServiceSchema {
+  const { store, clock } = deps;
+  const social = store.social;
+
+  async function requireTarget(caller: Caller, targetUserId: number): Promise<UserRecord> {
+    if (targetUserId === caller.userId) throw new ParleyError(Errors.cannotTargetSelf);
+    const target = await store.users.getUser(targetUserId);
+    if (!target) throw new ParleyError(Errors.userNotFound);
+    return target;
+  }
+
+  const emit = (ctx: Context, userId: number, event: Event, users: UserRecord[] = []) =>
+    appendToStream(ctx, userId, [event], users.map(userInfoView));
+
+  /** Both sides become contacts and their PRIVATE conversation exists. */
+  async function connect(a: number, b: number): Promise<void> {
+    const now = clock.now();
+    await social.addContact(a, b, now);
+    await social.addContact(b, a, now);
+    await store.conversations.ensureConversation(privateConversationId(a, b), ConversationKind.private, [a, b], now);
+  }
+
+  /** Removes the caller's side of a contact, telling the caller's devices. */
+  async function removeContactSide(ctx: Context, ownerId: number, peer: UserRecord): Promise<boolean> {
+    if (!(await social.removeContact(ownerId, peer.userId))) return false;
+    await emit(ctx, ownerId, { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
+    return true;
+  }
+
+  async function handleRequest(ctx: Context, caller: Caller, requestId: bigint, status: typeof FriendRequestStatus.accepted | typeof FriendRequestStatus.rejected) {
+    const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await social.getFriendRequest(Number(requestId)) : undefined;
+    // Only the addressee may answer; to anyone else the request does not exist.
+    if (!request || request.toUserId !== caller.userId) throw new ParleyError(Errors.friendRequestNotFound);
+    if (request.status !== FriendRequestStatus.pending) throw new ParleyError(Errors.friendRequestHandled);
+    if (!(await social.resolveFriendRequest(request.requestId, status, clock.now()))) throw new ParleyError(Errors.friendRequestHandled);
+    const users = await store.users.getUsers([request.fromUserId, request.toUserId]);
+    if (status === FriendRequestStatus.accepted) {
+      await connect(request.fromUserId, request.toUserId);
+      const event: Event = { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } };
+      await emit(ctx, request.fromUserId, event, users);
+      await emit(ctx, request.toUserId, event, users);
+    } else {
+      const event: Event = {
+        case: "friendRequestRejected",
+        value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId },
+      };
+      await emit(ctx, request.fromUserId, event, users);
+      await emit(ctx, request.toUserId, event, users);
+    }
+    return {};
+  }
+
+  return {
+    name: "social",
+    actions: {
+      sendFriendRequest: rpcAction(SendFriendRequestRequestSchema, SendFriendRequestResponseSchema, async ({ request, caller, ctx }) => {
+        const sender = requireUser(caller);
+        const target = await requireTarget(sender, request.targetUserId);
+        if (await social.isBlockedEitherWay(sender.userId, target.userId)) throw new ParleyError(Errors.blocked);
+        if (target.accountType === AccountType.agent) throw new ParleyError(Errors.invalidArgument, { field: "target_user_id" }, "agents are added with AddContact");
+        const [mine, theirs] = await Promise.all([social.getContact(sender.userId, target.userId), social.getContact(target.userId, sender.userId)]);
+        // Contacts on both sides: nothing to request. One side deleted: a new request re-friends.
+        if (mine && theirs) throw new ParleyError(Errors.alreadyContacts);
+        if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
+        const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now());
+        const senderRecord = (await store.users.getUser(sender.userId))!;
+        await emit(ctx, target.userId, { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(created) } }, [senderRecord]);
+        await emit(
+          ctx,
+          sender.userId,
+          { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(created.requestId), targetUserId: target.userId } },
+          [target],
+        );
+        return { requestId: BigInt(created.requestId) };
+      }),
+      listPendingRequests: rpcAction(ListPendingRequestsRequestSchema, ListPendingRequestsResponseSchema, async ({ request, caller }) => {
+        const owner = requireCaller(caller);
+        const limit = request.limit || SocialPolicy.pendingPageDefault;
+        const before = request.beforeTime !== undefined ? Number(request.beforeTime) : Number.MAX_SAFE_INTEGER;
+        const rows = await social.listPendingRequests(owner.userId, before, limit + 1);
+        const page = rows.slice(0, limit);
+        const senders = await store.users.getUsers([...new Set(page.map((r) => r.fromUserId))]);
+        return { items: page.map(requestItem), hasMore: rows.length > limit, users: senders.map(userInfoView) };
+      }),
+      acceptFriendRequest: rpcAction(AcceptFriendRequestRequestSchema, AcceptFriendRequestResponseSchema, ({ request, caller, ctx }) =>
+        handleRequest(ctx, requireUser(caller), request.requestId, FriendRequestStatus.accepted),
+      ),
+      rejectFriendRequest: rpcAction(RejectFriendRequestRequestSchema, RejectFriendRequestResponseSchema, ({ request, caller, ctx }) =>
+        handleRequest(ctx, requireUser(caller), request.requestId, FriendRequestStatus.rejected),
+      ),
+      addContact: rpcAction(AddContactRequestSchema, AddContactResponseSchema, async ({ request, caller, ctx }) => {
+        const owner = requireUser(caller);
+        const target = await requireTarget(owner, request.targetUserId);
+        if (target.accountType !== AccountType.agent) throw new ParleyError(Errors.targetIsRegularUser);
+        const agent = await store.agents.getAgent(target.userId);
+        if (!agent) throw new ParleyError(Errors.userNotFound);
+        if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+        if (agent.visibility === AgentVisibility.private && agent.creatorId !== owner.userId) throw new ParleyError(Errors.privateAgent);
+        if (await social.isBlockedEitherWay(owner.userId, target.userId)) throw new ParleyError(Errors.blocked);
+        if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
+        await connect(owner.userId, target.userId);
+        await emit(ctx, owner.userId, { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]);
+        // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
+        const ownerRecord = (await store.users.getUser(owner.userId))!;
+        await emit(ctx, target.userId, { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]);
+        return {};
+      }),
+      listContacts: rpcAction(ListContactsRequestSchema, ListContactsResponseSchema, async ({ request, caller }) => {
+        const owner = requireCaller(caller);
+        const limit = request.limit || SocialPolicy.contactsPageDefault;
+        const rows = await social.listContacts(owner.userId, request.afterId ?? 0, limit + 1);
+        const page = rows.slice(0, limit);
+        const users = new Map((await store.users.getUsers(page.map((c) => c.contactId))).map((u) => [u.userId, u]));
+        return {
+          contacts: page.flatMap((contact) => {
+            const user = users.get(contact.contactId);
+            if (!user) return [];
+            const alias = user.accountType === AccountType.user && contact.alias !== null ? contact.alias : undefined;
+            return [{ user: userInfoView(user), alias, createdAt: BigInt(contact.createdAt) }];
+          }),
+          totalContacts: await social.countContacts(owner.userId),
+          hasMore: rows.length > limit,
+        };
+      }),
+      deleteContact: rpcAction(DeleteContactRequestSchema, DeleteContactResponseSchema, async ({ request, caller, ctx }) => {
+        const owner = requireCaller(caller);
+        const peer = await store.users.getUser(request.contactUserId);
+        if (!peer || !(await removeContactSide(ctx, owner.userId, peer))) throw new ParleyError(Errors.contactNotFound);
+        return {};
+      }),
+      updateContactAlias: rpcAction(UpdateContactAliasRequestSchema, UpdateContactAliasResponseSchema, async ({ request, caller, ctx }) => {
+        const owner = requireCaller(caller);
+        const peer = await store.users.getUser(request.contactUserId);
+        if (!peer) throw new ParleyError(Errors.contactNotFound);
+        const alias = request.alias ? request.alias : null;
+        if (alias !== null && peer.accountType === AccountType.agent) {
+          throw new ParleyError(Errors.invalidArgument, { field: "alias" }, "agent contacts cannot have an alias");
+        }
+        if (!(await social.setAlias(owner.userId, peer.userId, alias))) throw new ParleyError(Errors.contactNotFound);
+        await emit(
+          ctx,
+          owner.userId,
+          { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } },
+          [peer],
+        );
+        return {};
+      }),
+      searchUsers: rpcAction(SearchUsersRequestSchema, SearchUsersResponseSchema, async ({ request, caller }) => {
+        const searcher = requireCaller(caller);
+        const query = request.query.trim();
+        const found: UserRecord[] = [];
+        if (request.accountType !== SearchAccountType.AGENT) {
+          const human = await findHuman(query);
+          if (human) found.push(human);
+        }
+        if (request.accountType !== SearchAccountType.USER) {
+          found.push(...(await store.users.searchAgents(query.replace(/^@/, ""), SocialPolicy.agentSearchResults + 1)));
+        }
+        const blocked = await social.blockedAmong(searcher.userId, found.map((u) => u.userId));
+        const visible = found.filter((u) => u.userId !== searcher.userId && !blocked.has(u.userId));
+        const humans = visible.filter((u) => u.accountType === AccountType.user).slice(0, 1);
+        const agents = visible.filter((u) => u.accountType === AccountType.agent).slice(0, SocialPolicy.agentSearchResults);
+        return { items: [...humans, ...agents].map(userInfoView) };
+      }),
+      blockUser: rpcAction(BlockUserRequestSchema, BlockUserResponseSchema, async ({ request, caller, ctx }) => {
+        const blocker = requireCaller(caller);
+        const target = await requireTarget(blocker, request.targetUserId);
+        if (!(await social.block(blocker.userId, target.userId, clock.now()))) throw new ParleyError(Errors.alreadyBlocked);
+        await removeContactSide(ctx, blocker.userId, target);
+        await social.cancelPendingBetween(blocker.userId, target.userId);
+        await emit(ctx, blocker.userId, { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } }, [target]);
+        return {};
+      }),
+      unblockUser: rpcAction(UnblockUserRequestSchema, UnblockUserResponseSchema, async ({ request, caller, ctx }) => {
+        const blocker = requireCaller(caller);
+        const target = await store.users.getUser(request.targetUserId);
+        if (!target || !(await social.unblock(blocker.userId, target.userId))) throw new ParleyError(Errors.notBlocked);
+        await emit(ctx, blocker.userId, { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } }, [target]);
+        return {};
+      }),
+      listBlocked: rpcAction(ListBlockedRequestSchema, ListBlockedResponseSchema, async ({ caller }) => {
+        const blocker = requireCaller(caller);
+        const rows = await social.listBlocked(blocker.userId);
+        const users = new Map((await store.users.getUsers(rows.map((r) => r.blockedId))).map((u) => [u.userId, u]));
+        return {
+          blocked: rows.flatMap((row) => {
+            const user = users.get(row.blockedId);
+            return user ? [{ user: userInfoView(user), blockedAt: BigInt(row.blockedAt) }] : [];
+          }),
+        };
+      }),
+    },
+  };
+
+  /** Exact match on email, phone or username; at most one human. */
+  async function findHuman(query: string): Promise<UserRecord | undefined> {
+    const candidates: (UserRecord | undefined)[] = [];
+    const attempt = async (lookup: () => Promise<UserRecord | undefined>) => {
+      try {
+        candidates.push(await lookup());
+      } catch {
+        // Not of that identity's shape; try the next.
+      }
+    };
+    if (query.includes("@") && !query.startsWith("@")) {
+      await attempt(() => store.users.findByEmail(normalizeIdentity(IdentityType.EMAIL, query).value));
+    }
+    if (/^[+\d][\d\s\-().]*$/.test(query)) await attempt(() => store.users.findByPhone(normalizeIdentity(IdentityType.PHONE, query).value));
+    await attempt(() => store.users.findByUsername(query.replace(/^@/, "").toLowerCase()));
+    return candidates.find((user) => user?.accountType === AccountType.user);
+  }
+}

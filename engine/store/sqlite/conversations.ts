@@ -1,0 +1,118 @@
+// Conversation ids and message ids are int64 (a PRIVATE id packs two user ids), so every
+// statement here reads integers as bigint (safeIntegers) and converts the small ones back.
+import type Database from "better-sqlite3";
+import type { ConversationKindValue, ConversationRecord, ConversationStore, UserConversationRecord } from "../store.js";
+
+interface ConversationRow {
+  conversation_id: bigint;
+  type: bigint;
+  last_message_id: bigint;
+  last_message_time: bigint;
+  created_at: bigint;
+}
+
+interface StateRow {
+  user_id: bigint;
+  conversation_id: bigint;
+  is_muted: bigint;
+  is_deleted: bigint;
+  last_read_message_id: bigint;
+  cleared_up_to: bigint;
+}
+
+const toConversation = (row: ConversationRow): ConversationRecord => ({
+  conversationId: row.conversation_id,
+  type: Number(row.type) as ConversationKindValue,
+  lastMessageId: row.last_message_id,
+  lastMessageTime: Number(row.last_message_time),
+  createdAt: Number(row.created_at),
+});
+
+const toState = (row: StateRow): UserConversationRecord => ({
+  userId: Number(row.user_id),
+  conversationId: row.conversation_id,
+  isMuted: row.is_muted === 1n,
+  isDeleted: row.is_deleted === 1n,
+  lastReadMessageId: row.last_read_message_id,
+  clearedUpTo: row.cleared_up_to,
+});
+
+export function conversationStore(db: Database.Database): ConversationStore {
+  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at) VALUES (?, ?, ?)");
+  const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
+  const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
+  const state = db.prepare<[number, bigint], StateRow>("SELECT * FROM user_conversations WHERE user_id = ? AND conversation_id = ?").safeIntegers(true);
+  const setMuted = db.prepare("UPDATE user_conversations SET is_muted = ? WHERE user_id = ? AND conversation_id = ?");
+  const markDeleted = db.prepare(
+    "UPDATE user_conversations SET is_deleted = 1, cleared_up_to = MAX(cleared_up_to, ?) WHERE user_id = ? AND conversation_id = ?",
+  );
+  const clear = db.prepare("UPDATE user_conversations SET cleared_up_to = MAX(cleared_up_to, ?) WHERE user_id = ? AND conversation_id = ?");
+  const advanceRead = db.prepare(
+    "UPDATE user_conversations SET last_read_message_id = MAX(last_read_message_id, ?) WHERE user_id = ? AND conversation_id = ?",
+  );
+  const recordMessage = db.prepare("UPDATE conversations SET last_message_id = ?, last_message_time = ? WHERE conversation_id = ? AND last_message_id < ?");
+  const restore = db.prepare("UPDATE user_conversations SET is_deleted = 0 WHERE conversation_id = ? AND user_id = ? AND is_deleted = 1");
+  const list = db
+    .prepare<[number, number, number], ConversationRow & { s_user_id: bigint; is_muted: bigint; is_deleted: bigint; last_read_message_id: bigint; cleared_up_to: bigint }>(
+      `SELECT c.*, s.user_id AS s_user_id, s.is_muted, s.is_deleted, s.last_read_message_id, s.cleared_up_to
+       FROM user_conversations s JOIN conversations c ON c.conversation_id = s.conversation_id
+       WHERE s.user_id = ? AND s.is_deleted = 0 AND c.last_message_time < ?
+       ORDER BY c.last_message_time DESC, c.conversation_id DESC LIMIT ?`,
+    )
+    .safeIntegers(true);
+
+  const ensure = db.transaction((conversationId: bigint, type: number, participants: readonly number[], createdAt: number) => {
+    insertConversation.run(conversationId, type, createdAt);
+    for (const userId of participants) insertState.run(userId, conversationId);
+  });
+  const record = db.transaction((conversationId: bigint, messageId: bigint, at: number, participants: readonly number[]) => {
+    recordMessage.run(messageId, at, conversationId, messageId);
+    for (const userId of participants) {
+      insertState.run(userId, conversationId);
+      restore.run(conversationId, userId);
+    }
+  });
+  const getState = (userId: number, conversationId: bigint) => {
+    insertState.run(userId, conversationId);
+    return toState(state.get(userId, conversationId)!);
+  };
+
+  return {
+    async ensureConversation(conversationId, type, participants, createdAt) {
+      ensure(conversationId, type, participants, createdAt);
+    },
+    async getConversation(conversationId) {
+      const row = conversation.get(conversationId);
+      return row && toConversation(row);
+    },
+    async getUserState(userId, conversationId) {
+      return getState(userId, conversationId);
+    },
+    async setMuted(userId, conversationId, muted) {
+      insertState.run(userId, conversationId);
+      setMuted.run(muted ? 1 : 0, userId, conversationId);
+    },
+    async markDeleted(userId, conversationId, clearUpTo) {
+      insertState.run(userId, conversationId);
+      markDeleted.run(clearUpTo, userId, conversationId);
+    },
+    async advanceRead(userId, conversationId, upTo) {
+      insertState.run(userId, conversationId);
+      advanceRead.run(upTo, userId, conversationId);
+      return getState(userId, conversationId).lastReadMessageId;
+    },
+    async clearHistory(userId, conversationId, upTo) {
+      insertState.run(userId, conversationId);
+      clear.run(upTo, userId, conversationId);
+    },
+    async recordMessage(conversationId, messageId, at, participants) {
+      record(conversationId, messageId, at, participants);
+    },
+    async listForUser(userId, beforeTime, limit) {
+      return list.all(userId, beforeTime, limit).map((row) => ({
+        conversation: toConversation(row),
+        state: toState({ ...row, user_id: row.s_user_id }),
+      }));
+    },
+  };
+}

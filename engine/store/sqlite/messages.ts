@@ -1,0 +1,125 @@
+import type Database from "better-sqlite3";
+import type { MessageRecord, MessageStore } from "../store.js";
+
+interface MessageRow {
+  conversation_id: bigint;
+  message_id: bigint;
+  sender_id: bigint;
+  client_message_id: bigint;
+  body: Buffer;
+  reply_to: Buffer | null;
+  metadata: string;
+  created_at: bigint;
+  updated_at: bigint | null;
+  edited: bigint;
+}
+
+const toMessage = (row: MessageRow): MessageRecord => ({
+  conversationId: row.conversation_id,
+  messageId: row.message_id,
+  senderId: Number(row.sender_id),
+  clientMessageId: row.client_message_id,
+  body: new Uint8Array(row.body),
+  replyTo: row.reply_to ? new Uint8Array(row.reply_to) : null,
+  metadata: JSON.parse(row.metadata) as Record<string, string>,
+  createdAt: Number(row.created_at),
+  updatedAt: row.updated_at === null ? null : Number(row.updated_at),
+  edited: row.edited === 1n,
+});
+
+function constraintCode(err: unknown): string | undefined {
+  return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
+}
+
+export function messageStore(db: Database.Database): MessageStore {
+  const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+  const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
+  const byId = db.prepare<[bigint, bigint], MessageRow>("SELECT * FROM messages WHERE conversation_id = ? AND message_id = ?").safeIntegers(true);
+  const byClientId = db
+    .prepare<[bigint, number, bigint], MessageRow>("SELECT * FROM messages WHERE conversation_id = ? AND sender_id = ? AND client_message_id = ?")
+    .safeIntegers(true);
+  const update = db.prepare("UPDATE messages SET body = ?, updated_at = ?, edited = ? WHERE conversation_id = ? AND message_id = ?");
+  const visibleBefore = db
+    .prepare<[bigint, bigint, bigint, number, bigint, number], MessageRow>(
+      `SELECT m.* FROM messages m WHERE m.conversation_id = ? AND m.message_id < ? AND m.message_id > ?
+       AND NOT EXISTS (SELECT 1 FROM message_deletions d WHERE d.user_id = ? AND d.conversation_id = ? AND d.message_id = m.message_id)
+       ORDER BY m.message_id DESC LIMIT ?`,
+    )
+    .safeIntegers(true);
+  const visibleAfter = db
+    .prepare<[bigint, bigint, number, bigint, number], MessageRow>(
+      `SELECT m.* FROM messages m WHERE m.conversation_id = ? AND m.message_id > ?
+       AND NOT EXISTS (SELECT 1 FROM message_deletions d WHERE d.user_id = ? AND d.conversation_id = ? AND d.message_id = m.message_id)
+       ORDER BY m.message_id ASC LIMIT ?`,
+    )
+    .safeIntegers(true);
+  const deletion = db.prepare<[number, bigint, bigint], { n: bigint }>(
+    "SELECT COUNT(*) AS n FROM message_deletions WHERE user_id = ? AND conversation_id = ? AND message_id = ?",
+  ).safeIntegers(true);
+  const exists = db.prepare<[bigint, bigint], { n: bigint }>("SELECT COUNT(*) AS n FROM messages WHERE conversation_id = ? AND message_id = ?").safeIntegers(true);
+  const insertDeletion = db.prepare("INSERT OR IGNORE INTO message_deletions (user_id, conversation_id, message_id) VALUES (?, ?, ?)");
+  const deleteMany = db.transaction((userId: number, conversationId: bigint, ids: readonly bigint[], clearedUpTo: bigint) => {
+    let deleted = 0;
+    for (const id of new Set(ids)) {
+      if (id <= clearedUpTo || exists.get(conversationId, id)!.n === 0n) continue;
+      deleted += insertDeletion.run(userId, conversationId, id).changes;
+    }
+    return deleted;
+  });
+
+  return {
+    async insertMessage(m) {
+      try {
+        insert.run(
+          m.conversationId,
+          m.messageId,
+          m.senderId,
+          m.clientMessageId,
+          Buffer.from(m.body),
+          m.replyTo ? Buffer.from(m.replyTo) : null,
+          JSON.stringify(m.metadata),
+          m.createdAt,
+          m.updatedAt,
+          m.edited ? 1 : 0,
+        );
+        return { outcome: "ok" };
+      } catch (err) {
+        const code = constraintCode(err);
+        if (code === "SQLITE_CONSTRAINT_PRIMARYKEY") return { outcome: "conflict" };
+        if (code === "SQLITE_CONSTRAINT_UNIQUE") {
+          const existing = byClientId.get(m.conversationId, m.senderId, m.clientMessageId);
+          if (existing) return { outcome: "duplicate", existing: toMessage(existing) };
+        }
+        throw err;
+      }
+    },
+    async latestMessageId(conversationId) {
+      return latest.get(conversationId)?.id ?? 0n;
+    },
+    async getMessage(conversationId, messageId) {
+      const row = byId.get(conversationId, messageId);
+      return row && toMessage(row);
+    },
+    async findByClientMessageId(conversationId, senderId, clientMessageId) {
+      const row = byClientId.get(conversationId, senderId, clientMessageId);
+      return row && toMessage(row);
+    },
+    async updateMessage(conversationId, messageId, change) {
+      update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
+    },
+    async listVisible(userId, conversationId, direction, cursor, clearedUpTo, limit) {
+      const rows =
+        direction === "before"
+          ? visibleBefore.all(conversationId, cursor, clearedUpTo, userId, conversationId, limit)
+          : visibleAfter.all(conversationId, cursor > clearedUpTo ? cursor : clearedUpTo, userId, conversationId, limit);
+      return rows.map(toMessage);
+    },
+    async isDeletedFor(userId, conversationId, messageId) {
+      return deletion.get(userId, conversationId, messageId)!.n > 0n;
+    },
+    async deleteFor(userId, conversationId, messageIds, clearedUpTo) {
+      return deleteMany(userId, conversationId, messageIds, clearedUpTo);
+    },
+  };
+}
