@@ -25,6 +25,7 @@ import {
 } from "../shared/gen/api/v1/message_pb.js";
 import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { privateParticipants } from "../shared/ids.js";
 import { envelopeOf } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
 import { appendToStream } from "./inbox.js";
@@ -63,7 +64,16 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const user = requireCaller(caller);
         const limit = request.limit || ConversationPolicy.listPageDefault;
         const before = request.beforeTime !== undefined ? Number(request.beforeTime) : Number.MAX_SAFE_INTEGER;
-        const rows = await store.conversations.listForUser(user.userId, before, limit + 1);
+        // A block hides the conversation from both users without deleting it; unblocking shows it again.
+        const rows: Awaited<ReturnType<typeof store.conversations.listForUser>> = [];
+        for (let cursor = before; rows.length <= limit; ) {
+          const batch = await store.conversations.listForUser(user.userId, cursor, limit + 1);
+          const peers = batch.map((row) => privateParticipants(row.conversation.conversationId)?.find((id) => id !== user.userId) ?? 0);
+          const blocked = await store.social.blockedAmong(user.userId, peers);
+          rows.push(...batch.filter((_, index) => !blocked.has(peers[index])));
+          if (batch.length <= limit) break;
+          cursor = batch[batch.length - 1].conversation.lastMessageTime;
+        }
         const page = rows.slice(0, limit);
         const conversations: ConversationInfo[] = [];
         const peers = new Set<number>();

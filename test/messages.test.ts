@@ -303,6 +303,18 @@ for (const mode of wireModes) {
         await expectError(conversations(alice).updateConversationAction({ conversationId, action: ConversationActionType.UNSPECIFIED }), Errors.invalidArgument);
       });
 
+      it("hides a conversation from both users while either blocks the other, without deleting it", async () => {
+        const { alice, bob, conversationId } = await pair();
+        await send(alice, conversationId, text("kept"));
+        await client(server, ContactService, mode, alice.accessToken).blockUser({ targetUserId: bob.userId });
+        for (const user of [alice, bob]) {
+          expect((await conversations(user).listConversations({})).conversations.map((c) => c.conversationId)).to.not.include(conversationId);
+        }
+        await client(server, ContactService, mode, alice.accessToken).unblockUser({ targetUserId: bob.userId });
+        expect((await conversations(bob).listConversations({})).conversations.map((c) => c.conversationId)).to.include(conversationId);
+        expect((await messages(alice).getMessageHistory({ conversationId })).messages).to.have.length(1);
+      });
+
       it("MarkAsRead moves forward only and emits ReadReceiptEvent to the reader only", async () => {
         const { alice, bob, conversationId } = await pair();
         for (let i = 0; i < 3; i++) await send(bob, conversationId, text(`r${i}`));
