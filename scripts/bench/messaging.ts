@@ -44,7 +44,7 @@ async function freePort(): Promise<number> {
 }
 
 function startProcess(args: string[], env: Record<string, string>, readyLine?: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", ...args.filter((a) => a.startsWith("--cpu-prof")), ...args.filter((a) => !a.startsWith("--cpu-prof"))], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   child.stderr!.on("data", (d: Buffer) => process.stderr.write(d));
   if (!readyLine) return Promise.resolve(child);
   return new Promise((resolveReady, reject) => {
@@ -102,7 +102,9 @@ async function main() {
   const baseUrl = `http://127.0.0.1:${port}`;
   const children: ChildProcess[] = [];
   try {
-    children.push(await startProcess(["main.ts"], { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" }));
+    // BENCH_PROFILE=<dir> writes a CPU profile of the server there.
+    const profile = process.env.BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
+    children.push(await startProcess([...profile, "main.ts"], { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" }));
     await waitHealthy(baseUrl);
 
     const transport = (token?: string) => {

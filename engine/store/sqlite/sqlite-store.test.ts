@@ -33,7 +33,7 @@ describe("sqlite store migrations", () => {
       const db = new Database(join(dir, "parley.db"));
       expect(db.pragma("user_version", { simple: true })).to.equal(migrations[migrations.length - 1].version);
       expect(db.pragma("journal_mode", { simple: true })).to.equal("wal");
-      db.pragma(`user_version = ${migrations.length + 1}`);
+      db.pragma(`user_version = ${migrations[migrations.length - 1].version + 1}`);
       db.close();
       let refused: unknown;
       await openSqliteStore(dir).catch((err: unknown) => (refused = err));

@@ -118,6 +118,8 @@ function userStore(db: Database.Database): UserStore {
   const byEmail = db.prepare<[string], UserRow>("SELECT * FROM users WHERE email = ?");
   const byPhone = db.prepare<[string], UserRow>("SELECT * FROM users WHERE phone = ?");
   const byUsername = db.prepare<[string], UserRow>("SELECT * FROM users WHERE username = ?");
+  // The id list travels as one JSON parameter so a single prepared statement serves any length.
+  const byIds = db.prepare<[string], UserRow>("SELECT * FROM users WHERE user_id IN (SELECT value FROM json_each(?))");
   const setUsername = db.prepare("UPDATE users SET username = ?, username_custom = 1 WHERE user_id = ? AND username_custom = 0");
   const setPassword = db.prepare("UPDATE users SET password_hash = ? WHERE user_id = ?");
   const updateProfile = db.prepare(
@@ -157,8 +159,7 @@ function userStore(db: Database.Database): UserStore {
     },
     async getUsers(userIds) {
       if (userIds.length === 0) return [];
-      const rows = db.prepare<number[], UserRow>(`SELECT * FROM users WHERE user_id IN (${userIds.map(() => "?").join(",")})`).all(...userIds);
-      return rows.map(toUser);
+      return byIds.all(JSON.stringify(userIds)).map(toUser);
     },
     async findByEmail(email) {
       const row = byEmail.get(email);
