@@ -9,6 +9,7 @@ import { accountsService } from "./engine/accounts.js";
 import { agentsService } from "./engine/agents.js";
 import { conversationService } from "./engine/conversation.js";
 import { conversationsService } from "./engine/conversations.js";
+import { groupsService } from "./engine/groups.js";
 import { socialService } from "./engine/social.js";
 import { systemClock, type Clock } from "./engine/clock.js";
 import { createCodeSender } from "./engine/code-delivery/code-sender.js";
@@ -50,7 +51,7 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
-const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations"];
+const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations", "groups"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
@@ -74,6 +75,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(agentsService(deps));
     broker.createService(conversationService(deps));
     broker.createService(conversationsService(deps));
+    broker.createService(groupsService(deps));
   }
 
   let server: Server | undefined;

@@ -22,6 +22,7 @@ import { requestFactsKey } from "./rpc.js";
 import { agentService } from "./services/agent.js";
 import { authService } from "./services/auth.js";
 import { contactService } from "./services/contact.js";
+import { groupService } from "./services/group.js";
 import { conversationService } from "./services/conversation.js";
 import { messageService } from "./services/message.js";
 import { pushService } from "./services/push.js";
@@ -40,8 +41,9 @@ function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
   router.service(AgentService, agentService(broker));
   router.service(ConversationService, conversationService(broker));
   router.service(MessageService, messageService(broker));
+  router.service(GroupService, groupService(broker));
   // Services of later milestones: every method answers UNIMPLEMENTED until it is built.
-  for (const service of [GroupService, MediaService]) {
+  for (const service of [MediaService]) {
     router.service(service, {});
   }
 }

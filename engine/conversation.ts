@@ -43,6 +43,8 @@ import {
 } from "../shared/gen/api/v1/message_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { isGroupConversationId } from "../shared/ids.js";
+import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
 import { fanOut, fanOutEphemeral, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
@@ -175,6 +177,32 @@ export class ConversationActor {
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
       await this.publish(ctx, access, record);
       return { messageId: record.messageId, createdAt: BigInt(now) };
+    });
+  }
+
+  /**
+   * Posts a message of the server (senderId 0, clientMessageId 0), e.g. a group change, at the
+   * conversation's next id to its current participants.
+   */
+  async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[] = []) {
+    return this.mailboxes.run(String(conversationId), async () => {
+      const now = this.deps.clock.now();
+      const { record } = await this.insert({
+        conversationId,
+        senderId: 0,
+        clientMessageId: 0n,
+        body: toBinary(MessageBodySchema, body),
+        replyTo: null,
+        metadata: {},
+        createdAt: now,
+        updatedAt: null,
+        edited: false,
+      });
+      const members = isGroupConversationId(conversationId) ? (await this.store.groups.listMembers(Number(conversationId))).map((m) => m.userId) : [];
+      const recipients = [...new Set([...members, ...extraRecipients])];
+      await this.store.conversations.recordMessage(conversationId, record.messageId, now, members);
+      await fanOut(ctx, recipients, { case: "messageEnvelope", value: envelopeOf(record) });
+      return { messageId: record.messageId };
     });
   }
 
@@ -371,6 +399,15 @@ export class ConversationActor {
   }
 }
 
+export interface SystemMessageParams {
+  /** Shaped like an RPC request so the same shard key routes it. */
+  request: { conversationId: string };
+  /** MessageBody wire form. */
+  body: WireMessage;
+  /** Users who get the message besides the current members (e.g. one who just left). */
+  extraRecipients?: number[];
+}
+
 const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "request.conversationId" } };
 
 export function conversationService(deps: EngineDeps): ServiceSchema {
@@ -418,6 +455,13 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
           actor.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { error: request.errorMessage }),
         ),
       ),
+      postSystemMessage: {
+        ...shardByConversation,
+        handler: async (ctx: Context<SystemMessageParams>) => {
+          const { messageId } = await actor.postSystemMessage(ctx, BigInt(ctx.params.request.conversationId), fromWire(MessageBodySchema, ctx.params.body), ctx.params.extraRecipients);
+          return { messageId: String(messageId) };
+        },
+      },
       answerCardAction: sharded(
         rpcAction(AnswerCardActionRequestSchema, AnswerCardActionResponseSchema, ({ request, caller, ctx }) =>
           actor.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),

@@ -32,7 +32,7 @@ import { appendToStream } from "./inbox.js";
 import { requireParticipant, type ConversationAccess } from "./membership.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { ConversationKind, type UserConversationRecord } from "./store/store.js";
-import { userInfoView } from "./views.js";
+import { groupInfoView, userInfoView } from "./views.js";
 
 export const ConversationPolicy = { listPageDefault: 20 } as const;
 
@@ -77,22 +77,25 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const page = rows.slice(0, limit);
         const conversations: ConversationInfo[] = [];
         const peers = new Set<number>();
+        const groups = [];
         const latest = [];
         for (const { conversation, state } of page) {
-          const access = await requireParticipant(store, conversation.conversationId, user.userId);
+          const access = await requireParticipant(store, conversation.conversationId, user.userId).catch(() => undefined);
+          if (!access) continue; // left or dissolved since; its state row stays for history
           conversations.push(infoOf(access, state));
-          peers.add(access.peerId);
+          if (access.group) groups.push(groupInfoView(access.group));
+          else peers.add(access.peerId);
           const [message] = await store.messages.listVisible(user.userId, conversation.conversationId, "before", conversation.lastMessageId + 1n, state.clearedUpTo, 1);
           if (message) latest.push(envelopeOf(message));
         }
         const users = await store.users.getUsers([...peers]);
-        return { conversations, relatedUsers: users.map(userInfoView), relatedGroups: [], messages: latest, hasMore: rows.length > limit };
+        return { conversations, relatedUsers: users.map(userInfoView), relatedGroups: groups, messages: latest, hasMore: rows.length > limit };
       }),
       updateConversationAction: rpcAction(UpdateConversationActionRequestSchema, UpdateConversationActionResponseSchema, async ({ request, caller, ctx }) => {
         const user = requireCaller(caller);
         const access = await requireParticipant(store, request.conversationId, user.userId);
         // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
-        if (!(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
+        if (!access.group && !(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
         if (request.action === ConversationActionType.DELETE) {
           await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n);

@@ -15,7 +15,7 @@
 // stream: the stale owner reloads the latest sn and retries.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { GroupInfoSchema } from "../shared/gen/api/v1/group_pb.js";
+import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
 import {
   GetCurrentStateRequestSchema,
@@ -168,10 +168,12 @@ export async function fanOut(
   userIds: readonly number[],
   entry: MessageInitShape<typeof SnUpdateSchema>["update"],
   users: UserInfo[] = [],
+  groups: GroupInfo[] = [],
 ): Promise<void> {
   const entries = [toWire(SnUpdateSchema, { update: entry } as MessageInitShape<typeof SnUpdateSchema>)];
   const related = users.map((user) => toWire(UserInfoSchema, user));
-  await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related } satisfies AppendParams)));
+  const relatedGroups = groups.map((group) => toWire(GroupInfoSchema, group));
+  await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related, groups: relatedGroups } satisfies AppendParams)));
 }
 
 /** Pushes the same ephemeral entry to several users' live connections, encoded once. */

@@ -1,7 +1,8 @@
 // Store records as protocol messages.
 import { create } from "@bufbuild/protobuf";
 import { DeviceSchema, UserInfoSchema, UserSchema, type Device, type User, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
-import type { SessionRecord, UserRecord } from "./store/store.js";
+import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
+import type { GroupRecord, SessionRecord, UserRecord } from "./store/store.js";
 
 export function userInfoView(user: UserRecord): UserInfo {
   return create(UserInfoSchema, {
@@ -41,5 +42,17 @@ export function deviceView(session: SessionRecord, currentDeviceId: string | und
     loginAt: BigInt(session.loginAt),
     lastActiveAt: BigInt(session.lastActiveAt),
     isCurrent: session.deviceId === currentDeviceId,
+  });
+}
+
+export function groupInfoView(group: GroupRecord): GroupInfo {
+  return create(GroupInfoSchema, {
+    groupId: group.groupId,
+    name: group.name,
+    avatarUrl: group.avatarUrl,
+    description: group.description,
+    createdAt: BigInt(group.createdAt),
+    ownerId: group.ownerId,
+    status: group.status,
   });
 }

@@ -96,6 +96,18 @@ export const Errors = {
   conversationReadOnly: entry(Code.FailedPrecondition, 5016, "CONVERSATION_READ_ONLY", "the conversation is read-only"),
   streamSequenceGap: entry(Code.InvalidArgument, 5017, "STREAM_SEQUENCE_GAP", "a delta is missing before this seq"),
 
+  // 6xxx: groups
+  groupNotFound: entry(Code.NotFound, 6001, "GROUP_NOT_FOUND", "no such group"),
+  groupDissolved: entry(Code.FailedPrecondition, 6002, "GROUP_DISSOLVED", "the group was dissolved"),
+  notGroupOwner: entry(Code.PermissionDenied, 6003, "NOT_GROUP_OWNER", "only the group owner can do this"),
+  notGroupMember: entry(Code.PermissionDenied, 6004, "NOT_GROUP_MEMBER", "you are not a member of this group"),
+  memberNotFound: entry(Code.NotFound, 6005, "MEMBER_NOT_FOUND", "not a member of this group"),
+  cannotRemoveOwner: entry(Code.InvalidArgument, 6006, "CANNOT_REMOVE_OWNER", "the owner cannot be removed"),
+  ownerCannotLeave: entry(Code.PermissionDenied, 6007, "OWNER_CANNOT_LEAVE", "the owner cannot leave; dissolve the group instead"),
+  groupTooSmall: entry(Code.FailedPrecondition, 6008, "GROUP_TOO_SMALL", "a group needs at least 3 members including the creator"),
+  groupTooLarge: entry(Code.ResourceExhausted, 6009, "GROUP_TOO_LARGE", "a group has at most 200 members including the owner"),
+  tooManyAgents: entry(Code.ResourceExhausted, 6010, "TOO_MANY_AGENTS", "a group has at most 20 agents"),
+
   // 7xxx: agents
   agentNotFound: entry(Code.NotFound, 7001, "AGENT_NOT_FOUND", "no such agent"),
   notAgentCreator: entry(Code.PermissionDenied, 7002, "NOT_AGENT_CREATOR", "only the agent's creator can do this"),

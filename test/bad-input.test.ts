@@ -75,7 +75,7 @@ describe("bad input on the Connect endpoint", () => {
     const unknown = await post("/api.v1.UserService/DropAllTables", "{}");
     expect(unknown.status).to.equal(404);
     expectDetail(unknown.body, "unimplemented", "UNIMPLEMENTED");
-    const later = await post("/api.v1.GroupService/CreateGroup", "{}");
+    const later = await post("/api.v1.MediaService/GetDownloadURL", JSON.stringify({ fileId: "x" }));
     expectDetail(later.body, "unimplemented", "UNIMPLEMENTED");
   });
 

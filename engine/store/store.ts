@@ -251,6 +251,49 @@ export interface SocialStore {
   listBlocked(blockerId: number): Promise<BlockRecord[]>;
 }
 
+export const GroupStatus = { normal: 1, dissolved: 2 } as const;
+export const MemberRole = { owner: 1, member: 2 } as const;
+
+export interface GroupRecord {
+  groupId: number;
+  name: string;
+  avatarUrl: string;
+  description: string;
+  ownerId: number;
+  status: number;
+  createdAt: number;
+}
+
+export interface MemberRecord {
+  groupId: number;
+  userId: number;
+  role: number;
+  joinedAt: number;
+}
+
+export interface GroupStore {
+  /** Creates a NORMAL group with its members (the owner included) and answers it. */
+  createGroup(group: Omit<GroupRecord, "groupId" | "status">, members: readonly Omit<MemberRecord, "groupId">[]): Promise<GroupRecord>;
+  /** The group, or undefined. */
+  getGroup(groupId: number): Promise<GroupRecord | undefined>;
+  /** Replaces the given descriptive fields. */
+  updateGroup(groupId: number, change: Partial<Pick<GroupRecord, "name" | "avatarUrl" | "description">>): Promise<GroupRecord>;
+  /** Marks the group DISSOLVED and removes every member; answers the removed member ids. */
+  dissolveGroup(groupId: number): Promise<number[]>;
+  /** The group's members, by join time then id. */
+  listMembers(groupId: number): Promise<MemberRecord[]>;
+  /** The member record, or undefined. */
+  getMember(groupId: number, userId: number): Promise<MemberRecord | undefined>;
+  /** Adds members not already present; answers the ids actually added. */
+  addMembers(groupId: number, members: readonly Omit<MemberRecord, "groupId">[]): Promise<number[]>;
+  /** Removes a member; answers whether they were one. */
+  removeMember(groupId: number, userId: number): Promise<boolean>;
+  /** The NORMAL groups the user belongs to with id > afterId, ascending, at most `limit`. */
+  listGroupsOf(userId: number, afterId: number, limit: number): Promise<GroupRecord[]>;
+  /** The groups the user belongs to (any status). */
+  groupIdsOf(userId: number): Promise<number[]>;
+}
+
 export const ConversationKind = { private: 1, group: 2 } as const;
 export type ConversationKindValue = (typeof ConversationKind)[keyof typeof ConversationKind];
 
@@ -345,6 +388,7 @@ export interface Store {
   updates: UpdateLogStore;
   agents: AgentStore;
   social: SocialStore;
+  groups: GroupStore;
   conversations: ConversationStore;
   messages: MessageStore;
   close(): Promise<void>;

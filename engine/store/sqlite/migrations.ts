@@ -157,6 +157,28 @@ export const migrations: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 3,
+    up: `
+      CREATE TABLE groups (
+        group_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        avatar_url TEXT NOT NULL,
+        description TEXT NOT NULL,
+        owner_id INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE TABLE group_members (
+        group_id INTEGER NOT NULL,
+        user_id INTEGER NOT NULL,
+        role INTEGER NOT NULL,
+        joined_at INTEGER NOT NULL,
+        PRIMARY KEY (group_id, user_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX group_members_by_user ON group_members (user_id, group_id);
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

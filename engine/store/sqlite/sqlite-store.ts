@@ -21,6 +21,7 @@ import type {
 } from "../store.js";
 import { agentStore } from "./agents.js";
 import { conversationStore } from "./conversations.js";
+import { groupStore } from "./groups.js";
 import { messageStore } from "./messages.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -347,6 +348,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
     social: socialStore(db),
+    groups: groupStore(db),
     conversations: conversationStore(db),
     messages: messageStore(db),
     sessions: sessionStore(db),

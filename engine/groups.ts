@@ -1,0 +1,205 @@
+// Groups: lifecycle, membership and settings. Every change is also told in the group
+// conversation as a GROUP system message, posted through the conversation actor so message ids
+// stay dense.
+import { create } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
+import {
+  CreateGroupRequestSchema,
+  CreateGroupResponseSchema,
+  DissolveGroupRequestSchema,
+  DissolveGroupResponseSchema,
+  GetGroupInfoRequestSchema,
+  GetGroupInfoResponseSchema,
+  InviteMembersRequestSchema,
+  InviteMembersResponseSchema,
+  LeaveGroupRequestSchema,
+  LeaveGroupResponseSchema,
+  ListGroupsRequestSchema,
+  ListGroupsResponseSchema,
+  RemoveMemberRequestSchema,
+  RemoveMemberResponseSchema,
+  UpdateGroupAvatarRequestSchema,
+  UpdateGroupAvatarResponseSchema,
+  UpdateGroupDescriptionRequestSchema,
+  UpdateGroupDescriptionResponseSchema,
+  UpdateGroupNameRequestSchema,
+  UpdateGroupNameResponseSchema,
+} from "../shared/gen/api/v1/group_pb.js";
+import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/api/v1/message_pb.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import type { Caller } from "../shared/caller.js";
+import { toWire } from "../shared/wire.js";
+import type { SystemMessageParams } from "./conversation.js";
+import type { EngineDeps } from "./deps.js";
+import { fanOut } from "./inbox.js";
+import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
+import { AccountType, AgentStatus, AgentVisibility, ConversationKind, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
+import { groupInfoView, userInfoView } from "./views.js";
+
+export const GroupPolicy = {
+  minMembers: 3,
+  maxMembers: 200,
+  maxAgents: 20,
+  listPageDefault: 50,
+} as const;
+
+export function groupsService(deps: EngineDeps): ServiceSchema {
+  const { store, clock } = deps;
+  const groups = store.groups;
+
+  async function requireGroup(groupId: number): Promise<GroupRecord> {
+    const group = await groups.getGroup(groupId);
+    if (!group) throw new ParleyError(Errors.groupNotFound);
+    if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
+    return group;
+  }
+
+  async function requireOwnedGroup(caller: Caller, groupId: number): Promise<GroupRecord> {
+    const group = await requireGroup(groupId);
+    if (group.ownerId !== caller.userId) throw new ParleyError(Errors.notGroupOwner);
+    return group;
+  }
+
+  /** The users among `ids` the actor may bring in: existing, not blocked either way, active agents only. */
+  async function eligible(actorId: number, ids: readonly number[]): Promise<UserRecord[]> {
+    const unique = [...new Set(ids)].filter((id) => id !== actorId && id > 0);
+    const found = await store.users.getUsers(unique);
+    const blocked = await store.social.blockedAmong(actorId, found.map((u) => u.userId));
+    const result: UserRecord[] = [];
+    for (const user of found) {
+      if (blocked.has(user.userId)) continue;
+      if (user.accountType === AccountType.agent) {
+        const agent = await store.agents.getAgent(user.userId);
+        if (!agent || agent.status !== AgentStatus.active) continue;
+        if (agent.visibility === AgentVisibility.private && agent.creatorId !== actorId) continue;
+      }
+      result.push(user);
+    }
+    return result;
+  }
+
+  async function postSystem(ctx: Context, groupId: number, event: GroupContent["event"], extraRecipients: number[] = []): Promise<void> {
+    const body = create(MessageBodySchema, { type: MessageType.GROUP, content: { case: "group", value: { groupId, event } } });
+    const params: SystemMessageParams = { request: { conversationId: String(groupId) }, body: toWire(MessageBodySchema, body), extraRecipients };
+    await ctx.call("conversation.postSystemMessage", params);
+  }
+
+  const userInfo = async (userId: number) => {
+    const user = await store.users.getUser(userId);
+    return user ? userInfoView(user) : undefined;
+  };
+
+  async function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
+    await requireOwnedGroup(caller, groupId);
+    await groups.updateGroup(groupId, change);
+    await postSystem(ctx, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator: await userInfo(caller.userId), field } });
+    return {};
+  }
+
+  return {
+    name: "groups",
+    actions: {
+      createGroup: rpcAction(CreateGroupRequestSchema, CreateGroupResponseSchema, async ({ request, caller, ctx }) => {
+        const creator = requireUser(caller);
+        if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "the group name cannot be blank");
+        const members = await eligible(creator.userId, request.memberIds);
+        const size = members.length + 1;
+        if (size < GroupPolicy.minMembers) throw new ParleyError(Errors.groupTooSmall, { members: String(size) });
+        if (size > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(size) });
+        if (members.filter((m) => m.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
+        const now = clock.now();
+        const group = await groups.createGroup(
+          { name: request.name, avatarUrl: request.avatarUrl, description: request.description, ownerId: creator.userId, createdAt: now },
+          [{ userId: creator.userId, role: MemberRole.owner, joinedAt: now }, ...members.map((m) => ({ userId: m.userId, role: MemberRole.member, joinedAt: now }))],
+        );
+        const memberIds = [creator.userId, ...members.map((m) => m.userId)];
+        await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, memberIds, now);
+        const creatorInfo = await userInfo(creator.userId);
+        await postSystem(ctx, group.groupId, {
+          case: "memberJoined",
+          value: { $typeName: "api.v1.MemberJoinedEvent", members: [...(creatorInfo ? [creatorInfo] : []), ...members.map(userInfoView)] },
+        });
+        return { group: groupInfoView(group) };
+      }),
+      dissolveGroup: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, async ({ request, caller, ctx }) => {
+        const owner = requireUser(caller);
+        const group = await requireOwnedGroup(owner, request.groupId);
+        const removed = await groups.dissolveGroup(group.groupId);
+        const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
+        await fanOut(ctx, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]);
+        return {};
+      }),
+      updateGroupName: rpcAction(UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema, ({ request, caller, ctx }) => {
+        if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "the group name cannot be blank");
+        return changeInfo(ctx, requireUser(caller), request.groupId, { name: request.name }, "name");
+      }),
+      updateGroupAvatar: rpcAction(UpdateGroupAvatarRequestSchema, UpdateGroupAvatarResponseSchema, ({ request, caller, ctx }) =>
+        changeInfo(ctx, requireUser(caller), request.groupId, { avatarUrl: request.avatarUrl }, "avatar"),
+      ),
+      updateGroupDescription: rpcAction(UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, ({ request, caller, ctx }) =>
+        changeInfo(ctx, requireUser(caller), request.groupId, { description: request.description }, "description"),
+      ),
+      inviteMembers: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, async ({ request, caller, ctx }) => {
+        const inviter = requireUser(caller);
+        const group = await requireOwnedGroup(inviter, request.groupId);
+        const current = await groups.listMembers(group.groupId);
+        const currentIds = new Set(current.map((m) => m.userId));
+        const candidates = (await eligible(inviter.userId, request.memberIds)).filter((u) => !currentIds.has(u.userId));
+        if (candidates.length === 0) return {};
+        if (current.length + candidates.length > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(current.length + candidates.length) });
+        const currentAgents = (await store.users.getUsers([...currentIds])).filter((u) => u.accountType === AccountType.agent).length;
+        if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
+        const now = clock.now();
+        const added = new Set(await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }))));
+        if (added.size === 0) return {};
+        await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, [...added], now);
+        await postSystem(ctx, group.groupId, {
+          case: "memberJoined",
+          value: { $typeName: "api.v1.MemberJoinedEvent", members: candidates.filter((u) => added.has(u.userId)).map(userInfoView), inviter: await userInfo(inviter.userId) },
+        });
+        return {};
+      }),
+      removeMember: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, async ({ request, caller, ctx }) => {
+        const owner = requireUser(caller);
+        const group = await requireOwnedGroup(owner, request.groupId);
+        if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
+        if (!(await groups.removeMember(group.groupId, request.targetId))) throw new ParleyError(Errors.memberNotFound);
+        await postSystem(ctx, group.groupId, {
+          case: "memberRemoved",
+          value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
+        });
+        await fanOut(ctx, [request.targetId], { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } }, [], [groupInfoView(group)]);
+        return {};
+      }),
+      leaveGroup: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, async ({ request, caller, ctx }) => {
+        const member = requireCaller(caller);
+        const group = await groups.getGroup(request.groupId);
+        if (!group) throw new ParleyError(Errors.groupNotFound);
+        if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
+        if (!(await groups.getMember(group.groupId, member.userId))) throw new ParleyError(Errors.memberNotFound);
+        if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
+        await groups.removeMember(group.groupId, member.userId);
+        await postSystem(ctx, group.groupId, { case: "memberLeft", value: { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } });
+        return {};
+      }),
+      getGroupInfo: rpcAction(GetGroupInfoRequestSchema, GetGroupInfoResponseSchema, async ({ request, caller }) => {
+        const viewer = requireCaller(caller);
+        const group = await requireGroup(request.groupId);
+        const members = await groups.listMembers(group.groupId);
+        if (!members.some((m) => m.userId === viewer.userId)) throw new ParleyError(Errors.notGroupMember);
+        const users = await store.users.getUsers(members.map((m) => m.userId));
+        return {
+          group: groupInfoView(group),
+          members: members.map((m) => ({ userId: m.userId, role: m.role, joinedAt: BigInt(m.joinedAt) })),
+          users: users.map(userInfoView),
+        };
+      }),
+      listGroups: rpcAction(ListGroupsRequestSchema, ListGroupsResponseSchema, async ({ request, caller }) => {
+        const member = requireCaller(caller);
+        const limit = request.limit || GroupPolicy.listPageDefault;
+        const rows = await groups.listGroupsOf(member.userId, request.afterId ?? 0, limit + 1);
+        return { groups: rows.slice(0, limit).map(groupInfoView), hasMore: rows.length > limit };
+      }),
+    },
+  };
+}

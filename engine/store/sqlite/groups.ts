@@ -1,0 +1,101 @@
+import type Database from "better-sqlite3";
+import { GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+
+interface GroupRow {
+  group_id: number;
+  name: string;
+  avatar_url: string;
+  description: string;
+  owner_id: number;
+  status: number;
+  created_at: number;
+}
+
+interface MemberRow {
+  group_id: number;
+  user_id: number;
+  role: number;
+  joined_at: number;
+}
+
+const toGroup = (row: GroupRow): GroupRecord => ({
+  groupId: row.group_id,
+  name: row.name,
+  avatarUrl: row.avatar_url,
+  description: row.description,
+  ownerId: row.owner_id,
+  status: row.status,
+  createdAt: row.created_at,
+});
+const toMember = (row: MemberRow): MemberRecord => ({ groupId: row.group_id, userId: row.user_id, role: row.role, joinedAt: row.joined_at });
+
+export function groupStore(db: Database.Database): GroupStore {
+  const insertGroup = db.prepare("INSERT INTO groups (name, avatar_url, description, owner_id, status, created_at) VALUES (?, ?, ?, ?, ?, ?)");
+  const insertMember = db.prepare("INSERT OR IGNORE INTO group_members (group_id, user_id, role, joined_at) VALUES (?, ?, ?, ?)");
+  const byId = db.prepare<[number], GroupRow>("SELECT * FROM groups WHERE group_id = ?");
+  const update = db.prepare(
+    "UPDATE groups SET name = COALESCE(?, name), avatar_url = COALESCE(?, avatar_url), description = COALESCE(?, description) WHERE group_id = ?",
+  );
+  const setStatus = db.prepare("UPDATE groups SET status = ? WHERE group_id = ?");
+  const members = db.prepare<[number], MemberRow>("SELECT * FROM group_members WHERE group_id = ? ORDER BY joined_at, user_id");
+  const member = db.prepare<[number, number], MemberRow>("SELECT * FROM group_members WHERE group_id = ? AND user_id = ?");
+  const deleteMember = db.prepare("DELETE FROM group_members WHERE group_id = ? AND user_id = ?");
+  const deleteMembers = db.prepare("DELETE FROM group_members WHERE group_id = ?");
+  const groupsOf = db.prepare<[number, number, number, number], GroupRow>(
+    `SELECT g.* FROM group_members m JOIN groups g ON g.group_id = m.group_id
+     WHERE m.user_id = ? AND g.status = ? AND g.group_id > ? ORDER BY g.group_id LIMIT ?`,
+  );
+  const idsOf = db.prepare<[number], { group_id: number }>("SELECT group_id FROM group_members WHERE user_id = ?");
+
+  const create = db.transaction((group: Omit<GroupRecord, "groupId" | "status">, initial: readonly Omit<MemberRecord, "groupId">[]) => {
+    const { lastInsertRowid } = insertGroup.run(group.name, group.avatarUrl, group.description, group.ownerId, GroupStatus.normal, group.createdAt);
+    const groupId = Number(lastInsertRowid);
+    for (const m of initial) insertMember.run(groupId, m.userId, m.role, m.joinedAt);
+    return toGroup(byId.get(groupId)!);
+  });
+  const add = db.transaction((groupId: number, added: readonly Omit<MemberRecord, "groupId">[]) =>
+    added.filter((m) => insertMember.run(groupId, m.userId, m.role, m.joinedAt).changes === 1).map((m) => m.userId),
+  );
+  const dissolve = db.transaction((groupId: number) => {
+    const removed = members.all(groupId).map((row) => row.user_id);
+    setStatus.run(GroupStatus.dissolved, groupId);
+    deleteMembers.run(groupId);
+    return removed;
+  });
+
+  return {
+    async createGroup(group, initial) {
+      return create(group, initial);
+    },
+    async getGroup(groupId) {
+      const row = byId.get(groupId);
+      return row && toGroup(row);
+    },
+    async updateGroup(groupId, change) {
+      update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
+      return toGroup(byId.get(groupId)!);
+    },
+    async dissolveGroup(groupId) {
+      return dissolve(groupId);
+    },
+    async listMembers(groupId) {
+      return members.all(groupId).map(toMember);
+    },
+    async getMember(groupId, userId) {
+      const row = member.get(groupId, userId);
+      return row && toMember(row);
+    },
+    async addMembers(groupId, added) {
+      return add(groupId, added);
+    },
+    async removeMember(groupId, userId) {
+      return deleteMember.run(groupId, userId).changes === 1;
+    },
+    async listGroupsOf(userId, afterId, limit) {
+      return groupsOf.all(userId, GroupStatus.normal, afterId, limit).map(toGroup);
+    },
+    async groupIdsOf(userId) {
+      return idsOf.all(userId).map((row) => row.group_id);
+    },
+  };
+}
