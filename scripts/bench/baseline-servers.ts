@@ -1,6 +1,6 @@
 // The baselines the benchmark measures Parley against, each in its own process like the server:
-//   relay: a bare `ws` server; a client sends {"to": userId, "frame": "<text>"} and the server
-//          forwards the frame text to that user's socket. No auth, no storage, no protocol.
+//   relay: a bare `ws` server; a client sends {"to": [ids], "frame": "<text>"} and the server
+//          forwards the frame text to those sockets. No auth, no storage, no protocol.
 //   echo:  a plain node:http server answering each POST with its JSON body.
 // Usage: tsx scripts/bench/baseline-servers.ts relay|echo <port>
 import { createServer } from "node:http";
@@ -16,8 +16,8 @@ if (mode === "relay") {
     const id = new URL(req.url ?? "/", "http://x").searchParams.get("id") ?? "";
     sockets.set(id, socket);
     socket.on("message", (data) => {
-      const { to, frame } = JSON.parse(data.toString()) as { to: string; frame: string };
-      sockets.get(to)?.send(frame);
+      const { to, frame } = JSON.parse(data.toString()) as { to: string[]; frame: string };
+      for (const target of to) sockets.get(target)?.send(frame);
     });
     socket.on("close", () => sockets.delete(id));
   });
