@@ -2,14 +2,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
+import { fromBinary } from "@bufbuild/protobuf";
 import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { loadConfig } from "../shared/config.js";
-import { toWire } from "../shared/wire.js";
 import type { PushEvent } from "../shared/bus.js";
 import { AdjustableClock } from "./clock.js";
 import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
-import { Inbox } from "./inbox.js";
+import { Inbox, encodeEntry } from "./inbox.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -35,7 +35,7 @@ describe("Inbox actor", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const entry = (nickname: string) => toWire(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId: 1, newNickname: nickname } } });
+  const entry = (nickname: string) => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } });
 
   it("assigns dense sn values and publishes each entry once, in order", async () => {
     const published: PushEvent[] = [];
@@ -55,6 +55,18 @@ describe("Inbox actor", () => {
     expect(sn).to.equal(3);
     const rows = await store.updates.readUpdates(502, 0, 10);
     expect(rows.map((r) => r.sn)).to.deep.equal([1, 2, 3]);
+    // The stored payload is a complete SnUpdate: the sn prefix plus the entry encoded once.
+    const decoded = rows.map((r) => fromBinary(SnUpdateSchema, r.payload));
+    expect(decoded.map((u) => u.sn)).to.deep.equal([1, 2, 3]);
+    expect(decoded.map((u) => u.update.case === "userProfileUpdated" && u.update.value.newNickname)).to.deep.equal(["a", "b", "c"]);
+  });
+
+  it("encodes sn values beyond one varint byte correctly", async () => {
+    const inbox = new Inbox(deps, () => {});
+    const batch = Array.from({ length: 300 }, (_, i) => entry(`n${i}`));
+    await inbox.append({ userId: 504, entries: batch });
+    const [row] = await store.updates.readUpdates(504, 299, 1);
+    expect(fromBinary(SnUpdateSchema, row.payload).sn).to.equal(300);
   });
 
   it("appends a batch atomically with consecutive sn values", async () => {

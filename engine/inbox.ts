@@ -23,10 +23,10 @@ import {
   GetDifferenceRequestSchema,
   GetDifferenceResponseSchema,
 } from "../shared/gen/api/v1/sync_pb.js";
-import { NonSnUpdateSchema, SnUpdateSchema, UpdateSchema, type SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { NonSnUpdateSchema, SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { BusEvents, type PushEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
+import { toWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
@@ -42,10 +42,38 @@ export const InboxPolicy = {
   cachedUsers: 100_000,
 } as const;
 
+/**
+ * A stream entry encoded once for every recipient: its wire form and its protobuf binary form
+ * (base64, so any serializer carries it), both without sn. Each inbox only prefixes its own sn:
+ * protobuf fields may come in any order, so `sn` bytes + entry bytes is a valid SnUpdate.
+ */
+export interface EncodedEntry {
+  wire: WireMessage;
+  binary: string;
+}
+
+export function encodeEntry(update: MessageInitShape<typeof SnUpdateSchema>["update"]): EncodedEntry {
+  const entry = create(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>);
+  return { wire: toWire(SnUpdateSchema, entry), binary: Buffer.from(toBinary(SnUpdateSchema, entry)).toString("base64") };
+}
+
+/** Field 1 (sn), varint wire type, followed by the sn. */
+function snPrefix(sn: number): Uint8Array {
+  const bytes = [0x08];
+  for (let value = sn; ; value >>>= 7) {
+    if (value < 0x80) {
+      bytes.push(value);
+      break;
+    }
+    bytes.push((value & 0x7f) | 0x80);
+  }
+  return Uint8Array.from(bytes);
+}
+
 export interface AppendParams {
   userId: number;
-  /** SnUpdate wire forms without sn; the inbox assigns it. */
-  entries: WireMessage[];
+  /** The entries, without sn; the inbox assigns it. */
+  entries: EncodedEntry[];
   /** UserInfo wire forms referenced by the entries, pushed along with them. */
   users?: WireMessage[];
   /** GroupInfo wire forms referenced by the entries. */
@@ -58,6 +86,14 @@ export interface PushEphemeralParams {
   entry: WireMessage;
   users?: WireMessage[];
   groups?: WireMessage[];
+}
+
+/** The `users` and `groups` fields of an Update's wire form (omitted when empty, as proto3 JSON does). */
+function relatedParts(params: { users?: WireMessage[]; groups?: WireMessage[] }): WireMessage {
+  return {
+    ...(params.users?.length ? { users: params.users } : {}),
+    ...(params.groups?.length ? { groups: params.groups } : {}),
+  };
 }
 
 export class Inbox {
@@ -79,13 +115,14 @@ export class Inbox {
   }
 
   /** Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded. */
-  private async store(userId: number, entries: SnUpdate[]): Promise<SnUpdate[]> {
+  private async store(userId: number, entries: EncodedEntry[]): Promise<number[]> {
+    const bodies = entries.map((entry) => Buffer.from(entry.binary, "base64"));
     for (let attempt = 0; attempt < 4; attempt++) {
       const base = await this.currentSn(userId);
       const now = this.deps.clock.now();
-      const assigned = entries.map((entry, index) => ({ ...entry, sn: base + index + 1 }));
-      const rows = assigned.map((entry) => ({ sn: entry.sn, payload: toBinary(SnUpdateSchema, entry), createdAt: now }));
-      if ((await this.deps.store.updates.appendUpdates(userId, rows)) === "ok") return assigned;
+      const sns = entries.map((_, index) => base + index + 1);
+      const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
+      if ((await this.deps.store.updates.appendUpdates(userId, rows)) === "ok") return sns;
       this.latestSn.delete(userId);
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
@@ -95,34 +132,25 @@ export class Inbox {
   append(params: AppendParams): Promise<number[]> {
     const { userId } = params;
     return this.mailboxes.run(userId, async () => {
-      const entries = params.entries.map((wire) => fromWire(SnUpdateSchema, wire));
-      const assigned = await this.store(userId, entries);
-      const latest = assigned[assigned.length - 1]?.sn ?? (await this.currentSn(userId));
+      const sns = await this.store(userId, params.entries);
+      const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
-      for (const entry of assigned) {
-        const update = create(UpdateSchema, {
-          users: (params.users ?? []).map((u) => fromWire(UserInfoSchema, u)),
-          groups: (params.groups ?? []).map((g) => fromWire(GroupInfoSchema, g)),
-          update: { case: "snUpdate", value: entry },
-        });
-        this.publish({ userId, update: toWire(UpdateSchema, update) });
-      }
-      const first = assigned[0]?.sn ?? latest;
+      // The Update's wire form is assembled directly: every part already is proto3 JSON.
+      const related = relatedParts(params);
+      params.entries.forEach((entry, index) => {
+        this.publish({ userId, update: { ...related, snUpdate: { sn: sns[index], ...entry.wire } } });
+      });
+      const first = sns[0] ?? latest;
       if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
         await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
       }
-      return assigned.map((entry) => entry.sn);
+      return sns;
     });
   }
 
   /** Pushes an ephemeral entry live to the user's connections; nothing is stored. */
   pushEphemeral(params: PushEphemeralParams): void {
-    const update = create(UpdateSchema, {
-      users: (params.users ?? []).map((u) => fromWire(UserInfoSchema, u)),
-      groups: (params.groups ?? []).map((g) => fromWire(GroupInfoSchema, g)),
-      update: { case: "nonSnUpdate", value: fromWire(NonSnUpdateSchema, params.entry) },
-    });
-    this.publish({ userId: params.userId, update: toWire(UpdateSchema, update) });
+    this.publish({ userId: params.userId, update: { ...relatedParts(params), nonSnUpdate: params.entry } });
   }
 
   async currentState(userId: number): Promise<number> {
@@ -152,7 +180,7 @@ export async function appendToStream(
 ): Promise<number[]> {
   const params: AppendParams = {
     userId,
-    entries: entries.map((update) => toWire(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>)),
+    entries: entries.map(encodeEntry),
     users: users.map((user) => toWire(UserInfoSchema, user)),
   };
   const { sns } = (await ctx.call("inbox.append", params)) as { sns: number[] };
@@ -170,7 +198,7 @@ export async function fanOut(
   users: UserInfo[] = [],
   groups: GroupInfo[] = [],
 ): Promise<void> {
-  const entries = [toWire(SnUpdateSchema, { update: entry } as MessageInitShape<typeof SnUpdateSchema>)];
+  const entries = [encodeEntry(entry)];
   const related = users.map((user) => toWire(UserInfoSchema, user));
   const relatedGroups = groups.map((group) => toWire(GroupInfoSchema, group));
   await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related, groups: relatedGroups } satisfies AppendParams)));

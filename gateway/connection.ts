@@ -4,7 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { ClientFrameType, ServerFrameSchema, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { ErrorDetailSchema, type ErrorDetail } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
-import { decodeClientFrame, encodeServerFrame, type FrameForm, type SharedFrame } from "./frame-codec.js";
+import { decodeClientFrame, encodeServerFrame, type FrameForm, type PushFrame } from "./frame-codec.js";
 import type { GatewaySocket, SocketHandlers } from "./socket.js";
 
 export interface Identity {
@@ -46,7 +46,7 @@ export interface ConnectionHooks {
 // Pushes carry server-generated request ids counting down from -1, so they can never collide
 // with the client's own (positive) correlation ids.
 let lastPushId = 0n;
-const nextPushId = () => --lastPushId;
+export const nextPushId = () => --lastPushId;
 
 export class Connection implements SocketHandlers {
   identity: Identity | undefined;
@@ -130,14 +130,9 @@ export class Connection implements SocketHandlers {
   }
 
   /** Queues a push built once for many connections. */
-  push(shared: SharedFrame): void {
+  push(frame: PushFrame): void {
     if (this.closed || !this.form) return;
-    this.write(shared.encoded(this.form));
-  }
-
-  /** Builds the frame that carries an update to connections (the request id is shared by all). */
-  static pushFrame(update: ServerFrame["payload"] & { case: "update" }): ServerFrame {
-    return create(ServerFrameSchema, { requestId: nextPushId(), type: ServerFrameType.UPDATE, payload: update });
+    this.write(frame.encoded(this.form));
   }
 
   private send(frame: ServerFrame): void {

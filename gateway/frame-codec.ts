@@ -1,7 +1,8 @@
 // Frames on the wire: a text frame is the JSON form of a ClientFrame/ServerFrame, a binary frame
 // its protobuf form. The server answers each connection in the form of its first frame.
-import { fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf";
-import { ClientFrameSchema, ServerFrameSchema, type ClientFrame, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
+import { create, fromBinary, fromJson, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { ClientFrameSchema, ServerFrameSchema, ServerFrameType, type ClientFrame, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
+import { UpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 
 export type FrameForm = "json" | "binary";
 
@@ -22,14 +23,26 @@ export function encodeServerFrame(frame: ServerFrame, form: FrameForm): string |
   return form === "binary" ? toBinary(ServerFrameSchema, frame) : JSON.stringify(toJson(ServerFrameSchema, frame));
 }
 
-/** Encodes one frame lazily in each form, at most once per form, for fan-out to many sockets. */
-export class SharedFrame {
+/**
+ * An UPDATE frame for every socket of a user, encoded lazily at most once per form. The update
+ * arrives from the engine already in proto3 JSON, so the text form wraps it without decoding;
+ * only a binary socket pays for building the message.
+ */
+export class PushFrame {
   private json?: string;
   private binary?: Uint8Array;
-  constructor(readonly frame: ServerFrame) {}
+  constructor(
+    private readonly requestId: bigint,
+    private readonly update: JsonObject,
+  ) {}
 
   encoded(form: FrameForm): string | Uint8Array {
-    if (form === "binary") return (this.binary ??= toBinary(ServerFrameSchema, this.frame));
-    return (this.json ??= JSON.stringify(toJson(ServerFrameSchema, this.frame)));
+    if (form === "json") {
+      return (this.json ??= JSON.stringify({ requestId: String(this.requestId), type: "SERVER_FRAME_TYPE_UPDATE", update: this.update }));
+    }
+    return (this.binary ??= toBinary(
+      ServerFrameSchema,
+      create(ServerFrameSchema, { requestId: this.requestId, type: ServerFrameType.UPDATE, payload: { case: "update", value: fromJson(UpdateSchema, this.update) } }),
+    ));
   }
 }

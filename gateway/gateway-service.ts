@@ -1,13 +1,12 @@
 // The WebSocket gateway: holds the connections of this node and delivers what the engine
 // broadcasts (new updates, revoked sessions) to the connections it concerns.
 import type { Server } from "node:http";
-import { fromJson } from "@bufbuild/protobuf";
+import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
-import { UpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { BusEvents, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors } from "../shared/errors.js";
-import { CloseCodes, Connection, type ConnectionPolicy, type Identity } from "./connection.js";
-import { SharedFrame } from "./frame-codec.js";
+import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
+import { PushFrame } from "./frame-codec.js";
 import type { SocketServer } from "./socket.js";
 import { attachWsServer } from "./ws-socket-server.js";
 
@@ -50,8 +49,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         handler(ctx: { params: PushEvent }) {
           const connections = byUser.get(ctx.params.userId);
           if (!connections) return;
-          const update = fromJson(UpdateSchema, ctx.params.update);
-          const frame = new SharedFrame(Connection.pushFrame({ case: "update", value: update }));
+          const frame = new PushFrame(nextPushId(), ctx.params.update as JsonObject);
           for (const connection of connections) connection.push(frame);
         },
       },

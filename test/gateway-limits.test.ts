@@ -1,9 +1,7 @@
 import { expect } from "chai";
 import WebSocket from "ws";
 import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
-import { toWire } from "../shared/wire.js";
-import type { AppendParams } from "../engine/inbox.js";
+import { encodeEntry, type AppendParams } from "../engine/inbox.js";
 import { signInWithCode } from "./support/accounts.js";
 import { startTestServer, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
@@ -46,7 +44,7 @@ describe("WebSocket gateway limits", () => {
     const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
     rawSocket.pause();
     const big = "x".repeat(64 * 1024);
-    const entries = Array.from({ length: 10 }, () => toWire(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId: user.userId, newSignature: big } } }));
+    const entries = Array.from({ length: 10 }, () => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } }));
     for (let i = 0; i < 20; i++) await server.broker.call("inbox.append", { userId: user.userId, entries } satisfies AppendParams);
     const metrics = await (await fetch(server.url + "/metrics")).text();
     expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);

@@ -1,10 +1,8 @@
 import { expect } from "chai";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
-import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
-import { toWire } from "../shared/wire.js";
-import { InboxPolicy, type AppendParams } from "../engine/inbox.js";
+import { InboxPolicy, encodeEntry, type AppendParams } from "../engine/inbox.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
@@ -24,7 +22,7 @@ for (const mode of wireModes) {
       for (let done = 0; done < n; done += 500) {
         const count = Math.min(500, n - done);
         const entries = Array.from({ length: count }, (_, i) =>
-          toWire(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId, newNickname: `n${done + i}` } } }),
+          encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
         );
         await server.broker.call("inbox.append", { userId, entries } satisfies AppendParams);
       }
