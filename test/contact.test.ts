@@ -8,7 +8,7 @@ import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
-import { AgentStatus } from "../engine/store/store.js";
+import { AgentStatus, AgentVisibility } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
@@ -246,6 +246,32 @@ for (const mode of wireModes) {
       });
     });
 
+    describe("ContactService.SearchUsers (agents)", () => {
+      it("matches public active agents fuzzily on name, username and description, at most 10", async () => {
+        const [owner, searcher] = [await fresh(), await fresh()];
+        const agents = [];
+        for (let i = 0; i < 12; i++) agents.push(await createAgent(server, owner, mode));
+        const store = await openSqliteStore(server.dataDir);
+        try {
+          for (const agent of agents.slice(0, 11)) await store.agents.updateAgent(agent.userId, { visibility: AgentVisibility.public });
+          await store.agents.updateAgent(agents[10].userId, { status: AgentStatus.deleted });
+        } finally {
+          await store.close();
+        }
+        const byName = await contacts(searcher).searchUsers({ query: "BOT ", accountType: SearchAccountType.AGENT });
+        expect(byName.items.length).to.equal(10);
+        expect(byName.items.every((u) => u.accountType === 2)).to.equal(true);
+        const ids = new Set(byName.items.map((u) => u.userId));
+        expect(ids.has(agents[11].userId), "private agents are not listed").to.equal(false);
+        expect(ids.has(agents[10].userId), "deleted agents are not listed").to.equal(false);
+        const byDescription = await contacts(searcher).searchUsers({ query: "HELPS" });
+        expect(byDescription.items.length).to.equal(10);
+        const byUsername = await contacts(searcher).searchUsers({ query: `bot_${process.pid}_` });
+        expect(byUsername.items.length).to.be.greaterThan(0);
+        expect((await contacts(searcher).searchUsers({ query: "helps", accountType: SearchAccountType.USER })).items).to.deep.equal([]);
+      });
+    });
+
     describe("ContactService.AddContact", () => {
       it("adds the creator's private agent, refuses regular users, others' private agents, and inactive agents (7003)", async () => {
         const [owner, other] = [await fresh(), await fresh()];
@@ -258,6 +284,11 @@ for (const mode of wireModes) {
         const [event] = await eventsSince(owner, base);
         expect(event.case === "contactAdded" && event.value.peerUserId).to.equal(agent.userId);
         await expectError(contacts(other).addContact({ targetUserId: agent.userId }), Errors.privateAgent);
+        const publicAgent = await createAgent(server, owner, mode);
+        const publishing = await openSqliteStore(server.dataDir);
+        await publishing.agents.updateAgent(publicAgent.userId, { visibility: AgentVisibility.public }).finally(() => publishing.close());
+        await contacts(other).addContact({ targetUserId: publicAgent.userId });
+        expect((await contacts(other).listContacts({})).contacts.map((c) => c.user?.userId)).to.include(publicAgent.userId);
         await expectError(contacts(other).addContact({ targetUserId: owner.userId }), Errors.targetIsRegularUser);
         await expectError(contacts(other).addContact({ targetUserId: 99_999_999 }), Errors.userNotFound);
         const store = await openSqliteStore(server.dataDir);
