@@ -96,6 +96,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
               webhookUrl: "",
               ipWhitelist: [],
               commands: [],
+              miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0 },
               createdAt: now,
               updatedAt: now,
             },

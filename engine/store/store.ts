@@ -151,6 +151,13 @@ export const AgentStatus = { active: 1, deleted: 2 } as const;
 export const AgentVisibility = { public: 1, private: 2 } as const;
 export const DeliveryMode = { webhook: 1, websocket: 2 } as const;
 
+export interface MiniAppConfig {
+  enabled: boolean;
+  url: string;
+  allowedOrigins: string[];
+  permissions: number;
+}
+
 export interface AgentRecord {
   agentUserId: number;
   creatorId: number;
@@ -165,6 +172,7 @@ export interface AgentRecord {
   webhookUrl: string;
   ipWhitelist: string[];
   commands: { command: string; description: string }[];
+  miniApp: MiniAppConfig;
   createdAt: number;
   updatedAt: number;
 }
@@ -181,8 +189,38 @@ export interface AgentStore {
   findByTokenHash(tokenHash: string): Promise<AgentRecord | undefined>;
   /** The agents a user created, oldest first. */
   listByCreator(creatorId: number): Promise<AgentRecord[]>;
+  /** Up to `limit` public, active agents in random order (a new sample each call). */
+  sampleFeatured(limit: number): Promise<AgentRecord[]>;
+  /** The system agent, if one was created. */
+  findSystemAgent(): Promise<AgentRecord | undefined>;
   /** Replaces the given fields of the agent record. */
   updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>): Promise<AgentRecord>;
+}
+
+export interface WebhookJob {
+  jobId: number;
+  agentUserId: number;
+  /** The exact JSON body to POST (the Update). */
+  body: string;
+  attempts: number;
+  nextAttemptAt: number;
+}
+
+export interface WebhookJobStore {
+  /** Queues a delivery for the agent; jobs of one agent are delivered in queue order. */
+  enqueue(agentUserId: number, body: string, now: number): Promise<void>;
+  /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
+  due(now: number, busyAgents: readonly number[], limit: number): Promise<WebhookJob[]>;
+  /** Removes a delivered (or abandoned) job. */
+  remove(jobId: number): Promise<void>;
+  /** Records a failed attempt and when to try again. */
+  reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
+  /** Drops every queued job of the agent (its webhook was removed). */
+  clearAgent(agentUserId: number): Promise<void>;
+  /** The highest sn delivered to a WEBSOCKET-mode agent's connection, 0 when none. */
+  deliveredSn(agentUserId: number): Promise<number>;
+  /** Moves the agent's delivered position forward (never back). */
+  advanceDelivered(agentUserId: number, sn: number): Promise<void>;
 }
 
 export const FriendRequestStatus = { pending: 1, accepted: 2, rejected: 3 } as const;
@@ -389,6 +427,7 @@ export interface Store {
   agents: AgentStore;
   social: SocialStore;
   groups: GroupStore;
+  webhookJobs: WebhookJobStore;
   conversations: ConversationStore;
   messages: MessageStore;
   close(): Promise<void>;

@@ -14,6 +14,7 @@ interface AgentRow {
   webhook_url: string;
   ip_whitelist: string;
   commands: string;
+  mini_app: string;
   created_at: number;
   updated_at: number;
 }
@@ -31,6 +32,7 @@ const toAgent = (row: AgentRow): AgentRecord => ({
   webhookUrl: row.webhook_url,
   ipWhitelist: JSON.parse(row.ip_whitelist) as string[],
   commands: JSON.parse(row.commands) as AgentRecord["commands"],
+  miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0, ...(JSON.parse(row.mini_app) as Partial<AgentRecord["miniApp"]>) },
   createdAt: row.created_at,
   updatedAt: row.updated_at,
 });
@@ -46,6 +48,7 @@ const columns: Record<string, [string, (value: never) => unknown]> = {
   webhookUrl: ["webhook_url", (v: string) => v],
   ipWhitelist: ["ip_whitelist", (v: string[]) => JSON.stringify(v)],
   commands: ["commands", (v: AgentRecord["commands"]) => JSON.stringify(v)],
+  miniApp: ["mini_app", (v: AgentRecord["miniApp"]) => JSON.stringify(v)],
   updatedAt: ["updated_at", (v: number) => v],
 };
 
@@ -54,9 +57,11 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     "INSERT INTO users (account_type, username, username_custom, nickname, signature, created_at) VALUES (?, ?, 1, ?, ?, ?)",
   );
   const insertAgent = db.prepare(`INSERT INTO agents (agent_user_id, creator_id, status, visibility, is_system, token_hash, token_prefix, secret_key,
-    delivery_mode, webhook_url, ip_whitelist, commands, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    delivery_mode, webhook_url, ip_whitelist, commands, mini_app, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const byId = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE agent_user_id = ?");
   const byToken = db.prepare<[string], AgentRow>("SELECT * FROM agents WHERE token_hash = ?");
+  const featured = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE status = 1 AND visibility = 1 ORDER BY random() LIMIT ?");
+  const system = db.prepare<[], AgentRow>("SELECT * FROM agents WHERE is_system = 1 ORDER BY agent_user_id LIMIT 1");
   const byCreator = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE creator_id = ? ORDER BY created_at, agent_user_id");
   const create = db.transaction((user: Parameters<AgentStore["createAgent"]>[0], agent: Parameters<AgentStore["createAgent"]>[1]) => {
     const { lastInsertRowid } = insertUser.run(AccountType.agent, user.username, user.nickname, user.signature, user.createdAt);
@@ -74,6 +79,7 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
       agent.webhookUrl,
       JSON.stringify(agent.ipWhitelist),
       JSON.stringify(agent.commands),
+      JSON.stringify(agent.miniApp),
       agent.createdAt,
       agent.updatedAt,
     );
@@ -89,6 +95,13 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     },
     async findByTokenHash(tokenHash) {
       const row = byToken.get(tokenHash);
+      return row && toAgent(row);
+    },
+    async sampleFeatured(limit) {
+      return featured.all(limit).map(toAgent);
+    },
+    async findSystemAgent() {
+      const row = system.get();
       return row && toAgent(row);
     },
     async listByCreator(creatorId) {

@@ -179,6 +179,25 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX group_members_by_user ON group_members (user_id, group_id);
     `,
   },
+  {
+    version: 4,
+    up: `
+      CREATE TABLE webhook_jobs (
+        job_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent_user_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX webhook_jobs_by_agent ON webhook_jobs (agent_user_id, job_id);
+
+      CREATE TABLE agent_cursors (
+        agent_user_id INTEGER PRIMARY KEY,
+        delivered_sn INTEGER NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

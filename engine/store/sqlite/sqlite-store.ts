@@ -22,6 +22,7 @@ import type {
 import { agentStore } from "./agents.js";
 import { conversationStore } from "./conversations.js";
 import { groupStore } from "./groups.js";
+import { webhookJobStore } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -349,6 +350,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
     social: socialStore(db),
     groups: groupStore(db),
+    webhookJobs: webhookJobStore(db),
     conversations: conversationStore(db),
     messages: messageStore(db),
     sessions: sessionStore(db),

@@ -1,0 +1,60 @@
+import type Database from "better-sqlite3";
+import type { WebhookJob, WebhookJobStore } from "../store.js";
+
+interface JobRow {
+  job_id: number;
+  agent_user_id: number;
+  body: string;
+  attempts: number;
+  next_attempt_at: number;
+}
+
+const toJob = (row: JobRow): WebhookJob => ({
+  jobId: row.job_id,
+  agentUserId: row.agent_user_id,
+  body: row.body,
+  attempts: row.attempts,
+  nextAttemptAt: row.next_attempt_at,
+});
+
+export function webhookJobStore(db: Database.Database): WebhookJobStore {
+  const insert = db.prepare("INSERT INTO webhook_jobs (agent_user_id, body, next_attempt_at, created_at) VALUES (?, ?, ?, ?)");
+  // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
+  const heads = db.prepare<[string, number, number], JobRow>(
+    `SELECT j.* FROM webhook_jobs j
+     JOIN (SELECT agent_user_id, MIN(job_id) AS head FROM webhook_jobs
+           WHERE agent_user_id NOT IN (SELECT value FROM json_each(?)) GROUP BY agent_user_id) h ON h.head = j.job_id
+     WHERE j.next_attempt_at <= ? ORDER BY j.next_attempt_at, j.job_id LIMIT ?`,
+  );
+  const remove = db.prepare("DELETE FROM webhook_jobs WHERE job_id = ?");
+  const reschedule = db.prepare("UPDATE webhook_jobs SET attempts = ?, next_attempt_at = ? WHERE job_id = ?");
+  const clear = db.prepare("DELETE FROM webhook_jobs WHERE agent_user_id = ?");
+  const delivered = db.prepare<[number], { delivered_sn: number }>("SELECT delivered_sn FROM agent_cursors WHERE agent_user_id = ?");
+  const advance = db.prepare(
+    `INSERT INTO agent_cursors (agent_user_id, delivered_sn) VALUES (?, ?)
+     ON CONFLICT (agent_user_id) DO UPDATE SET delivered_sn = MAX(delivered_sn, excluded.delivered_sn)`,
+  );
+  return {
+    async enqueue(agentUserId, body, now) {
+      insert.run(agentUserId, body, now, now);
+    },
+    async due(now, busyAgents, limit) {
+      return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
+    },
+    async remove(jobId) {
+      remove.run(jobId);
+    },
+    async reschedule(jobId, attempts, nextAttemptAt) {
+      reschedule.run(attempts, nextAttemptAt, jobId);
+    },
+    async clearAgent(agentUserId) {
+      clear.run(agentUserId);
+    },
+    async deliveredSn(agentUserId) {
+      return delivered.get(agentUserId)?.delivered_sn ?? 0;
+    },
+    async advanceDelivered(agentUserId, sn) {
+      advance.run(agentUserId, sn);
+    },
+  };
+}

@@ -1,0 +1,73 @@
+// Webhook targets must not reach into the platform's own network: loopback, private, link-local,
+// unique-local, CGNAT and unspecified addresses are refused unless the operator allowed them
+// (WEBHOOK_ALLOW_PRIVATE_NETWORKS=true). The check runs on the resolved addresses at connect
+// time, so a DNS answer that changes after configuration (rebinding) is caught as well.
+import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import { BlockList, isIP } from "node:net";
+
+const privateRanges = new BlockList();
+for (const [network, prefix] of [
+  ["0.0.0.0", 8],
+  ["10.0.0.0", 8],
+  ["100.64.0.0", 10],
+  ["127.0.0.0", 8],
+  ["169.254.0.0", 16],
+  ["172.16.0.0", 12],
+  ["192.0.0.0", 24],
+  ["192.168.0.0", 16],
+  ["198.18.0.0", 15],
+  ["224.0.0.0", 4],
+  ["240.0.0.0", 4],
+] as const) {
+  privateRanges.addSubnet(network, prefix, "ipv4");
+}
+for (const [network, prefix] of [
+  ["::", 128],
+  ["::1", 128],
+  ["fc00::", 7],
+  ["fe80::", 10],
+  ["ff00::", 8],
+] as const) {
+  privateRanges.addSubnet(network, prefix, "ipv6");
+}
+
+export function isPrivateAddress(address: string): boolean {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return isPrivateAddress(mapped[1]);
+  const family = isIP(address);
+  if (family === 0) return true;
+  return privateRanges.check(address, family === 4 ? "ipv4" : "ipv6");
+}
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+
+/** A dns.lookup for outgoing webhook connections that refuses private targets. */
+export function guardedLookup(allowPrivate: boolean) {
+  return (hostname: string, options: object, callback: LookupCallback): void => {
+    dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+      if (err) return callback(err, []);
+      const list = addresses as LookupAddress[];
+      const refused = !allowPrivate && list.some((a) => isPrivateAddress(a.address));
+      if (refused || list.length === 0) {
+        const error: NodeJS.ErrnoException = new Error(`webhook target ${hostname} resolves to a private address`);
+        error.code = "EPRIVATE";
+        return callback(error, []);
+      }
+      if ((options as { all?: boolean }).all) return callback(null, list);
+      callback(null, list[0].address, list[0].family);
+    });
+  };
+}
+
+/** Checks that a webhook URL is an absolute HTTPS URL; answers the reason when it is not. */
+export function webhookUrlProblem(raw: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return "the webhook URL is not a valid URL";
+  }
+  if (url.protocol !== "https:") return "the webhook URL must use https";
+  if (url.username || url.password) return "the webhook URL must not carry credentials";
+  return undefined;
+}
