@@ -8,6 +8,10 @@ export const BusEvents = {
   push: "parley.push",
   /** Device sessions that stopped being valid; their sockets must close. */
   sessionsRevoked: "parley.sessions-revoked",
+  /** An agent's record changed (delivery mode, webhook, keys, status): cached views must reload it. */
+  agentChanged: "parley.agent-changed",
+  /** An agent's token stopped being valid (regenerated, agent deleted): its sockets must close. */
+  agentTokenRevoked: "parley.agent-token-revoked",
 } as const;
 
 export interface PushEvent {
@@ -19,4 +23,12 @@ export interface SessionsRevokedEvent {
   userId: number;
   /** The revoked devices; every socket authenticated on one of them is closed. */
   deviceIds: string[];
+}
+
+export interface AgentChangedEvent {
+  agentUserId: number;
+}
+
+export interface AgentTokenRevokedEvent {
+  agentUserId: number;
 }
