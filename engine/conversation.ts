@@ -51,6 +51,7 @@ import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
 import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamStartBody } from "./message-body.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
+import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
 import type { MessageRecord } from "./store/store.js";
 import { userInfoView } from "./views.js";
 
@@ -64,7 +65,10 @@ export const MessagePolicy = {
 
 interface LiveStream {
   senderId: number;
-  /** The seq the next in-order delta must carry. */
+  /**
+   * The seq the next in-order delta must carry; 0 when unknown (the stream was picked up after
+   * its owner changed), in which case the next delta's seq is taken as the continuation.
+   */
   nextSeq: number;
   text: string;
   /** Deltas that arrived ahead of a gap, by seq. */
@@ -81,15 +85,25 @@ interface CardAction {
 
 const streamKey = (conversationId: bigint, messageId: bigint) => `${conversationId}:${messageId}`;
 
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export function envelopeOf(record: MessageRecord, live?: LiveStream): MessageEnvelope {
   let body = fromBinary(MessageBodySchema, record.body);
   if (live && body.content.case === "stream") {
+    // Mid-stream, seq is the last delta the accumulated text includes, so a client recovering
+    // with GetMessage knows which pushed deltas it already holds.
+    const phase = live.text ? StreamPhase.DELTA : StreamPhase.START;
+    const seq = phase === StreamPhase.DELTA && live.nextSeq > 0 ? live.nextSeq - 1 : 0;
     body = create(MessageBodySchema, {
       type: MessageType.STREAM,
-      content: {
-        case: "stream",
-        value: { phase: live.text ? StreamPhase.DELTA : StreamPhase.START, contentType: live.contentType, accumulatedText: live.text },
-      },
+      content: { case: "stream", value: { phase, seq, contentType: live.contentType, accumulatedText: live.text } },
     });
   }
   return create(MessageEnvelopeSchema, {
@@ -176,6 +190,9 @@ export class ConversationActor {
       }
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
       await this.publish(ctx, access, record);
+      if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
+        tellSystemAgent(ctx, { conversationId: String(record.conversationId), messageId: String(record.messageId), senderId: caller.userId, text: body.content.value.text });
+      }
       return { messageId: record.messageId, createdAt: BigInt(now) };
     });
   }
@@ -207,7 +224,8 @@ export class ConversationActor {
   }
 
   private async replyContext(userId: number, access: ConversationAccess, messageId: bigint): Promise<Uint8Array> {
-    const target = await this.store.messages.getMessage(access.conversation.conversationId, messageId);
+    // A message the sender deleted for themselves cannot be quoted: it does not exist for them.
+    const target = await this.findVisible(userId, access.conversation.conversationId, messageId);
     if (!target) throw new ParleyError(Errors.replyTargetNotFound);
     const sender = await this.store.users.getUser(target.senderId);
     const body = fromBinary(MessageBodySchema, target.body);
@@ -217,14 +235,19 @@ export class ConversationActor {
     );
   }
 
+  /** The message if the user may see it (it exists and they did not delete it), else undefined. */
+  private async findVisible(userId: number, conversationId: bigint, messageId: bigint): Promise<MessageRecord | undefined> {
+    const record = await this.store.messages.getMessage(conversationId, messageId);
+    if (!record) return undefined;
+    const state = await this.store.conversations.getUserState(userId, conversationId);
+    if (messageId <= state.clearedUpTo || (await this.store.messages.isDeletedFor(userId, conversationId, messageId))) return undefined;
+    return record;
+  }
+
   /** The message a caller may see, or NOT_FOUND (missing, or deleted by this caller). */
   private async visibleMessage(userId: number, conversationId: bigint, messageId: bigint): Promise<MessageRecord> {
-    const record = await this.store.messages.getMessage(conversationId, messageId);
+    const record = await this.findVisible(userId, conversationId, messageId);
     if (!record) throw new ParleyError(Errors.messageNotFound);
-    const state = await this.store.conversations.getUserState(userId, conversationId);
-    if (messageId <= state.clearedUpTo || (await this.store.messages.isDeletedFor(userId, conversationId, messageId))) {
-      throw new ParleyError(Errors.messageNotFound);
-    }
     return record;
   }
 
@@ -304,8 +327,9 @@ export class ConversationActor {
     let stream = this.streams.get(key);
     if (!stream) {
       // The owner changed (restart or reshard) mid-stream: deltas held in memory are gone, the
-      // stream itself goes on. EndStream carries the agent's full text, so nothing is lost at END.
-      stream = { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType: body.content.value.contentType };
+      // stream itself goes on from whatever seq the agent sends next. EndStream carries the
+      // agent's full text, so nothing is lost at END.
+      stream = { senderId: caller.userId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType };
       this.streams.set(key, stream);
     }
     return { access, record, stream };
@@ -314,6 +338,7 @@ export class ConversationActor {
   async pushDelta(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, seq: number, delta: string) {
     return this.mailboxes.run(String(conversationId), async () => {
       const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      if (stream.nextSeq === 0) stream.nextSeq = seq;
       if (seq < stream.nextSeq || stream.waiting.has(seq)) return {}; // a retry of a delta already taken
       if (seq - stream.nextSeq >= MessagePolicy.streamReorderWindow) {
         throw new ParleyError(Errors.streamSequenceGap, { expectedSeq: String(stream.nextSeq) });
@@ -367,6 +392,8 @@ export class ConversationActor {
 
   async submitCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionData: string, verb: string) {
     await requireParticipant(this.store, conversationId, caller.userId);
+    // The agent receives actionData as JSON; refuse what it could not parse.
+    if (!isJson(actionData)) throw new ParleyError(Errors.invalidArgument, { field: "action_data" }, "actionData is not valid JSON");
     const record = await this.visibleMessage(caller.userId, conversationId, messageId);
     if (fromBinary(MessageBodySchema, record.body).type !== MessageType.CARD) throw new ParleyError(Errors.notACard);
     const actionId = randomBytes(16).toString("base64url");

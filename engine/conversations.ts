@@ -64,17 +64,33 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const user = requireCaller(caller);
         const limit = request.limit || ConversationPolicy.listPageDefault;
         const before = request.beforeTime !== undefined ? Number(request.beforeTime) : Number.MAX_SAFE_INTEGER;
-        // A block hides the conversation from both users without deleting it; unblocking shows it again.
+        // The only cursor is a time and the store answers times strictly before it, so a batch or
+        // page must never end inside a run of equal times: the rest of the run would be skipped.
+        const timeOf = (row: { conversation: { lastMessageTime: number } }) => row.conversation.lastMessageTime;
         const rows: Awaited<ReturnType<typeof store.conversations.listForUser>> = [];
         for (let cursor = before; rows.length <= limit; ) {
           const batch = await store.conversations.listForUser(user.userId, cursor, limit + 1);
-          const peers = batch.map((row) => privateParticipants(row.conversation.conversationId)?.find((id) => id !== user.userId) ?? 0);
+          let usable = batch;
+          let next: number | undefined;
+          if (batch.length > limit) {
+            const last = timeOf(batch[batch.length - 1]);
+            const head = batch.filter((row) => timeOf(row) !== last);
+            // The next batch starts at the run of `last` (times <= last); a batch that is one
+            // run (more than a page of conversations in one millisecond) can only move past it.
+            [usable, next] = head.length > 0 ? [head, last + 1] : [batch, last];
+          }
+          // A block hides the conversation from both users without deleting it; unblocking shows it again.
+          const peers = usable.map((row) => privateParticipants(row.conversation.conversationId)?.find((id) => id !== user.userId) ?? 0);
           const blocked = await store.social.blockedAmong(user.userId, peers);
-          rows.push(...batch.filter((_, index) => !blocked.has(peers[index])));
-          if (batch.length <= limit) break;
-          cursor = batch[batch.length - 1].conversation.lastMessageTime;
+          rows.push(...usable.filter((_, index) => !blocked.has(peers[index])));
+          if (next === undefined) break;
+          cursor = next;
         }
-        const page = rows.slice(0, limit);
+        let page = rows.slice(0, limit);
+        if (rows.length > limit && timeOf(rows[limit]) === timeOf(page[page.length - 1])) {
+          const head = page.filter((row) => timeOf(row) !== timeOf(rows[limit]));
+          if (head.length > 0) page = head;
+        }
         const conversations: ConversationInfo[] = [];
         const peers = new Set<number>();
         const groups = [];
@@ -99,6 +115,8 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
         if (request.action === ConversationActionType.DELETE) {
           await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n);
+          // As with DeleteHistory: cleared messages are no longer unread.
+          if (clearMessages) await store.conversations.advanceRead(user.userId, request.conversationId, access.conversation.lastMessageId);
         } else {
           await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE);
         }
@@ -129,20 +147,32 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const user = requireCaller(caller);
         await requireParticipant(store, request.conversationId, user.userId);
         const state = await store.conversations.getUserState(user.userId, request.conversationId);
-        const deletedCount = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo);
-        await emit(ctx, user.userId, {
-          case: "messageDeleted",
-          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: request.messageIds, upToMessageId: 0n },
-        });
-        return { deletedCount };
+        const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo);
+        // The event tells the caller's other devices what changed: the ids deleted now, each once.
+        if (deleted.length > 0) {
+          await emit(ctx, user.userId, {
+            case: "messageDeleted",
+            value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: deleted, upToMessageId: 0n },
+          });
+        }
+        return { deletedCount: deleted.length };
       }),
       deleteHistory: rpcAction(DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, async ({ request, caller, ctx }) => {
         const user = requireCaller(caller);
-        await requireParticipant(store, request.conversationId, user.userId);
-        await store.conversations.clearHistory(user.userId, request.conversationId, request.upToMessageId);
+        const access = await requireParticipant(store, request.conversationId, user.userId);
+        // Only messages that exist can be deleted: a position beyond the last one would hide
+        // messages that arrive later.
+        const last = access.conversation.lastMessageId;
+        const upTo = request.upToMessageId < last ? request.upToMessageId : last;
+        const before = await store.conversations.getUserState(user.userId, request.conversationId);
+        if (upTo <= before.clearedUpTo) return {};
+        await store.conversations.clearHistory(user.userId, request.conversationId, upTo);
+        // Deleted messages cannot stay unread: unread = lastMessageId - lastReadMessageId must
+        // count only messages the user can still see.
+        await store.conversations.advanceRead(user.userId, request.conversationId, upTo);
         await emit(ctx, user.userId, {
           case: "messageDeleted",
-          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: request.upToMessageId },
+          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo },
         });
         return {};
       }),

@@ -4,6 +4,7 @@
 import { create } from "@bufbuild/protobuf";
 import {
   MessageBodySchema,
+  MessageEntityType,
   MessageType,
   StreamPhase,
   type MessageBody,
@@ -35,10 +36,25 @@ export function characterLength(text: string): number {
   return length;
 }
 
-/** Entities must annotate characters of the text they belong to. */
+const detailOfEntityType: Record<number, MessageEntity["detail"]["case"]> = {
+  [MessageEntityType.MENTION]: "mention",
+  [MessageEntityType.URL]: "url",
+  [MessageEntityType.PHONE]: "phone",
+  [MessageEntityType.HASHTAG]: "hashtag",
+};
+
+/**
+ * Entities must name their kind, carry only the detail of that kind (the detail may be left out:
+ * the annotated text says it), and annotate characters of the text they belong to.
+ */
 export function checkEntities(text: string, entities: readonly MessageEntity[]): void {
   const length = characterLength(text);
   entities.forEach((entity, index) => {
+    const expectedDetail = detailOfEntityType[entity.type];
+    if (!expectedDetail) invalid(`entity ${index} has no type`, { entity: String(index) });
+    if (entity.detail.case !== undefined && entity.detail.case !== expectedDetail) {
+      invalid(`entity ${index} of type ${MessageEntityType[entity.type]} carries ${entity.detail.case} details`, { entity: String(index) });
+    }
     if (entity.offset < 0 || entity.length <= 0 || entity.offset + entity.length > length) {
       invalid(`entity ${index} lies outside the text (offset ${entity.offset}, length ${entity.length}, text length ${length})`, { entity: String(index) });
     }

@@ -71,12 +71,13 @@ describe("bad input on the Connect endpoint", () => {
     expectDetail(body, "resource_exhausted", "REQUEST_TOO_LARGE");
   });
 
-  it("answers unimplemented for an unknown procedure and for services not built yet", async () => {
+  it("answers unimplemented for an unknown procedure or service", async () => {
     const unknown = await post("/api.v1.UserService/DropAllTables", "{}");
     expect(unknown.status).to.equal(404);
     expectDetail(unknown.body, "unimplemented", "UNIMPLEMENTED");
-    const later = await post("/api.v1.MediaService/GetDownloadURL", JSON.stringify({ fileId: "x" }));
-    expectDetail(later.body, "unimplemented", "UNIMPLEMENTED");
+    const unknownService = await post("/api.v1.ForwardService/ForwardMessage", "{}");
+    expect(unknownService.status).to.equal(404);
+    expectDetail(unknownService.body, "unimplemented", "UNIMPLEMENTED");
   });
 
   it("answers unauthenticated with an ErrorDetail for a missing or garbage token", async () => {

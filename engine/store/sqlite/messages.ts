@@ -60,10 +60,10 @@ export function messageStore(db: Database.Database): MessageStore {
   const exists = db.prepare<[bigint, bigint], { n: bigint }>("SELECT COUNT(*) AS n FROM messages WHERE conversation_id = ? AND message_id = ?").safeIntegers(true);
   const insertDeletion = db.prepare("INSERT OR IGNORE INTO message_deletions (user_id, conversation_id, message_id) VALUES (?, ?, ?)");
   const deleteMany = db.transaction((userId: number, conversationId: bigint, ids: readonly bigint[], clearedUpTo: bigint) => {
-    let deleted = 0;
+    const deleted: bigint[] = [];
     for (const id of new Set(ids)) {
       if (id <= clearedUpTo || exists.get(conversationId, id)!.n === 0n) continue;
-      deleted += insertDeletion.run(userId, conversationId, id).changes;
+      if (insertDeletion.run(userId, conversationId, id).changes > 0) deleted.push(id);
     }
     return deleted;
   });
