@@ -198,6 +198,53 @@ export const migrations: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 5,
+    up: `
+      CREATE TABLE media_files (
+        file_id TEXT PRIMARY KEY,
+        owner_id INTEGER NOT NULL,
+        purpose INTEGER NOT NULL,
+        file_name TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        checksum TEXT NOT NULL,
+        width INTEGER NOT NULL,
+        height INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        thumbnail_file_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+
+      CREATE TABLE upload_sessions (
+        session_id TEXT PRIMARY KEY,
+        owner_id INTEGER NOT NULL,
+        file_id TEXT NOT NULL UNIQUE,
+        file_name TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        uploaded INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      );
+      CREATE INDEX upload_sessions_resume ON upload_sessions (owner_id, file_name, content_type, size, expires_at);
+      CREATE INDEX upload_sessions_expiry ON upload_sessions (expires_at);
+
+      CREATE TABLE server_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+    `,
+  },
+  {
+    version: 6,
+    // A conversation without messages sorts by its creation time: at 0, every such conversation
+    // shared one ListConversations cursor value and those beyond the first page were unreachable.
+    up: `
+      UPDATE conversations SET last_message_time = created_at WHERE last_message_id = 0;
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

@@ -1,0 +1,150 @@
+// Download links over plain HTTP: GET and HEAD on /media/<fileId>, with no Authorization header
+// (the link is the credential). This file moves bytes and speaks HTTP (ranges, caching and
+// safety headers, status codes); the engine's media service checks the link against its key and
+// clock and streams the bytes. Across nodes the stream crosses the transporter in packets; a
+// cluster with S3 behind the blob store could redirect to a presigned S3 URL instead.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { create, toBinary, toJson } from "@bufbuild/protobuf";
+import { base64Encode } from "@bufbuild/protobuf/wire";
+import { Code } from "@connectrpc/connect";
+import type { ServiceBroker } from "moleculer";
+import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
+import {
+  mediaDownloadMetaKey,
+  mediaPathPrefix,
+  type MediaDownloadHead,
+  type MediaDownloadParams,
+  type RequestedRange,
+} from "../shared/media-download.js";
+
+const fileIdPattern = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * Reads a Range header into one byte range. Anything else (other units, several ranges, bad
+ * syntax) answers undefined: RFC 9110 lets a server ignore Range and send the whole file.
+ */
+export function parseRangeHeader(header: string | undefined): RequestedRange | undefined {
+  if (!header) return undefined;
+  const match = /^bytes=(\d{0,15})-(\d{0,15})$/.exec(header.trim());
+  if (!match) return undefined;
+  const [, first, last] = match;
+  if (first === "" && last === "") return undefined;
+  if (first === "") return { suffix: Number(last) };
+  const start = Number(first);
+  if (last === "") return { start };
+  const end = Number(last);
+  return end < start ? undefined : { start, end };
+}
+
+const httpStatusOf: Partial<Record<Code, number>> = {
+  [Code.NotFound]: 404,
+  [Code.PermissionDenied]: 403,
+  [Code.OutOfRange]: 416,
+  [Code.Unavailable]: 503,
+};
+
+function codeName(code: Code): string {
+  return Code[code].replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
+}
+
+/** The same error body as the Connect API answers, so clients read one shape everywhere. */
+function errorBody(entry: CatalogueEntry, metadata: Record<string, string>, message: string): string {
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  return JSON.stringify({
+    code: codeName(entry.code),
+    message,
+    details: [{ type: ErrorDetailSchema.typeName, value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"), debug: toJson(ErrorDetailSchema, detail) }],
+  });
+}
+
+/** RFC 8187 encoding of a header parameter value (filename*), byte by byte over UTF-8. */
+function extendedValue(value: string): string {
+  let out = "";
+  for (const byte of Buffer.from(value, "utf8")) {
+    const c = String.fromCharCode(byte);
+    out += /[A-Za-z0-9!#$&+.^_`|~-]/.test(c) ? c : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  return out;
+}
+
+function contentDisposition(head: MediaDownloadHead): string {
+  // Media shows in place; anything else (HTML, SVG, scripts) downloads instead of rendering on our origin.
+  const inline = /^(image|audio|video)\//i.test(head.contentType) && !/svg/i.test(head.contentType);
+  const fallback = head.fileName.replace(/[^\x20-\x7e]|["\\]/g, "_");
+  return `${inline ? "inline" : "attachment"}; filename="${fallback}"; filename*=UTF-8''${extendedValue(head.fileName)}`;
+}
+
+function headersOf(head: MediaDownloadHead): Record<string, string> {
+  const headers: Record<string, string> = {
+    "content-type": head.contentType,
+    "content-length": String(head.end - head.start + 1),
+    "accept-ranges": "bytes",
+    etag: head.etag,
+    "cache-control": head.public ? `public, max-age=${head.maxAgeSeconds}, immutable` : `private, max-age=${head.maxAgeSeconds}`,
+    "content-disposition": contentDisposition(head),
+    "x-content-type-options": "nosniff",
+    // Uploaded bytes are never trusted as active content, whatever type they claim.
+    "content-security-policy": "default-src 'none'; sandbox",
+  };
+  if (head.status === 206) headers["content-range"] = `bytes ${head.start}-${head.end}/${head.size}`;
+  return headers;
+}
+
+export interface MediaHttpLogger {
+  error(message: string, err: unknown): void;
+}
+
+/** Builds the handler for requests whose path starts with /media/. */
+export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLogger): (req: IncomingMessage, res: ServerResponse) => void {
+  const fail = (res: ServerResponse, err: unknown) => {
+    const parts = parleyErrorParts(err);
+    const name = (err as { name?: string } | null)?.name;
+    const entry = parts?.entry ?? (name === "ServiceNotAvailableError" || name === "RequestTimeoutError" ? Errors.unavailable : Errors.internal);
+    if (!parts && entry === Errors.internal) logger.error("failed to serve a download", err);
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
+    if (entry === Errors.rangeNotSatisfiable && parts?.metadata.size) headers["content-range"] = `bytes */${parts.metadata.size}`;
+    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBody(entry, parts?.metadata ?? {}, parts?.message ?? entry.message));
+  };
+
+  return (req, res) => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain" }).end("method not allowed\n");
+      return;
+    }
+    const fileId = url.pathname.slice(mediaPathPrefix.length);
+    if (!fileIdPattern.test(fileId)) {
+      fail(res, new ParleyError(Errors.mediaFileNotFound));
+      return;
+    }
+    const params: MediaDownloadParams = {
+      fileId,
+      expires: url.searchParams.get("expires") ?? undefined,
+      signature: url.searchParams.get("signature") ?? undefined,
+      range: parseRangeHeader(req.headers.range),
+      ifRange: typeof req.headers["if-range"] === "string" ? req.headers["if-range"] : undefined,
+      headOnly: req.method === "HEAD",
+    };
+    const meta: Record<string, unknown> = {};
+    broker
+      .call<Readable | null, MediaDownloadParams>("media.download", params, { meta })
+      .then(async (body) => {
+        const head = meta[mediaDownloadMetaKey] as MediaDownloadHead;
+        res.writeHead(head.status, headersOf(head));
+        if (!body) {
+          res.end();
+          return;
+        }
+        // A client that goes away mid-download ends the pipeline with an error; nothing to report.
+        await pipeline(body, res).catch(() => undefined);
+      })
+      .catch((err: unknown) => fail(res, err));
+  };
+}
