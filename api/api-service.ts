@@ -1,6 +1,7 @@
 // The stateless API tier: a Moleculer service that serves the Connect protocol (JSON and binary
 // protobuf, unary) on the shared HTTP server and forwards each RPC to the engine action owning it.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { BlockList } from "node:net";
 import { createConnectRouter, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
@@ -16,6 +17,7 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MediaService } from "../shared/gen/api/v1/media_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
+import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
 import { connectErrorOf, normalizeErrorBody, toConnectError } from "./errors.js";
 import { requestFactsKey } from "./rpc.js";
@@ -24,12 +26,17 @@ import { authService } from "./services/auth.js";
 import { contactService } from "./services/contact.js";
 import { groupService } from "./services/group.js";
 import { conversationService } from "./services/conversation.js";
+import { mediaService } from "./services/media.js";
 import { messageService } from "./services/message.js";
 import { pushService } from "./services/push.js";
 import { syncService } from "./services/sync.js";
 import { userService } from "./services/user.js";
 
-/** Largest request body accepted; UploadFile carries up to 5 MB of data, base64 in JSON. */
+/**
+ * Largest request body accepted. UploadFile carries up to 5 MB of data: as base64 in JSON that is
+ * 6,990,508 bytes plus names, well inside; data a little over 5 MB still arrives whole and gets
+ * the media service's FILE_TOO_LARGE, while data past about 6 MB is refused here unread.
+ */
 export const maxRequestBytes = 8 * 1024 * 1024;
 
 function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
@@ -42,15 +49,17 @@ function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
   router.service(ConversationService, conversationService(broker));
   router.service(MessageService, messageService(broker));
   router.service(GroupService, groupService(broker));
-  // Services of later milestones: every method answers UNIMPLEMENTED until it is built.
-  for (const service of [MediaService]) {
-    router.service(service, {});
-  }
+  router.service(MediaService, mediaService(broker));
 }
 
-function clientAddress(req: IncomingMessage): string {
-  const address = req.socket.remoteAddress ?? "";
-  return address.startsWith("::ffff:") ? address.slice("::ffff:".length) : address;
+export interface ApiOptions {
+  /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
+  trustedProxies?: readonly string[];
+}
+
+function clientAddress(req: IncomingMessage, trustedProxies: BlockList | undefined): string {
+  const forwarded = req.headers["x-forwarded-for"];
+  return resolveClientAddress(req.socket.remoteAddress ?? "", Array.isArray(forwarded) ? forwarded.join(",") : forwarded, trustedProxies);
 }
 
 export interface ApiHandle {
@@ -58,7 +67,8 @@ export interface ApiHandle {
   handle(req: IncomingMessage, res: ServerResponse): boolean;
 }
 
-export function apiService(onReady: (api: ApiHandle) => void): ServiceSchema {
+export function apiService(onReady: (api: ApiHandle) => void, options: ApiOptions = {}): ServiceSchema {
+  const trustedProxies = options.trustedProxies?.length ? addressList(options.trustedProxies) : undefined;
   return {
     name: "api",
     started() {
@@ -97,7 +107,7 @@ export function apiService(onReady: (api: ApiHandle) => void): ServiceSchema {
           finish("unimplemented");
           return true;
         }
-        const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req), host: req.headers.host ?? "" });
+        const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" });
         const universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
         handler(universalRequest)
           .then(async (response) => {

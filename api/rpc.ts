@@ -45,7 +45,9 @@ export async function authenticate(broker: ServiceBroker, context: HandlerContex
   const header = context.requestHeader.get("authorization") ?? "";
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) throw new ParleyError(Errors.unauthenticated, {}, "an Authorization: Bearer token is required");
-  const caller = (await broker.call("accounts.authenticate", { token: match[1] })) as Caller;
+  // The client address lets the engine apply an agent's IP whitelist.
+  const { clientIp } = context.values.get(requestFactsKey);
+  const caller = (await broker.call("accounts.authenticate", { token: match[1], clientIp })) as Caller;
   if (access === "user" && caller.kind !== "user") throw new ParleyError(Errors.userOnly);
   if (access === "agent" && caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
   return caller;

@@ -38,6 +38,7 @@ import {
 import type { Caller } from "../shared/caller.js";
 import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { AddressListCache } from "../shared/ip.js";
 import type { EngineDeps } from "./deps.js";
 import {
   TokenPrefix,
@@ -110,6 +111,7 @@ export interface AuthenticatedToken {
 
 export class Accounts {
   private readonly verifyMailboxes = new Mailboxes();
+  private readonly whitelists = new AddressListCache();
 
   constructor(
     private readonly deps: EngineDeps,
@@ -283,8 +285,11 @@ export class Accounts {
     return { accessToken, refreshToken: nextRefresh, expiresIn: AuthPolicy.accessTokenTtlSeconds };
   }
 
-  /** Resolves a bearer token to its identity; UNAUTHENTICATED for anything not currently valid. */
-  async authenticate(token: string): Promise<AuthenticatedToken> {
+  /**
+   * Resolves a bearer token to its identity; UNAUTHENTICATED for anything not currently valid.
+   * An agent with an IP whitelist is refused (PERMISSION_DENIED) from any other client address.
+   */
+  async authenticate(token: string, clientIp = ""): Promise<AuthenticatedToken> {
     if (isWellFormedToken(token, TokenPrefix.userAccess)) {
       const session = await this.deps.store.sessions.findByAccessHash(hashToken(token));
       if (!session) throw new ParleyError(Errors.unauthenticated);
@@ -297,6 +302,9 @@ export class Accounts {
     if (isWellFormedToken(token, TokenPrefix.agent)) {
       const agent = await this.deps.store.agents.findByTokenHash(hashToken(token));
       if (!agent || agent.status !== AgentStatus.active) throw new ParleyError(Errors.unauthenticated);
+      if (agent.ipWhitelist.length > 0 && !this.whitelists.contains(agent.ipWhitelist, clientIp)) {
+        throw new ParleyError(Errors.ipNotAllowed, { clientIp });
+      }
       return { kind: "agent", userId: agent.agentUserId, deviceId: "" };
     }
     throw new ParleyError(Errors.unauthenticated);
@@ -393,7 +401,7 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
     },
     actions: {
       authenticate: {
-        handler: (ctx: { params: { token: string } }) => accounts.authenticate(ctx.params.token),
+        handler: (ctx: { params: { token: string; clientIp?: string } }) => accounts.authenticate(ctx.params.token, ctx.params.clientIp),
       },
       requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request }) =>
         accounts.requestCode(request.identityType, request.identityValue, "login"),

@@ -1,33 +1,69 @@
 // Agents: programmatic accounts created by a user (the developer). An agent is a user record of
 // account type AGENT plus an agent record holding its credentials and delivery settings.
-import { create } from "@bufbuild/protobuf";
-import type { ServiceSchema } from "moleculer";
+//
+// Changes to one agent's record run one at a time through its mailbox: a webhook configuration
+// waits up to 5 s for the test request, and a second change must not interleave with it. Every
+// change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
+import { create, toJsonString } from "@bufbuild/protobuf";
+import type { Context, ServiceSchema } from "moleculer";
 import {
   AgentInfoSchema,
   AgentProfileSchema,
+  AgentStatus as AgentStatusEnum,
   CreateAgentRequestSchema,
   CreateAgentResponseSchema,
+  DeleteMyAgentRequestSchema,
+  DeleteMyAgentResponseSchema,
   GetAgentInfoRequestSchema,
   GetAgentInfoResponseSchema,
+  GetMiniAppLaunchDataRequestSchema,
+  GetMiniAppLaunchDataResponseSchema,
   GetMyAgentRequestSchema,
   GetMyAgentResponseSchema,
+  ListFeaturedAgentsRequestSchema,
+  ListFeaturedAgentsResponseSchema,
   ListMyAgentsRequestSchema,
   ListMyAgentsResponseSchema,
+  RegenerateAgentSecretKeyRequestSchema,
+  RegenerateAgentSecretKeyResponseSchema,
+  RegenerateAgentTokenRequestSchema,
+  RegenerateAgentTokenResponseSchema,
+  SetAgentConfigRequestSchema,
+  SetAgentConfigResponseSchema,
+  SetAgentMiniAppRequestSchema,
+  SetAgentMiniAppResponseSchema,
+  UpdateAgentSelfConfigRequestSchema,
+  UpdateAgentSelfConfigResponseSchema,
+  type AgentCommandInfo,
   type AgentInfo,
   type AgentProfile,
 } from "../shared/gen/api/v1/agent_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import { privateConversationId } from "../shared/ids.js";
+import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
+import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent } from "../shared/bus.js";
+import type { Caller, RpcParams } from "../shared/caller.js";
+import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
+import { isGroupConversationId, privateConversationId } from "../shared/ids.js";
+import { httpsUrlProblem } from "../shared/https-url.js";
+import { invalidAddressRule } from "../shared/ip.js";
+import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../shared/webhook-check.js";
 import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
+import { appendToStream, fanOut } from "./inbox.js";
+import { Mailboxes } from "./mailbox.js";
+import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AgentStatus, AgentVisibility, ConversationKind, DeliveryMode, type AgentRecord, type UserRecord } from "./store/store.js";
-import { appendToStream } from "./inbox.js";
+import { AgentStatus, AgentVisibility, ConversationKind, DeliveryMode, GroupStatus, type AgentRecord, type UserRecord } from "./store/store.js";
 import { usernameProblem } from "./users.js";
 import { userInfoView } from "./views.js";
 
 /** How much of a token or key profile views show, enough to tell two apart. */
 const visiblePrefixLength = 12;
+
+export const AgentPolicy = {
+  featuredDefault: 20,
+  maxAllowedOrigins: 50,
+  maxStartParamLength: 512,
+} as const;
 
 export function agentProfileView(agent: AgentRecord, user: UserRecord): AgentProfile {
   return create(AgentProfileSchema, {
@@ -40,6 +76,10 @@ export function agentProfileView(agent: AgentRecord, user: UserRecord): AgentPro
     secretKeyPrefix: agent.secretKey.slice(0, visiblePrefixLength),
     ipWhitelist: agent.ipWhitelist,
     commands: agent.commands,
+    miniAppEnabled: agent.miniApp.enabled,
+    miniAppUrl: agent.miniApp.url,
+    miniAppAllowedOrigins: agent.miniApp.allowedOrigins,
+    miniAppPermissions: agent.miniApp.permissions,
     createdAt: BigInt(agent.createdAt),
     updatedAt: BigInt(agent.updatedAt),
   });
@@ -53,12 +93,45 @@ export function agentInfoView(agent: AgentRecord, user: UserRecord, creator: Use
     visibility: agent.visibility,
     isSystemAgent: agent.isSystem,
     commands: agent.commands,
+    miniAppEnabled: agent.miniApp.enabled,
+    miniAppUrl: agent.miniApp.url,
+    miniAppPermissions: agent.miniApp.permissions,
     createdAt: BigInt(agent.createdAt),
   });
 }
 
+/** The fields of SetAgentConfig and UpdateAgentSelfConfig; absent ones keep their values. */
+export interface AgentConfigChange {
+  visibility?: number;
+  ipWhitelist?: string[];
+  commands?: AgentCommandInfo[];
+  deliveryMode?: number;
+  webhookUrl?: string;
+}
+
+/** The parameters of the internal `agents.configureWebhook` action (the system agent's /setwebhook). */
+export interface ConfigureWebhookParams {
+  agentUserId: number;
+  url: string;
+}
+
+const loopbackHosts = new Set(["localhost", "127.0.0.1", "[::1]"]);
+
+/** Whether the text is exactly an origin: https://host[:port], or http:// for a loopback host during development. */
+function isOrigin(raw: string): boolean {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return false;
+  }
+  const schemeAllowed = url.protocol === "https:" || (url.protocol === "http:" && loopbackHosts.has(url.hostname));
+  return schemeAllowed && url.origin === raw;
+}
+
 export function agentsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
+  const mailboxes = new Mailboxes();
 
   async function ownedAgent(creatorId: number, agentUserId: number): Promise<{ agent: AgentRecord; user: UserRecord }> {
     const agent = await store.agents.getAgent(agentUserId);
@@ -66,6 +139,115 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     if (!agent || !user || agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotFound);
     if (agent.creatorId !== creatorId) throw new ParleyError(Errors.notAgentCreator);
     return { agent, user };
+  }
+
+  function announceChange(ctx: Context, agentUserId: number, tokenRevoked = false): void {
+    if (tokenRevoked) void ctx.broadcast(BusEvents.agentTokenRevoked, { agentUserId } satisfies AgentTokenRevokedEvent);
+    void ctx.broadcast(BusEvents.agentChanged, { agentUserId } satisfies AgentChangedEvent);
+  }
+
+  /** Writes a change of the agent's record, in its mailbox, and announces it. */
+  async function updateAgent(ctx: Context, agentUserId: number, change: Parameters<typeof store.agents.updateAgent>[1], tokenRevoked = false): Promise<AgentRecord> {
+    const saved = await mailboxes.run(agentUserId, () => store.agents.updateAgent(agentUserId, { ...change, updatedAt: clock.now() }));
+    announceChange(ctx, agentUserId, tokenRevoked);
+    return saved;
+  }
+
+  /**
+   * Validates and applies a configuration change. A webhook configuration (WEBHOOK mode with a
+   * new mode or URL given) is accepted only once the URL answered a test request signed with a
+   * fresh secret key, which then replaces the old one; on any refusal nothing changes.
+   * `alwaysNewKey` issues a new key even when no webhook was configured (SetAgentConfig).
+   */
+  async function applyConfig(ctx: Context, agentUserId: number, change: AgentConfigChange, alwaysNewKey: boolean): Promise<{ agent: AgentRecord; secretKey: string }> {
+    const update: Partial<AgentRecord> = {};
+    if (change.visibility !== undefined) {
+      if (change.visibility !== AgentVisibility.public && change.visibility !== AgentVisibility.private) {
+        throw new ParleyError(Errors.invalidAgentConfig, { field: "visibility" }, "visibility must be PUBLIC or PRIVATE");
+      }
+      update.visibility = change.visibility;
+    }
+    if (change.ipWhitelist !== undefined) {
+      const entries = change.ipWhitelist.map((entry) => entry.trim());
+      const invalid = invalidAddressRule(entries);
+      if (invalid !== undefined) throw new ParleyError(Errors.invalidIpWhitelist, { entry: invalid }, `not an IP address or CIDR block: ${JSON.stringify(invalid)}`);
+      update.ipWhitelist = [...new Set(entries)];
+    }
+    if (change.commands !== undefined) {
+      const seen = new Set<string>();
+      for (const { command } of change.commands) {
+        if (seen.has(command)) throw new ParleyError(Errors.invalidAgentConfig, { field: "commands", command }, `the command ${command} is listed twice`);
+        seen.add(command);
+      }
+      update.commands = change.commands.map(({ command, description }) => ({ command, description }));
+    }
+    if (change.deliveryMode !== undefined && change.deliveryMode !== DeliveryMode.webhook && change.deliveryMode !== DeliveryMode.websocket) {
+      throw new ParleyError(Errors.invalidAgentConfig, { field: "delivery_mode" }, "deliveryMode must be WEBHOOK or WEBSOCKET");
+    }
+
+    return mailboxes.run(agentUserId, async () => {
+      const agent = await store.agents.getAgent(agentUserId);
+      if (!agent) throw new ParleyError(Errors.agentNotFound);
+      if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+      const mode = change.deliveryMode ?? agent.deliveryMode;
+      let secretKey = "";
+      if (mode === DeliveryMode.webhook && (change.deliveryMode !== undefined || change.webhookUrl !== undefined)) {
+        const url = change.webhookUrl ?? agent.webhookUrl;
+        if (!url) throw new ParleyError(Errors.webhookUrlRequired, { field: "webhook_url" });
+        secretKey = newToken(TokenPrefix.secretKey);
+        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
+        if (!check.ok) {
+          const reason = check.reason ?? "the test request failed";
+          throw new ParleyError(check.invalidUrl ? Errors.invalidWebhookUrl : Errors.webhookUnreachable, { reason, url }, check.invalidUrl ? reason : `the webhook URL failed the test request: ${reason}`);
+        }
+        Object.assign(update, { deliveryMode: DeliveryMode.webhook, webhookUrl: url, secretKey });
+      } else if (mode === DeliveryMode.websocket) {
+        if (change.webhookUrl) throw new ParleyError(Errors.invalidAgentConfig, { field: "webhook_url" }, "a webhook URL needs deliveryMode WEBHOOK");
+        if (change.deliveryMode !== undefined) Object.assign(update, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
+      }
+      if (!secretKey && alwaysNewKey) {
+        secretKey = newToken(TokenPrefix.secretKey);
+        update.secretKey = secretKey;
+      }
+      const saved = await store.agents.updateAgent(agentUserId, { ...update, updatedAt: clock.now() });
+      announceChange(ctx, agentUserId);
+      return { agent: saved, secretKey };
+    });
+  }
+
+  /** Takes the agent out of every group it is in, each group telling its members the agent left. */
+  async function leaveAllGroups(ctx: Context, agentUserId: number): Promise<void> {
+    const asAgent: Caller = { kind: "agent", userId: agentUserId, deviceId: "" };
+    for (const groupId of await store.groups.groupIdsOf(agentUserId)) {
+      try {
+        await ctx.call("groups.leaveGroup", { caller: asAgent, request: { groupId } } satisfies RpcParams);
+      } catch (err) {
+        // A group dissolved or left meanwhile has nothing left to undo.
+        const name = parleyErrorParts(err)?.entry.errorName;
+        if (name !== Errors.groupDissolved.errorName && name !== Errors.memberNotFound.errorName && name !== Errors.groupNotFound.errorName) throw err;
+      }
+    }
+  }
+
+  /** Whether the user may see and launch the agent: it is public, theirs, or already their contact. */
+  async function hasAccess(userId: number, agent: AgentRecord): Promise<boolean> {
+    if (agent.visibility === AgentVisibility.public || agent.creatorId === userId) return true;
+    return (await store.social.getContact(userId, agent.agentUserId)) !== undefined;
+  }
+
+  /** PERMISSION_DENIED unless the conversation is the user's PRIVATE one with the agent or a group both are in. */
+  async function requireLaunchConversation(userId: number, agentUserId: number, conversationId: bigint): Promise<void> {
+    if (isGroupConversationId(conversationId)) {
+      const group = await store.groups.getGroup(Number(conversationId));
+      const both =
+        group?.status === GroupStatus.normal &&
+        (await store.groups.getMember(group.groupId, userId)) !== undefined &&
+        (await store.groups.getMember(group.groupId, agentUserId)) !== undefined;
+      if (both) return;
+    } else if (conversationId === privateConversationId(userId, agentUserId) && (await store.conversations.getConversation(conversationId))) {
+      return;
+    }
+    throw new ParleyError(Errors.launchConversationMismatch, { conversationId: String(conversationId) });
   }
 
   return {
@@ -130,6 +312,123 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         if (!agent || !user || agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotFound);
         return { agent: agentInfoView(agent, user, await store.users.getUser(agent.creatorId)) };
       }),
+      listFeaturedAgents: rpcAction(ListFeaturedAgentsRequestSchema, ListFeaturedAgentsResponseSchema, async ({ request, caller }) => {
+        requireCaller(caller);
+        const agents = await store.agents.sampleFeatured(request.limit || AgentPolicy.featuredDefault);
+        const users = new Map((await store.users.getUsers([...new Set(agents.flatMap((a) => [a.agentUserId, a.creatorId]))])).map((u) => [u.userId, u]));
+        return {
+          agents: agents.filter((a) => users.has(a.agentUserId)).map((a) => agentInfoView(a, users.get(a.agentUserId)!, users.get(a.creatorId))),
+        };
+      }),
+      setAgentConfig: rpcAction(SetAgentConfigRequestSchema, SetAgentConfigResponseSchema, async ({ request, caller, ctx }) => {
+        const { user } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
+        const { agent, secretKey } = await applyConfig(
+          ctx,
+          request.agentUserId,
+          {
+            visibility: request.visibility,
+            // A repeated field has no presence: the list given (possibly empty) is the new list.
+            ipWhitelist: request.ipWhitelist,
+            commands: request.commands?.items,
+            deliveryMode: request.deliveryMode,
+            webhookUrl: request.webhookUrl,
+          },
+          true,
+        );
+        return { secretKey, profile: agentProfileView(agent, user) };
+      }),
+      updateAgentSelfConfig: rpcAction(UpdateAgentSelfConfigRequestSchema, UpdateAgentSelfConfigResponseSchema, async ({ request, caller, ctx }) => {
+        if (!caller || caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
+        const current = await store.agents.getAgent(caller.userId);
+        if (!current) throw new ParleyError(Errors.agentNotFound);
+        if (current.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+        const { secretKey } = await applyConfig(
+          ctx,
+          caller.userId,
+          { commands: request.commands?.items, deliveryMode: request.deliveryMode, webhookUrl: request.webhookUrl },
+          false,
+        );
+        return { secretKey };
+      }),
+      deleteMyAgent: rpcAction(DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, async ({ request, caller, ctx }) => {
+        const { agent, user } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
+        // The status is what authentication checks, so the token stops working with this write.
+        await updateAgent(ctx, agent.agentUserId, { status: AgentStatus.deleted }, true);
+        await leaveAllGroups(ctx, agent.agentUserId);
+        const contactOwners = await store.social.listContactOwners(agent.agentUserId);
+        await fanOut(
+          ctx,
+          contactOwners,
+          { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId: agent.agentUserId, newStatus: AgentStatusEnum.DELETED } },
+          [userInfoView(user)],
+        );
+        return {};
+      }),
+      regenerateAgentToken: rpcAction(RegenerateAgentTokenRequestSchema, RegenerateAgentTokenResponseSchema, async ({ request, caller, ctx }) => {
+        const { agent } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
+        const token = newToken(TokenPrefix.agent);
+        await updateAgent(ctx, agent.agentUserId, { tokenHash: hashToken(token), tokenPrefix: token.slice(0, visiblePrefixLength) }, true);
+        return { token };
+      }),
+      regenerateAgentSecretKey: rpcAction(RegenerateAgentSecretKeyRequestSchema, RegenerateAgentSecretKeyResponseSchema, async ({ request, caller, ctx }) => {
+        const { agent } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
+        const secretKey = newToken(TokenPrefix.secretKey);
+        await updateAgent(ctx, agent.agentUserId, { secretKey });
+        return { secretKey };
+      }),
+      setAgentMiniApp: rpcAction(SetAgentMiniAppRequestSchema, SetAgentMiniAppResponseSchema, async ({ request, caller, ctx }) => {
+        const { agent } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
+        // A disabled Mini App may keep no URL; any URL given must be valid either way.
+        if (request.enabled || request.url !== "") {
+          const problem = httpsUrlProblem(request.url, "Mini App URL");
+          if (problem) throw new ParleyError(Errors.invalidMiniAppUrl, { field: "url" }, problem);
+        }
+        if (request.allowedOrigins.length > AgentPolicy.maxAllowedOrigins) {
+          throw new ParleyError(Errors.invalidMiniAppOrigin, { max: String(AgentPolicy.maxAllowedOrigins) }, `at most ${AgentPolicy.maxAllowedOrigins} allowed origins`);
+        }
+        const badOrigin = request.allowedOrigins.find((origin) => !isOrigin(origin));
+        if (badOrigin !== undefined) throw new ParleyError(Errors.invalidMiniAppOrigin, { origin: badOrigin });
+        if (request.permissions < 0 || (request.permissions & ~allMiniAppPermissions) !== 0) {
+          throw new ParleyError(Errors.invalidMiniAppPermissions, { permissions: String(request.permissions), defined: String(allMiniAppPermissions) });
+        }
+        await updateAgent(ctx, agent.agentUserId, {
+          miniApp: { enabled: request.enabled, url: request.url, allowedOrigins: [...new Set(request.allowedOrigins)], permissions: request.permissions },
+        });
+        return {};
+      }),
+      getMiniAppLaunchData: rpcAction(GetMiniAppLaunchDataRequestSchema, GetMiniAppLaunchDataResponseSchema, async ({ request, caller }) => {
+        const viewer = requireUser(caller);
+        const agent = await store.agents.getAgent(request.agentUserId);
+        if (!agent || agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotFound);
+        if (!(await hasAccess(viewer.userId, agent))) throw new ParleyError(Errors.noAgentAccess);
+        if (!agent.miniApp.enabled) throw new ParleyError(Errors.miniAppNotEnabled);
+        if (request.conversationId !== 0n) await requireLaunchConversation(viewer.userId, agent.agentUserId, request.conversationId);
+        const platform = request.platform.trim().toLowerCase();
+        if (!/^[a-z0-9_-]{0,32}$/.test(platform)) throw new ParleyError(Errors.invalidArgument, { field: "platform" }, "platform is a short name such as ios, android or desktop");
+        if (request.startParam.length > AgentPolicy.maxStartParamLength) {
+          throw new ParleyError(Errors.invalidArgument, { field: "start_param" }, `startParam has at most ${AgentPolicy.maxStartParamLength} characters`);
+        }
+        const user = await store.users.getUser(viewer.userId);
+        if (!user) throw new ParleyError(Errors.userNotFound);
+        const profile = (agent.miniApp.permissions & MiniAppPermission.readProfile) !== 0 ? userInfoView(user) : create(UserInfoSchema, { userId: user.userId });
+        const initData = signInitData(agent.secretKey, {
+          agentUserId: agent.agentUserId,
+          authDate: Math.floor(clock.now() / 1000),
+          conversationId: request.conversationId,
+          platform,
+          startParam: request.startParam,
+          userJson: toJsonString(UserInfoSchema, profile),
+        });
+        return { initData, miniAppUrl: agent.miniApp.url };
+      }),
+      /** Internal (no RPC): points an agent's webhook at a URL exactly as SetAgentConfig would. */
+      configureWebhook: {
+        handler: async (ctx: Context<ConfigureWebhookParams>) => {
+          const { secretKey } = await applyConfig(ctx, ctx.params.agentUserId, { deliveryMode: DeliveryMode.webhook, webhookUrl: ctx.params.url }, false);
+          return { secretKey };
+        },
+      },
     },
   };
 }
+

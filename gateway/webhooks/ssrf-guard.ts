@@ -4,6 +4,7 @@
 // time, so a DNS answer that changes after configuration (rebinding) is caught as well.
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { BlockList, isIP } from "node:net";
+import { httpsUrlProblem } from "../../shared/https-url.js";
 
 const privateRanges = new BlockList();
 for (const [network, prefix] of [
@@ -61,13 +62,5 @@ export function guardedLookup(allowPrivate: boolean) {
 
 /** Checks that a webhook URL is an absolute HTTPS URL; answers the reason when it is not. */
 export function webhookUrlProblem(raw: string): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return "the webhook URL is not a valid URL";
-  }
-  if (url.protocol !== "https:") return "the webhook URL must use https";
-  if (url.username || url.password) return "the webhook URL must not carry credentials";
-  return undefined;
+  return httpsUrlProblem(raw, "webhook URL");
 }

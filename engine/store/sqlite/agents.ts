@@ -53,8 +53,9 @@ const columns: Record<string, [string, (value: never) => unknown]> = {
 };
 
 export function agentStore(db: Database.Database, getUser: (userId: number) => UserRecord): AgentStore {
+  // An explicit user_id below the AUTOINCREMENT sequence leaves the sequence where it is.
   const insertUser = db.prepare(
-    "INSERT INTO users (account_type, username, username_custom, nickname, signature, created_at) VALUES (?, ?, 1, ?, ?, ?)",
+    "INSERT INTO users (user_id, account_type, username, username_custom, nickname, signature, created_at) VALUES (?, ?, ?, 1, ?, ?, ?)",
   );
   const insertAgent = db.prepare(`INSERT INTO agents (agent_user_id, creator_id, status, visibility, is_system, token_hash, token_prefix, secret_key,
     delivery_mode, webhook_url, ip_whitelist, commands, mini_app, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -64,7 +65,7 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
   const system = db.prepare<[], AgentRow>("SELECT * FROM agents WHERE is_system = 1 ORDER BY agent_user_id LIMIT 1");
   const byCreator = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE creator_id = ? ORDER BY created_at, agent_user_id");
   const create = db.transaction((user: Parameters<AgentStore["createAgent"]>[0], agent: Parameters<AgentStore["createAgent"]>[1]) => {
-    const { lastInsertRowid } = insertUser.run(AccountType.agent, user.username, user.nickname, user.signature, user.createdAt);
+    const { lastInsertRowid } = insertUser.run(user.userId ?? null, AccountType.agent, user.username, user.nickname, user.signature, user.createdAt);
     const agentUserId = Number(lastInsertRowid);
     insertAgent.run(
       agentUserId,

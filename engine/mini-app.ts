@@ -1,0 +1,85 @@
+// Mini Apps: the permission bits an agent may request, and the signed launch data (initData) the
+// server hands to a Mini App so that the agent's backend can trust who opened it and from where.
+//
+// initData is a URL query string (application/x-www-form-urlencoded) with these fields:
+//   agent_user_id    the agent's user id
+//   auth_date        when the server issued it, Unix seconds
+//   conversation_id  the conversation it was opened from, "0" for none
+//   platform         as the client said (ios, android, desktop)
+//   query_id         128 random bits, base64url: unique per launch
+//   start_param      the deep-link or card-action parameter, possibly empty
+//   user             the proto3 JSON of the launching user's UserInfo; only {"userId":…} unless
+//                    the agent holds the READ_PROFILE permission
+//   signature        lowercase hex HMAC-SHA256 keyed with the agent's secret key over the
+//                    data-check string: every other field as key=value (decoded values), sorted
+//                    by key, joined with "\n"
+// verifyInitData below is self-contained (node:crypto only) so an agent can copy it as it is.
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+
+/** The Mini App permission bitmask. Undefined bits are refused by SetAgentMiniApp. */
+export const MiniAppPermission = {
+  /** initData carries the user's public profile (username, nickname, avatar, bio), not only the id. */
+  readProfile: 1,
+  /** The client lets the Mini App send messages as the user into the launch conversation, after asking. */
+  sendMessages: 2,
+  /** The client lets the Mini App ask the user to share their phone number or email. */
+  requestContact: 4,
+} as const;
+
+export const allMiniAppPermissions = Object.values(MiniAppPermission).reduce((all: number, bit) => all | bit, 0);
+
+export interface InitDataFields {
+  agentUserId: number;
+  authDate: number;
+  conversationId: bigint;
+  platform: string;
+  startParam: string;
+  /** The proto3 JSON of the user's UserInfo (or of its id alone). */
+  userJson: string;
+}
+
+function dataCheckString(fields: Iterable<[string, string]>): string {
+  return [...fields]
+    .filter(([key]) => key !== "signature")
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([key, value]) => `${key}=${value}`)
+    .join("\n");
+}
+
+/** Builds and signs the initData query string. */
+export function signInitData(secretKey: string, fields: InitDataFields): string {
+  const params = new URLSearchParams({
+    agent_user_id: String(fields.agentUserId),
+    auth_date: String(fields.authDate),
+    conversation_id: String(fields.conversationId),
+    platform: fields.platform,
+    query_id: randomBytes(16).toString("base64url"),
+    start_param: fields.startParam,
+    user: fields.userJson,
+  });
+  params.append("signature", createHmac("sha256", secretKey).update(dataCheckString(params)).digest("hex"));
+  return params.toString();
+}
+
+/**
+ * What an agent runs on the initData its Mini App received: answers the fields when the signature
+ * is the agent's and the data is at most `maxAgeSeconds` old, undefined otherwise.
+ */
+export function verifyInitData(initData: string, secretKey: string, maxAgeSeconds = 24 * 60 * 60, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> | undefined {
+  const params = new URLSearchParams(initData);
+  const signature = params.get("signature") ?? "";
+  if (params.getAll("signature").length !== 1 || !/^[0-9a-f]{64}$/.test(signature)) return undefined;
+  const entries = [...params.entries()];
+  // A repeated key would let two different strings share one data-check string.
+  if (new Set(entries.map(([key]) => key)).size !== entries.length) return undefined;
+  const sorted = entries
+    .filter(([key]) => key !== "signature")
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([key, value]) => `${key}=${value}`)
+    .join("\n");
+  const expected = createHmac("sha256", secretKey).update(sorted).digest();
+  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) return undefined;
+  const authDate = Number(params.get("auth_date"));
+  if (!Number.isInteger(authDate) || nowSeconds - authDate > maxAgeSeconds || authDate - nowSeconds > 60) return undefined;
+  return Object.fromEntries(entries);
+}
