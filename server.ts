@@ -5,16 +5,21 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle } from "./api/api-service.js";
+import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
 import { agentsService } from "./engine/agents.js";
 import { conversationService } from "./engine/conversation.js";
 import { conversationsService } from "./engine/conversations.js";
 import { groupsService } from "./engine/groups.js";
+import { LocalDiskBlobStore } from "./engine/blob-store/local-disk-blob-store.js";
+import { mediaService } from "./engine/media.js";
 import { socialService } from "./engine/social.js";
+import { systemAgentService } from "./engine/system-agent.js";
 import { systemClock, type Clock } from "./engine/clock.js";
 import { createCodeSender } from "./engine/code-delivery/code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
+import { webhookTarget } from "./engine/agent-delivery.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { pushService } from "./engine/push.js";
@@ -22,8 +27,11 @@ import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
 import { usersService } from "./engine/users.js";
 import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
+import { webhookService } from "./gateway/webhooks/webhook-service.js";
+import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
+import { mediaPathPrefix } from "./shared/media-download.js";
 import { metricsRegistry, openSockets } from "./shared/metrics.js";
 
 /** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
@@ -38,6 +46,8 @@ export interface ParleyOptions {
   drainMs?: number;
   /** Gateway connection limits (timeouts, send queue size); defaults suit production. */
   gateway?: Partial<ConnectionPolicy>;
+  /** Webhook dispatch timing (retry base, answer limit, polling); defaults follow the spec. */
+  webhooks?: Partial<DispatcherPolicy>;
   /** Adapters to use instead of the configured ones (tests record what leaves the engine). */
   adapters?: Partial<Pick<EngineDeps, "pushNotifier">>;
 }
@@ -51,7 +61,7 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
-const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations", "groups"];
+const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
@@ -76,12 +86,26 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(conversationService(deps));
     broker.createService(conversationsService(deps));
     broker.createService(groupsService(deps));
+    broker.createService(mediaService(deps, await LocalDiskBlobStore.open(config.dataDir)));
+    broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
+    broker.createService(systemAgentService(deps));
+    broker.createService(
+      webhookDispatcherService({
+        queue: store.webhookJobs,
+        // Read at send time, so a regenerated key or a mode switch applies to jobs already queued.
+        resolveTarget: async (agentUserId) => webhookTarget(await store.agents.getAgent(agentUserId)),
+        now: () => clock.now(),
+        allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+        policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
+      }),
+    );
   }
 
   let server: Server | undefined;
   let ready = false;
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
+    const downloads = mediaDownloadHandler(broker, broker.getLogger("media-http"));
     server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
       const path = (req.url ?? "").split("?", 1)[0];
       if (path === "/healthz") {
@@ -95,11 +119,17 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         );
         return;
       }
+      if (path.startsWith(mediaPathPrefix)) {
+        downloads(req, res);
+        return;
+      }
       if (api?.handle(req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
     });
-    broker.createService(apiService((handle) => (api = handle)));
-    broker.createService(gatewayService({ ...options.gateway, server, onConnectionCountChange: (delta) => openSockets.inc(delta) }));
+    broker.createService(apiService((handle) => (api = handle), { trustedProxies: config.trustedProxies }));
+    broker.createService(
+      gatewayService({ ...options.gateway, server, trustedProxies: config.trustedProxies, onConnectionCountChange: (delta) => openSockets.inc(delta) }),
+    );
   }
 
   await broker.start();

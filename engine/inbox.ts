@@ -24,9 +24,11 @@ import {
   GetDifferenceResponseSchema,
 } from "../shared/gen/api/v1/sync_pb.js";
 import { NonSnUpdateSchema, SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
-import { BusEvents, type PushEvent } from "../shared/bus.js";
+import { AgentDeliveryActions, type AgentBacklogParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
+import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
+import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
@@ -99,11 +101,15 @@ function relatedParts(params: { users?: WireMessage[]; groups?: WireMessage[] })
 export class Inbox {
   private readonly mailboxes = new Mailboxes();
   private readonly latestSn = new Map<number, number>();
+  readonly webhooks: WebhookRouting;
 
   constructor(
     private readonly deps: EngineDeps,
     private readonly publish: (event: PushEvent) => void,
-  ) {}
+    private readonly webhookQueued: (agentUserId: number) => void = () => {},
+  ) {
+    this.webhooks = new WebhookRouting(deps.store);
+  }
 
   private async currentSn(userId: number): Promise<number> {
     const cached = this.latestSn.get(userId);
@@ -114,15 +120,21 @@ export class Inbox {
     return latest;
   }
 
-  /** Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded. */
-  private async store(userId: number, entries: EncodedEntry[]): Promise<number[]> {
+  /**
+   * Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded.
+   * With `webhookRelated` (the user is a WEBHOOK-mode agent) the webhook bodies, which carry the
+   * sn, are queued in the same write (see agent-delivery.ts). Answers the sn values and how many
+   * bodies were queued.
+   */
+  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined): Promise<{ sns: number[]; queued: number }> {
     const bodies = entries.map((entry) => Buffer.from(entry.binary, "base64"));
     for (let attempt = 0; attempt < 4; attempt++) {
       const base = await this.currentSn(userId);
       const now = this.deps.clock.now();
       const sns = entries.map((_, index) => base + index + 1);
       const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
-      if ((await this.deps.store.updates.appendUpdates(userId, rows)) === "ok") return sns;
+      const handoff = webhookRelated && this.webhooks.handoff(entries.map((entry, index) => ({ sn: sns[index], wire: entry.wire })), webhookRelated, now);
+      if ((await this.deps.store.updates.appendUpdates(userId, rows, handoff)) === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
       this.latestSn.delete(userId);
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
@@ -132,11 +144,12 @@ export class Inbox {
   append(params: AppendParams): Promise<number[]> {
     const { userId } = params;
     return this.mailboxes.run(userId, async () => {
-      const sns = await this.store(userId, params.entries);
-      const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
-      this.latestSn.set(userId, latest);
       // The Update's wire form is assembled directly: every part already is proto3 JSON.
       const related = relatedParts(params);
+      const { sns, queued } = await this.store(userId, params.entries, (await this.webhooks.sendsByWebhook(userId)) ? related : undefined);
+      if (queued > 0) this.webhookQueued(userId);
+      const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
+      this.latestSn.set(userId, latest);
       params.entries.forEach((entry, index) => {
         this.publish({ userId, update: { ...related, snUpdate: { sn: sns[index], ...entry.wire } } });
       });
@@ -148,9 +161,17 @@ export class Inbox {
     });
   }
 
-  /** Pushes an ephemeral entry live to the user's connections; nothing is stored. */
-  pushEphemeral(params: PushEphemeralParams): void {
-    this.publish({ userId: params.userId, update: { ...relatedParts(params), nonSnUpdate: params.entry } });
+  /**
+   * Pushes an ephemeral entry live to the user's connections; nothing is stored in the stream. A
+   * card action for a WEBHOOK-mode agent is queued for its webhook as well.
+   */
+  async pushEphemeral(params: PushEphemeralParams): Promise<void> {
+    const update = { ...relatedParts(params), nonSnUpdate: params.entry };
+    this.publish({ userId: params.userId, update });
+    if (this.webhooks.sendsEphemeral(params.entry) && (await this.webhooks.sendsByWebhook(params.userId))) {
+      await this.deps.store.webhookJobs.enqueue(params.userId, JSON.stringify(update), this.deps.clock.now());
+      this.webhookQueued(params.userId);
+    }
   }
 
   async currentState(userId: number): Promise<number> {
@@ -227,6 +248,8 @@ export async function pushEphemeral(ctx: Pick<Context, "call">, userId: number, 
 }
 
 const shardByUser = { strategy: "Shard", strategyOptions: { shardKey: "userId" } };
+/** "inbox.x" → "x": the shared action names are full, the service declares them unqualified. */
+const actionName = (fullName: string) => fullName.slice(fullName.indexOf(".") + 1);
 const shardByCaller = { strategy: "Shard", strategyOptions: { shardKey: "caller.userId" } };
 
 export function inboxService(deps: EngineDeps): ServiceSchema {
@@ -234,13 +257,34 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
   return {
     name: "inbox",
     created() {
-      inbox = new Inbox(deps, (event) => void this.broker.broadcast(BusEvents.push, event));
+      inbox = new Inbox(
+        deps,
+        (event) => void this.broker.broadcast(BusEvents.push, event),
+        (agentUserId) => void this.broker.broadcast(BusEvents.webhookQueued, { agentUserId } satisfies WebhookQueuedEvent),
+      );
+    },
+    events: {
+      [BusEvents.agentChanged]: {
+        handler(ctx: Context<AgentChangedEvent>) {
+          inbox.webhooks.forgetAgent(ctx.params.agentUserId);
+        },
+      },
     },
     actions: {
       append: { ...shardByUser, handler: async (ctx: Context<AppendParams>) => ({ sns: await inbox.append(ctx.params) }) },
       pushEphemeral: {
-        handler: (ctx: Context<PushEphemeralParams>) => {
-          inbox.pushEphemeral(ctx.params);
+        handler: async (ctx: Context<PushEphemeralParams>) => {
+          await inbox.pushEphemeral(ctx.params);
+          return {};
+        },
+      },
+      [actionName(AgentDeliveryActions.backlog)]: {
+        ...shardByUser,
+        handler: (ctx: Context<AgentBacklogParams>) => agentBacklog(deps.store, ctx.params.userId, ctx.params.afterSn, ctx.params.limit),
+      },
+      [actionName(AgentDeliveryActions.markDelivered)]: {
+        handler: async (ctx: Context<MarkDeliveredParams>) => {
+          await deps.store.webhookJobs.advanceDelivered(ctx.params.userId, ctx.params.sn);
           return {};
         },
       },

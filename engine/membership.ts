@@ -27,7 +27,7 @@ export async function requireParticipant(store: Store, conversationId: bigint, u
       conversationId,
       type: ConversationKind.group,
       lastMessageId: 0n,
-      lastMessageTime: 0,
+      lastMessageTime: group.createdAt,
       createdAt: group.createdAt,
     };
     return { conversation, participants: members, peerId: group.groupId, group };

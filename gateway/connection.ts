@@ -4,6 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { ClientFrameType, ServerFrameSchema, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { ErrorDetailSchema, type ErrorDetail } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+import type { AgentFeed, FeedSink } from "./agent-feed.js";
 import { decodeClientFrame, encodeServerFrame, type FrameForm, type PushFrame } from "./frame-codec.js";
 import type { GatewaySocket, SocketHandlers } from "./socket.js";
 
@@ -23,6 +24,7 @@ export interface ConnectionPolicy {
 export const CloseCodes = {
   normal: 1000,
   goingAway: 1001,
+  internalError: 1011,
   authFailed: 4001,
   protocolViolation: 4002,
   revoked: 4003,
@@ -48,8 +50,10 @@ export interface ConnectionHooks {
 let lastPushId = 0n;
 export const nextPushId = () => --lastPushId;
 
-export class Connection implements SocketHandlers {
+export class Connection implements SocketHandlers, FeedSink {
   identity: Identity | undefined;
+  /** On an agent's connection: orders its sequenced pushes after the replay of its backlog. */
+  private feed: AgentFeed | undefined;
   private form: FrameForm | undefined;
   private authenticating = false;
   private closed = false;
@@ -129,17 +133,34 @@ export class Connection implements SocketHandlers {
     }
   }
 
-  /** Queues a push built once for many connections. */
-  push(frame: PushFrame): void {
+  get hasRoom(): boolean {
+    return this.socket.bufferedAmount < this.policy.maxBufferedBytes / 2;
+  }
+
+  /** Routes this connection's sequenced pushes through an agent feed (set once, at authentication). */
+  attachFeed(feed: AgentFeed): void {
+    this.feed = feed;
+  }
+
+  /** Queues a push built once for many connections; `sn` is set for a sequenced entry. */
+  push(frame: PushFrame, sn?: number): void {
     if (this.closed || !this.form) return;
-    this.write(frame.encoded(this.form));
+    if (this.feed && sn !== undefined) this.feed.live(frame, sn);
+    else this.write(frame.encoded(this.form));
+  }
+
+  writePush(frame: PushFrame, onWritten: () => void): void {
+    if (this.closed || !this.form) return;
+    this.write(frame.encoded(this.form), (err) => {
+      if (!err) onWritten();
+    });
   }
 
   private send(frame: ServerFrame): void {
     this.write(encodeServerFrame(frame, this.form ?? "json"));
   }
 
-  private write(data: string | Uint8Array): void {
+  private write(data: string | Uint8Array, onWritten?: (err?: Error) => void): void {
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
     if (this.socket.bufferedAmount + size > this.policy.maxBufferedBytes) {
       // The reader fell behind: queuing more would grow memory without bound. Nothing more is
@@ -149,7 +170,7 @@ export class Connection implements SocketHandlers {
       setTimeout(() => this.socket.terminate(), slowConsumerGraceMs).unref();
       return;
     }
-    this.socket.send(data);
+    this.socket.send(data, onWritten);
   }
 
   private sendError(requestId: bigint, error: ErrorDetail, fatal: boolean): void {
@@ -167,6 +188,7 @@ export class Connection implements SocketHandlers {
     if (this.closed) return;
     this.closed = true;
     this.clearTimers();
+    this.feed?.stop();
     this.socket.close(code, reason);
     this.hooks.onClosed(this);
   }
@@ -175,6 +197,7 @@ export class Connection implements SocketHandlers {
     if (this.closed) return;
     this.closed = true;
     this.clearTimers();
+    this.feed?.stop();
     this.hooks.onClosed(this);
   }
 

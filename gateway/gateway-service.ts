@@ -3,8 +3,11 @@
 import type { Server } from "node:http";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
-import { BusEvents, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
+import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
+import { BusEvents, type AgentTokenRevokedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors } from "../shared/errors.js";
+import { addressList, resolveClientAddress } from "../shared/ip.js";
+import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
 import { PushFrame } from "./frame-codec.js";
 import type { SocketServer } from "./socket.js";
@@ -12,6 +15,8 @@ import { attachWsServer } from "./ws-socket-server.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
   server: Server;
+  /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
+  trustedProxies?: readonly string[];
   onConnectionCountChange?: (delta: number) => void;
 }
 
@@ -28,6 +33,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     idleTimeoutMs: options.idleTimeoutMs ?? defaultConnectionPolicy.idleTimeoutMs,
     maxBufferedBytes: options.maxBufferedBytes ?? defaultConnectionPolicy.maxBufferedBytes,
   };
+  const trustedProxies = options.trustedProxies?.length ? addressList(options.trustedProxies) : undefined;
   const byUser = new Map<number, Set<Connection>>();
   const all = new Set<Connection>();
   let socketServer: SocketServer | undefined;
@@ -50,7 +56,15 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           const connections = byUser.get(ctx.params.userId);
           if (!connections) return;
           const frame = new PushFrame(nextPushId(), ctx.params.update as JsonObject);
-          for (const connection of connections) connection.push(frame);
+          const sn = ctx.params.update.snUpdate?.sn;
+          for (const connection of connections) connection.push(frame, sn);
+        },
+      },
+      [BusEvents.agentTokenRevoked]: {
+        handler(ctx: { params: AgentTokenRevokedEvent }) {
+          for (const connection of byUser.get(ctx.params.agentUserId) ?? []) {
+            if (connection.identity?.kind === "agent") connection.fail(Errors.agentTokenRevoked, CloseCodes.revoked);
+          }
         },
       },
       [BusEvents.sessionsRevoked]: {
@@ -66,14 +80,38 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     },
     started() {
       const broker = this.broker;
+      const logger = this.logger;
+      const agentFeed = (c: Connection, agentUserId: number) =>
+        new AgentFeed(
+          agentUserId,
+          c,
+          {
+            backlog: (params) => broker.call(AgentDeliveryActions.backlog, params) as Promise<AgentBacklog>,
+            markDelivered: async (params) => void (await broker.call(AgentDeliveryActions.markDelivered, params)),
+          },
+          {
+            replayFailed: (err) => {
+              logger.warn(`agent ${agentUserId}: backlog replay failed`, err);
+              c.fail(Errors.unavailable, CloseCodes.internalError);
+            },
+            recordFailed: (err) => logger.warn(`agent ${agentUserId}: delivered position not recorded`, err),
+          },
+        );
       socketServer = attachWsServer(options.server, "/ws", (socket) => {
+        // The client address lets the engine apply an agent's IP whitelist.
+        const clientIp = resolveClientAddress(socket.remoteAddress, socket.forwardedFor, trustedProxies);
         const connection = new Connection(socket, policy, {
-          authenticate: (token) => broker.call("accounts.authenticate", { token }) as Promise<Identity>,
+          authenticate: (token) => broker.call("accounts.authenticate", { token, clientIp }) as Promise<Identity>,
           onAuthenticated: (c) => {
             const userId = c.identity!.userId;
+            // An agent first gets what reached its stream while it was away (see agent-feed.ts);
+            // the feed is in place before the connection can hear a live push.
+            const feed = c.identity!.kind === "agent" ? agentFeed(c, userId) : undefined;
+            if (feed) c.attachFeed(feed);
             let connections = byUser.get(userId);
             if (!connections) byUser.set(userId, (connections = new Set()));
             connections.add(c);
+            feed?.start();
           },
           onClosed: forget,
         });

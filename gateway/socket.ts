@@ -1,8 +1,11 @@
 // The socket layer the gateway rules need, so another WebSocket implementation (uWebSockets.js
 // where its binaries load) can replace `ws` without touching the rules.
 export interface GatewaySocket {
-  /** Queues a frame: text for a string, binary for bytes. */
-  send(data: string | Uint8Array): void;
+  /**
+   * Queues a frame: text for a string, binary for bytes. `onWritten` runs once the frame has been
+   * handed to the network, with an error when it never will be.
+   */
+  send(data: string | Uint8Array, onWritten?: (err?: Error) => void): void;
   /** Bytes accepted by send() but not yet written to the network. */
   readonly bufferedAmount: number;
   /** Closes with a WebSocket close code after flushing what is queued. */
@@ -11,6 +14,8 @@ export interface GatewaySocket {
   terminate(): void;
   /** The peer's address. */
   readonly remoteAddress: string;
+  /** The X-Forwarded-For header of the upgrade request, believed only from trusted proxies. */
+  readonly forwardedFor?: string;
 }
 
 export interface SocketHandlers {

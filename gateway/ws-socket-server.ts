@@ -17,13 +17,14 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {
       const address = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
       const socket: GatewaySocket = {
-        send: (data) => ws.send(data, { binary: typeof data !== "string" }),
+        send: (data, onWritten) => ws.send(data, { binary: typeof data !== "string" }, onWritten),
         get bufferedAmount() {
           return ws.bufferedAmount;
         },
         close: (code, reason) => ws.close(code, reason),
         terminate: () => ws.terminate(),
         remoteAddress: address,
+        forwardedFor: [req.headers["x-forwarded-for"] ?? []].flat().join(",") || undefined,
       };
       const handlers = onConnection(socket);
       ws.on("message", (data, isBinary) => handlers.onMessage(data, isBinary));

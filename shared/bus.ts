@@ -12,6 +12,8 @@ export const BusEvents = {
   agentChanged: "parley.agent-changed",
   /** An agent's token stopped being valid (regenerated, agent deleted): its sockets must close. */
   agentTokenRevoked: "parley.agent-token-revoked",
+  /** Webhook deliveries were queued for an agent: the dispatcher should look at the queue now. */
+  webhookQueued: "parley.webhook-queued",
 } as const;
 
 export interface PushEvent {
@@ -26,6 +28,10 @@ export interface SessionsRevokedEvent {
 }
 
 export interface AgentChangedEvent {
+  agentUserId: number;
+}
+
+export interface WebhookQueuedEvent {
   agentUserId: number;
 }
 

@@ -1,5 +1,6 @@
 // The operator-facing configuration: every environment variable the server reads, parsed once.
 import { resolve } from "node:path";
+import { invalidAddressRule } from "./ip.js";
 
 export type CodeDelivery =
   | { kind: "console" }
@@ -14,6 +15,10 @@ export interface ParleyConfig {
   publicWsUrl: string | undefined;
   codeDelivery: CodeDelivery;
   webhookAllowPrivateNetworks: boolean;
+  /** Webhook requests in flight at once across agents (one per agent at a time). */
+  webhookConcurrency: number;
+  /** Proxies (addresses or CIDR blocks) whose X-Forwarded-For is believed; empty trusts none. */
+  trustedProxies: string[];
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
 }
@@ -39,6 +44,20 @@ function parsePort(raw: string | undefined): number {
   return port;
 }
 
+function parseTrustedProxies(raw: string | undefined): string[] {
+  const entries = (raw ?? "").split(/[\s,]+/).filter((entry) => entry !== "");
+  const invalid = invalidAddressRule(entries);
+  if (invalid !== undefined) throw new Error(`TRUSTED_PROXIES must list IP addresses or CIDR blocks; got ${JSON.stringify(invalid)}`);
+  return entries;
+}
+
+function parseWebhookConcurrency(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 32;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1 || value > 10_000) throw new Error(`WEBHOOK_CONCURRENCY must be 1..10000; got ${raw}`);
+  return value;
+}
+
 /** Reads the configuration from environment variables (see the README's configuration table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
@@ -51,6 +70,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     publicWsUrl: env.PUBLIC_WS_URL || undefined,
     codeDelivery: parseCodeDelivery(env.CODE_DELIVERY, env.SMTP_FROM),
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
+    webhookConcurrency: parseWebhookConcurrency(env.WEBHOOK_CONCURRENCY),
+    trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),
     logLevel,
   };
 }

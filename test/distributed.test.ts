@@ -1,7 +1,6 @@
 // The API tier and the engine in two brokers joined by Moleculer's TCP transporter: every action
 // parameter, result, error and bus event crosses a real serializer and socket.
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
@@ -10,22 +9,12 @@ import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { ServerFrameType } from "../shared/gen/api/v1/gateway_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
-import { loadConfig } from "../shared/config.js";
 import { Errors } from "../shared/errors.js";
-import { AdjustableClock } from "../engine/clock.js";
-import { startParley, type Parley } from "../server.js";
+import type { Parley } from "../server.js";
 import { device } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, freshEmail, lastCode, wireModes, type TestServer } from "./support/harness.js";
+import { client, freshEmail, lastCode, startTwoNodes, wireModes, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
-
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
 
 describe("API tier and engine on two brokers over the TCP transporter", () => {
   let edge: Parley;
@@ -36,16 +25,7 @@ describe("API tier and engine on two brokers over the TCP transporter", () => {
   before(async function () {
     this.timeout(60_000);
     dataDir = mkdtempSync(join(tmpdir(), "parley-distributed-"));
-    codesFile = join(dataDir, "codes.jsonl");
-    const [edgePort, enginePort] = [await freePort(), await freePort()];
-    const urls = [`127.0.0.1:${edgePort}/edge-node`, `127.0.0.1:${enginePort}/engine-node`];
-    const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
-    const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" });
-    const clock = new AdjustableClock();
-    [engine, edge] = await Promise.all([
-      startParley({ config, clock, roles: ["engine"], broker: { nodeID: "engine-node", transporter: transporter(enginePort) } }),
-      startParley({ config, clock, roles: ["edge"], broker: { nodeID: "edge-node", transporter: transporter(edgePort) } }),
-    ]);
+    ({ edge, engine, codesFile } = await startTwoNodes(dataDir, "distributed"));
   });
 
   after(async () => {

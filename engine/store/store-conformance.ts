@@ -1,6 +1,6 @@
 // The promises of the storage port, as one mocha suite every adapter must pass.
 import { expect } from "chai";
-import { AccountType, type SessionRecord, type Store } from "./store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
 
 export interface StoreUnderTest {
   store: Store;
@@ -176,6 +176,291 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.updates.appendUpdates(7, [row(1), row(2), row(2)])).to.equal("conflict");
         expect(await store.updates.latestSn(7)).to.equal(0);
         expect(await store.updates.appendUpdates(7, [row(1)])).to.equal("ok");
+      });
+    });
+
+    describe("agents", () => {
+      type NewAgent = Parameters<Store["agents"]["createAgent"]>[1];
+      const record = (creatorId: number, overrides: Partial<NewAgent> = {}): NewAgent => ({
+        creatorId,
+        status: AgentStatus.active,
+        visibility: AgentVisibility.private,
+        isSystem: false,
+        tokenHash: `token-${creatorId}-${Math.random()}`,
+        tokenPrefix: "ply_a_prefix",
+        secretKey: "ply_s_secret",
+        deliveryMode: DeliveryMode.websocket,
+        webhookUrl: "",
+        ipWhitelist: [],
+        commands: [],
+        miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0 },
+        createdAt: 1000,
+        updatedAt: 1000,
+        ...overrides,
+      });
+      const account = (username: string, userId?: number) => ({ accountType: AccountType.agent, username, nickname: "Bot", signature: "helps", createdAt: 1000, userId });
+
+      it("creates the account and the agent together, a reserved id leaving the id sequence alone", async () => {
+        const system = await store.agents.createAgent(account("system_bot", 10000), record(0, { isSystem: true, visibility: AgentVisibility.public }));
+        expect(system.user).to.deep.include({ userId: 10000, accountType: AccountType.agent, username: "system_bot", usernameCustom: true, nickname: "Bot", signature: "helps" });
+        expect(system.agent).to.deep.include({ agentUserId: 10000, creatorId: 0, isSystem: true });
+        expect((await store.agents.findSystemAgent())?.agentUserId).to.equal(10000);
+        const creator = await newUser("a@x.io");
+        expect(creator.userId).to.equal(10001);
+        const bot = await store.agents.createAgent(account("plain_bot"), record(creator.userId, { tokenHash: "hash-1" }));
+        expect(bot.user.userId).to.equal(10002);
+        expect((await store.agents.findByTokenHash("hash-1"))?.agentUserId).to.equal(10002);
+        expect(await store.agents.findByTokenHash("hash-2")).to.equal(undefined);
+        expect((await store.agents.listByCreator(creator.userId)).map((a) => a.agentUserId)).to.deep.equal([10002]);
+        let refused = 0;
+        await store.agents.createAgent(account("other_bot", 10000), record(0)).catch(() => refused++);
+        await store.agents.createAgent(account("plain_bot"), record(creator.userId)).catch(() => refused++);
+        expect(refused).to.equal(2);
+      });
+
+      it("replaces only the fields given and reads them back whole", async () => {
+        const { agent } = await store.agents.createAgent(account("change_bot"), record(7, { commands: [{ command: "go", description: "Go" }] }));
+        const miniApp = { enabled: true, url: "https://app.example.com/", allowedOrigins: ["https://app.example.com"], permissions: 5 };
+        const changed = await store.agents.updateAgent(agent.agentUserId, { ipWhitelist: ["10.0.0.0/8", "::1"], miniApp, webhookUrl: "https://h.example/", updatedAt: 2000 });
+        expect(changed).to.deep.equal({ ...agent, ipWhitelist: ["10.0.0.0/8", "::1"], miniApp, webhookUrl: "https://h.example/", updatedAt: 2000 });
+        expect(await store.agents.getAgent(agent.agentUserId)).to.deep.equal(changed);
+        const deleted = await store.agents.updateAgent(agent.agentUserId, { status: AgentStatus.deleted, tokenHash: "next", secretKey: "ply_s_next" });
+        expect(deleted).to.deep.include({ status: AgentStatus.deleted, tokenHash: "next", secretKey: "ply_s_next", commands: [{ command: "go", description: "Go" }], miniApp });
+        expect(await store.agents.findByTokenHash(agent.tokenHash)).to.equal(undefined);
+      });
+
+      it("samples only public, active agents, at most the limit", async () => {
+        const shown = [];
+        for (let i = 0; i < 3; i++) shown.push((await store.agents.createAgent(account(`shown_${i}`), record(7, { visibility: AgentVisibility.public }))).agent.agentUserId);
+        await store.agents.createAgent(account("private_bot"), record(7));
+        await store.agents.createAgent(account("gone_bot"), record(7, { visibility: AgentVisibility.public, status: AgentStatus.deleted }));
+        expect((await store.agents.sampleFeatured(10)).map((a) => a.agentUserId).sort()).to.deep.equal(shown.sort());
+        expect(await store.agents.sampleFeatured(2)).to.have.length(2);
+        expect(await store.agents.findSystemAgent()).to.equal(undefined);
+      });
+    });
+
+    describe("media", () => {
+      const file = (fileId: string, overrides: Partial<MediaFileRecord> = {}): MediaFileRecord => ({
+        fileId,
+        ownerId: 7,
+        purpose: 3,
+        fileName: "photo.png",
+        contentType: "image/png",
+        size: 1234,
+        checksum: "ab".repeat(32),
+        width: 640,
+        height: 480,
+        durationMs: 0,
+        thumbnailFileId: "",
+        createdAt: 1000,
+        ...overrides,
+      });
+      const session = (sessionId: string, overrides: Partial<UploadSessionRecord> = {}): UploadSessionRecord => ({
+        sessionId,
+        ownerId: 7,
+        fileId: `file-of-${sessionId}`,
+        fileName: "movie.mp4",
+        contentType: "video/mp4",
+        size: 5000,
+        uploaded: 0,
+        createdAt: 1000,
+        expiresAt: 2000,
+        ...overrides,
+      });
+
+      it("stores files with their metadata, a file and its thumbnail together", async () => {
+        await store.media.insertFiles([file("thumb1", { size: 10, width: 32, height: 24 }), file("main1", { thumbnailFileId: "thumb1", durationMs: 1500 })]);
+        expect(await store.media.getFile("main1")).to.deep.equal(file("main1", { thumbnailFileId: "thumb1", durationMs: 1500 }));
+        expect((await store.media.getFile("thumb1"))?.width).to.equal(32);
+        expect(await store.media.getFile("nope")).to.equal(undefined);
+      });
+
+      it("refuses a repeated file id and stores none of that batch", async () => {
+        await store.media.insertFiles([file("dup")]);
+        let refused = false;
+        await store.media.insertFiles([file("fresh"), file("dup")]).catch(() => (refused = true));
+        expect(refused).to.equal(true);
+        expect(await store.media.getFile("fresh")).to.equal(undefined);
+      });
+
+      it("creates, reads and advances a session only from the expected position", async () => {
+        await store.media.createSession(session("s1"));
+        expect(await store.media.getSession("s1")).to.deep.equal(session("s1"));
+        expect(await store.media.advanceSession("s1", 0, 100)).to.equal(true);
+        expect(await store.media.advanceSession("s1", 0, 200)).to.equal(false);
+        expect(await store.media.advanceSession("s1", 100, 250)).to.equal(true);
+        expect((await store.media.getSession("s1"))?.uploaded).to.equal(250);
+        expect(await store.media.advanceSession("missing", 0, 1)).to.equal(false);
+        expect(await store.media.getSession("missing")).to.equal(undefined);
+      });
+
+      it("finds the owner's newest open session with the same name, type and size", async () => {
+        await store.media.createSession(session("old", { createdAt: 1000, expiresAt: 5000 }));
+        await store.media.createSession(session("new", { createdAt: 1100, expiresAt: 5100 }));
+        await store.media.createSession(session("other-owner", { ownerId: 8, createdAt: 1200, expiresAt: 5200 }));
+        await store.media.createSession(session("other-size", { size: 5001, createdAt: 1300, expiresAt: 5300 }));
+        expect((await store.media.findResumableSession(7, "movie.mp4", "video/mp4", 5000, 1500))?.sessionId).to.equal("new");
+        expect((await store.media.findResumableSession(8, "movie.mp4", "video/mp4", 5000, 1500))?.sessionId).to.equal("other-owner");
+        expect(await store.media.findResumableSession(7, "movie.mp4", "video/webm", 5000, 1500)).to.equal(undefined);
+        expect(await store.media.findResumableSession(7, "MOVIE.mp4", "video/mp4", 5000, 1500)).to.equal(undefined);
+        // Expired at exactly expiresAt.
+        expect((await store.media.findResumableSession(7, "movie.mp4", "video/mp4", 5000, 5050))?.sessionId).to.equal("new");
+        expect(await store.media.findResumableSession(7, "movie.mp4", "video/mp4", 5000, 5100)).to.equal(undefined);
+      });
+
+      it("completes a session by storing its files and deleting it, once", async () => {
+        await store.media.createSession(session("s2", { uploaded: 5000 }));
+        expect(await store.media.completeSession("s2", [file("done2", { size: 5000 })])).to.equal(true);
+        expect(await store.media.getSession("s2")).to.equal(undefined);
+        expect((await store.media.getFile("done2"))?.size).to.equal(5000);
+        expect(await store.media.completeSession("s2", [file("again2")])).to.equal(false);
+        expect(await store.media.getFile("again2")).to.equal(undefined);
+      });
+
+      it("lists expired sessions oldest first and deletes sessions", async () => {
+        await store.media.createSession(session("e1", { expiresAt: 3000 }));
+        await store.media.createSession(session("e2", { expiresAt: 2000 }));
+        await store.media.createSession(session("live", { expiresAt: 9000 }));
+        expect((await store.media.listExpiredSessions(3000, 10)).map((s) => s.sessionId)).to.deep.equal(["e2", "e1"]);
+        expect((await store.media.listExpiredSessions(3000, 1)).map((s) => s.sessionId)).to.deep.equal(["e2"]);
+        expect(await store.media.deleteSession("e2")).to.equal(true);
+        expect(await store.media.deleteSession("e2")).to.equal(false);
+        expect((await store.media.listExpiredSessions(3000, 10)).map((s) => s.sessionId)).to.deep.equal(["e1"]);
+      });
+
+      it("keeps the first candidate of a secret", async () => {
+        expect(await store.media.ensureSecret("signing", "first", 1)).to.equal("first");
+        expect(await store.media.ensureSecret("signing", "second", 2)).to.equal("first");
+        expect(await store.media.ensureSecret("other", "third", 3)).to.equal("third");
+      });
+
+      it("keeps files, sessions and secrets across close and reopen", async function () {
+        if (!subject.reopen) this.skip();
+        await store.media.insertFiles([file("kept")]);
+        await store.media.createSession(session("kept-session", { uploaded: 42 }));
+        await store.media.ensureSecret("signing", "durable", 1);
+        store = await subject.reopen!();
+        expect(await store.media.getFile("kept")).to.deep.equal(file("kept"));
+        expect((await store.media.getSession("kept-session"))?.uploaded).to.equal(42);
+        expect(await store.media.ensureSecret("signing", "replacement", 2)).to.equal("durable");
+      });
+    });
+
+    describe("webhook jobs and agent cursors", () => {
+      const heads = async (now: number, busy: number[] = [], limit = 10) =>
+        (await store.webhookJobs.due(now, busy, limit)).map((job) => [job.agentUserId, job.body, job.attempts]);
+
+      it("answers only the due head of each agent's queue, oldest due first, skipping busy agents", async () => {
+        await store.webhookJobs.enqueue(1, "a1", 100);
+        await store.webhookJobs.enqueue(2, "b1", 50);
+        await store.webhookJobs.enqueue(1, "a2", 100);
+        await store.webhookJobs.enqueue(3, "c1", 500);
+        expect(await heads(100)).to.deep.equal([[2, "b1", 0], [1, "a1", 0]]);
+        expect(await heads(500)).to.deep.equal([[2, "b1", 0], [1, "a1", 0], [3, "c1", 0]]);
+        expect(await heads(500, [1, 3])).to.deep.equal([[2, "b1", 0]]);
+        expect(await heads(500, [], 1)).to.deep.equal([[2, "b1", 0]]);
+        expect(await heads(500, [], 0)).to.deep.equal([]);
+        expect(await heads(49)).to.deep.equal([]);
+      });
+
+      it("keeps a rescheduled head in front: the jobs behind it wait, then follow in order", async () => {
+        await store.webhookJobs.enqueue(1, "a1", 100);
+        await store.webhookJobs.enqueue(1, "a2", 100);
+        const [head] = await store.webhookJobs.due(100, [], 10);
+        await store.webhookJobs.reschedule(head.jobId, 1, 1100);
+        expect(await heads(1000)).to.deep.equal([]);
+        expect(await store.webhookJobs.due(1100, [], 10)).to.deep.equal([{ ...head, attempts: 1, nextAttemptAt: 1100 }]);
+        await store.webhookJobs.remove(head.jobId);
+        expect(await heads(1100)).to.deep.equal([[1, "a2", 0]]);
+      });
+
+      it("clears one agent's queue and answers how many jobs it held", async () => {
+        await store.webhookJobs.enqueue(1, "a1", 100);
+        await store.webhookJobs.enqueue(1, "a2", 100);
+        await store.webhookJobs.enqueue(2, "b1", 100);
+        expect((await store.webhookJobs.pending(1)).map((job) => job.body)).to.deep.equal(["a1", "a2"]);
+        expect(await store.webhookJobs.clearAgent(1)).to.equal(2);
+        expect(await store.webhookJobs.clearAgent(1)).to.equal(0);
+        expect(await store.webhookJobs.pending(1)).to.deep.equal([]);
+        expect(await heads(100)).to.deep.equal([[2, "b1", 0]]);
+      });
+
+      it("moves the delivered position forward only", async () => {
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(0);
+        await store.webhookJobs.advanceDelivered(1, 5);
+        await store.webhookJobs.advanceDelivered(1, 3);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(5);
+        expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);
+      });
+
+      it("an append with a handoff queues its bodies and moves the delivered position in the same write", async () => {
+        const row = (sn: number) => ({ sn, payload: new Uint8Array([sn]), createdAt: 7 });
+        expect(await store.updates.appendUpdates(1, [row(1), row(2), row(3)], { bodies: ["m1", "m3"], queuedAt: 70 })).to.equal("ok");
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
+        const queued = await store.webhookJobs.due(70, [], 10);
+        expect(queued.map((job) => [job.agentUserId, job.body, job.nextAttemptAt])).to.deep.equal([[1, "m1", 70]]);
+        await store.webhookJobs.remove(queued[0].jobId);
+        expect(await heads(70)).to.deep.equal([[1, "m3", 0]]);
+        // A refused append writes none of it: no entry, no job, no position.
+        expect(await store.updates.appendUpdates(1, [row(4), row(3)], { bodies: ["lost"], queuedAt: 80 })).to.equal("conflict");
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
+        expect(await heads(80)).to.deep.equal([[1, "m3", 0]]);
+        // Without a handoff an append leaves the agent delivery state alone.
+        await store.updates.appendUpdates(1, [row(4)]);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
+      });
+
+      it("keeps queued jobs and positions across close and reopen", async function () {
+        if (!subject.reopen) this.skip();
+        await store.webhookJobs.enqueue(1, "a1", 100);
+        await store.webhookJobs.advanceDelivered(1, 9);
+        store = await subject.reopen!();
+        expect(await heads(100)).to.deep.equal([[1, "a1", 0]]);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(9);
+      });
+    });
+
+    describe("messages", () => {
+      type NewMessage = Parameters<Store["messages"]["insertMessage"]>[0];
+      const conversationId = (2n ** 40n) | 5n;
+      const message = (messageId: bigint, overrides: Partial<NewMessage> = {}): NewMessage => ({
+        conversationId,
+        messageId,
+        senderId: 7,
+        clientMessageId: 100n + messageId,
+        body: new Uint8Array([1, Number(messageId)]),
+        replyTo: null,
+        metadata: {},
+        createdAt: 1000,
+        updatedAt: null,
+        edited: false,
+        ...overrides,
+      });
+
+      it("stores a message whole, metadata included; a taken id is a conflict, a repeated client id a duplicate", async () => {
+        const first = message(1n, { metadata: { origin: "import", "x-trace": "ä/1" }, replyTo: new Uint8Array([9]) });
+        expect(await store.messages.insertMessage(first)).to.deep.equal({ outcome: "ok" });
+        expect(await store.messages.getMessage(conversationId, 1n)).to.deep.equal(first);
+        expect(await store.messages.insertMessage(message(1n, { clientMessageId: 999n }))).to.deep.equal({ outcome: "conflict" });
+        const duplicate = await store.messages.insertMessage(message(2n, { clientMessageId: first.clientMessageId }));
+        expect(duplicate.outcome === "duplicate" && duplicate.existing).to.deep.equal(first);
+        // The same client id from another sender is another message.
+        expect(await store.messages.insertMessage(message(2n, { senderId: 8, clientMessageId: first.clientMessageId }))).to.deep.equal({ outcome: "ok" });
+        expect(await store.messages.latestMessageId(conversationId)).to.equal(2n);
+        expect(await store.messages.latestMessageId(conversationId + 1n)).to.equal(0n);
+      });
+
+      it("deletes for one user only: answers the ids deleted now, each once, skipping missing and cleared ones", async () => {
+        for (let id = 1n; id <= 5n; id++) await store.messages.insertMessage(message(id));
+        expect(await store.messages.deleteFor(7, conversationId, [4n, 2n, 2n, 99n, 1n], 1n)).to.deep.equal([4n, 2n]);
+        expect(await store.messages.deleteFor(7, conversationId, [2n, 4n], 0n)).to.deep.equal([]);
+        expect(await store.messages.isDeletedFor(7, conversationId, 2n)).to.equal(true);
+        expect(await store.messages.isDeletedFor(8, conversationId, 2n)).to.equal(false);
+        const ids = (rows: { messageId: bigint }[]) => rows.map((r) => r.messageId);
+        expect(ids(await store.messages.listVisible(7, conversationId, "before", 100n, 1n, 10))).to.deep.equal([5n, 3n]);
+        expect(ids(await store.messages.listVisible(7, conversationId, "after", 0n, 1n, 10))).to.deep.equal([3n, 5n]);
+        expect(ids(await store.messages.listVisible(8, conversationId, "after", 2n, 0n, 2))).to.deep.equal([3n, 4n]);
       });
     });
 

@@ -131,6 +131,14 @@ export interface StoredUpdate {
   createdAt: number;
 }
 
+/** What an append to a WEBHOOK-mode agent's stream hands to the webhook queue. */
+export interface WebhookHandoff {
+  /** Bodies to queue, in order (only the entries that are sent by webhook). */
+  bodies: readonly string[];
+  /** When they were queued (they are due at once). */
+  queuedAt: number;
+}
+
 export interface UpdateLogStore {
   /** The highest sn stored for the user, 0 when none. */
   latestSn(userId: number): Promise<number>;
@@ -139,8 +147,10 @@ export interface UpdateLogStore {
   /**
    * Appends entries at exactly the given sn values, atomically. Fails with "conflict" (writing
    * nothing) when any of those sn values is already taken: the caller's sequence is stale.
+   * With `handoff` (the user is a WEBHOOK-mode agent) the same transaction queues its webhook
+   * bodies and moves the agent's delivered position to the last appended sn.
    */
-  appendUpdates(userId: number, updates: readonly StoredUpdate[]): Promise<"ok" | "conflict">;
+  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff): Promise<"ok" | "conflict">;
   /** Entries with sn > afterSn in ascending order, at most `limit`. */
   readUpdates(userId: number, afterSn: number, limit: number): Promise<StoredUpdate[]>;
   /** Deletes the user's entries with sn <= upToSn (retention). */
@@ -178,9 +188,12 @@ export interface AgentRecord {
 }
 
 export interface AgentStore {
-  /** Creates the agent's account and agent record together; answers both. */
+  /**
+   * Creates the agent's account and agent record together; answers both. A reserved account
+   * (the system agent) passes its fixed `userId`; others get the next id.
+   */
   createAgent(
-    user: Omit<NewUser, "email" | "phone"> & { username: string; signature: string },
+    user: Omit<NewUser, "email" | "phone"> & { username: string; signature: string; userId?: number },
     agent: Omit<AgentRecord, "agentUserId">,
   ): Promise<{ user: UserRecord; agent: AgentRecord }>;
   /** The agent record, or undefined. */
@@ -215,9 +228,14 @@ export interface WebhookJobStore {
   remove(jobId: number): Promise<void>;
   /** Records a failed attempt and when to try again. */
   reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
-  /** Drops every queued job of the agent (its webhook was removed). */
-  clearAgent(agentUserId: number): Promise<void>;
-  /** The highest sn delivered to a WEBSOCKET-mode agent's connection, 0 when none. */
+  /** The agent's queued jobs, oldest first. */
+  pending(agentUserId: number): Promise<WebhookJob[]>;
+  /** Drops every queued job of the agent (it left webhook mode); answers how many there were. */
+  clearAgent(agentUserId: number): Promise<number>;
+  /**
+   * How far the agent's stream was handed over: written to one of its sockets, or queued for its
+   * webhook. 0 when nothing was; a WebSocket connection replays the entries after it.
+   */
   deliveredSn(agentUserId: number): Promise<number>;
   /** Moves the agent's delivered position forward (never back). */
   advanceDelivered(agentUserId: number, sn: number): Promise<void>;
@@ -339,6 +357,7 @@ export interface ConversationRecord {
   conversationId: bigint;
   type: ConversationKindValue;
   lastMessageId: bigint;
+  /** When the last message arrived; the creation time while there is none (the list's sort key). */
   lastMessageTime: number;
   createdAt: number;
 }
@@ -414,8 +433,65 @@ export interface MessageStore {
   listVisible(userId: number, conversationId: bigint, direction: "before" | "after", cursor: bigint, clearedUpTo: bigint, limit: number): Promise<MessageRecord[]>;
   /** Whether the user deleted this message (DeleteMessages). */
   isDeletedFor(userId: number, conversationId: bigint, messageId: bigint): Promise<boolean>;
-  /** Deletes the existing, not yet deleted messages for the user; answers how many it deleted. */
-  deleteFor(userId: number, conversationId: bigint, messageIds: readonly bigint[], clearedUpTo: bigint): Promise<number>;
+  /** Deletes the existing, not yet deleted messages for the user; answers the ids it deleted, each once. */
+  deleteFor(userId: number, conversationId: bigint, messageIds: readonly bigint[], clearedUpTo: bigint): Promise<bigint[]>;
+}
+
+export interface MediaFileRecord {
+  /** Random, non-enumerable; also the blob key of its bytes. */
+  fileId: string;
+  ownerId: number;
+  /** The api.v1.MediaPurpose number. */
+  purpose: number;
+  fileName: string;
+  contentType: string;
+  size: number;
+  /** SHA-256, lowercase hex. */
+  checksum: string;
+  width: number;
+  height: number;
+  durationMs: number;
+  /** Empty when the file has no thumbnail. */
+  thumbnailFileId: string;
+  createdAt: number;
+}
+
+export interface UploadSessionRecord {
+  sessionId: string;
+  ownerId: number;
+  /** The id the finished file will get, fixed up front so completing twice cannot make two files. */
+  fileId: string;
+  fileName: string;
+  contentType: string;
+  /** Declared total bytes. */
+  size: number;
+  /** Bytes received so far. */
+  uploaded: number;
+  createdAt: number;
+  expiresAt: number;
+}
+
+export interface MediaStore {
+  /** Stores the metadata of new files (a file and its thumbnail) together. */
+  insertFiles(files: readonly MediaFileRecord[]): Promise<void>;
+  /** The file's metadata, or undefined. */
+  getFile(fileId: string): Promise<MediaFileRecord | undefined>;
+  /** Creates an upload session. */
+  createSession(session: UploadSessionRecord): Promise<void>;
+  /** The session, expired or not (the caller compares expiresAt with its clock), or undefined. */
+  getSession(sessionId: string): Promise<UploadSessionRecord | undefined>;
+  /** The owner's newest session with exactly these declared attributes that is open at `now`, or undefined. */
+  findResumableSession(ownerId: number, fileName: string, contentType: string, size: number, now: number): Promise<UploadSessionRecord | undefined>;
+  /** Moves `uploaded` from `expected` to `next`; answers false (changing nothing) when it was not `expected`. */
+  advanceSession(sessionId: string, expected: number, next: number): Promise<boolean>;
+  /** Deletes the session; answers whether it existed. */
+  deleteSession(sessionId: string): Promise<boolean>;
+  /** Stores the finished files and deletes the session in one unit; answers false (storing nothing) when the session is gone. */
+  completeSession(sessionId: string, files: readonly MediaFileRecord[]): Promise<boolean>;
+  /** Sessions whose expiresAt <= now, oldest first, at most `limit`. */
+  listExpiredSessions(now: number, limit: number): Promise<UploadSessionRecord[]>;
+  /** The server secret under `name`; the first caller's `candidate` becomes it, later candidates are ignored. */
+  ensureSecret(name: string, candidate: string, now: number): Promise<string>;
 }
 
 /** Everything the engine persists, behind one handle chosen at start-up. */
@@ -430,5 +506,6 @@ export interface Store {
   webhookJobs: WebhookJobStore;
   conversations: ConversationStore;
   messages: MessageStore;
+  media: MediaStore;
   close(): Promise<void>;
 }

@@ -1,27 +1,43 @@
-// One signed webhook POST with the 5-second answer limit.
+// One signed webhook POST with the answer limit (5 seconds unless a test shortens it).
 import { Agent, request } from "undici";
 import { SignatureHeaders, signWebhookBody } from "./signing.js";
 import { guardedLookup } from "./ssrf-guard.js";
 
 export const webhookTimeoutMs = 5000;
 
-export type DeliveryOutcome = { ok: true; status: number } | { ok: false; reason: string };
+export type DeliveryOutcome = { ok: true; status: number } | { ok: false; reason: string; aborted?: boolean };
+
+export interface WebhookClientOptions {
+  allowPrivateNetworks: boolean;
+  /** The whole request (connect, TLS, answer headers and body) must finish within this. */
+  timeoutMs?: number;
+}
 
 export class WebhookClient {
   private readonly dispatcher: Agent;
+  private readonly timeoutMs: number;
 
-  constructor(allowPrivateNetworks: boolean) {
+  /** A bare boolean is the private-network switch alone (the form the first callers used). */
+  constructor(options: WebhookClientOptions | boolean) {
+    const { allowPrivateNetworks, timeoutMs } = typeof options === "boolean" ? { allowPrivateNetworks: options, timeoutMs: undefined } : options;
+    this.timeoutMs = timeoutMs ?? webhookTimeoutMs;
     this.dispatcher = new Agent({
-      connect: { lookup: guardedLookup(allowPrivateNetworks) as never, timeout: webhookTimeoutMs },
-      headersTimeout: webhookTimeoutMs,
-      bodyTimeout: webhookTimeoutMs,
+      connect: { lookup: guardedLookup(allowPrivateNetworks) as never, timeout: this.timeoutMs },
+      headersTimeout: this.timeoutMs,
+      bodyTimeout: this.timeoutMs,
       keepAliveTimeout: 30_000,
     });
   }
 
-  /** POSTs the body signed with the key; 2xx within the time limit is success. */
-  async post(url: string, secretKey: string, body: string): Promise<DeliveryOutcome> {
+  /**
+   * POSTs the body signed with the key; 2xx within the time limit is success. Redirects are not
+   * followed (a 3xx is a failure), so a receiver cannot bounce the request past the SSRF guard.
+   * `signal` cancels the request (shutdown); the outcome then says `aborted`.
+   */
+  async post(url: string, secretKey: string, body: string, signal?: AbortSignal): Promise<DeliveryOutcome> {
+    // Real time, not the engine clock: receivers compare the timestamp with their own clocks.
     const timestamp = Math.floor(Date.now() / 1000);
+    const timeout = AbortSignal.timeout(this.timeoutMs);
     try {
       const response = await request(url, {
         method: "POST",
@@ -32,18 +48,20 @@ export class WebhookClient {
           [SignatureHeaders.signature]: signWebhookBody(secretKey, timestamp, body),
         },
         body,
-        signal: AbortSignal.timeout(webhookTimeoutMs),
+        signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       });
       await response.body.dump();
       if (response.statusCode >= 200 && response.statusCode < 300) return { ok: true, status: response.statusCode };
       return { ok: false, reason: `answered HTTP ${response.statusCode}` };
     } catch (err) {
+      if (signal?.aborted) return { ok: false, reason: "cancelled", aborted: true };
+      if (timeout.aborted) return { ok: false, reason: `no answer within ${this.timeoutMs} ms` };
       const error = err as { code?: string; cause?: { code?: string }; message?: string };
       return { ok: false, reason: error.cause?.code ?? error.code ?? error.message ?? "request failed" };
     }
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    await this.dispatcher.destroy();
   }
 }

@@ -1,6 +1,7 @@
 // Starts a real server on an ephemeral port with its own data directory, and builds real clients
 // (Connect in JSON or binary mode, WebSocket) against it. Codes are read from the file driver.
 import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
@@ -90,4 +91,35 @@ let identityCounter = 0;
 export function freshEmail(label = "user"): string {
   identityCounter += 1;
   return `${label}.${process.pid}.${Date.now()}.${identityCounter}@example.com`;
+}
+
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address() as { port: number };
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+export interface TwoNodes {
+  edge: Parley;
+  engine: Parley;
+  codesFile: string;
+  clock: AdjustableClock;
+}
+
+/** The API tier and the engine in two brokers joined by Moleculer's TCP transporter, on one data directory. */
+export async function startTwoNodes(dataDir: string, name: string): Promise<TwoNodes> {
+  const codesFile = join(dataDir, "codes.jsonl");
+  const [edgePort, enginePort] = [await freePort(), await freePort()];
+  const [edgeId, engineId] = [`${name}-edge`, `${name}-engine`];
+  const urls = [`127.0.0.1:${edgePort}/${edgeId}`, `127.0.0.1:${enginePort}/${engineId}`];
+  const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
+  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" });
+  const clock = new AdjustableClock();
+  const [engine, edge] = await Promise.all([
+    startParley({ config, clock, roles: ["engine"], broker: { nodeID: engineId, transporter: transporter(enginePort) } }),
+    startParley({ config, clock, roles: ["edge"], broker: { nodeID: edgeId, transporter: transporter(edgePort) } }),
+  ]);
+  return { edge, engine, codesFile, clock };
 }

@@ -1,7 +1,8 @@
 // A local HTTPS server that records webhook requests, with a certificate the server under test
 // trusts through NODE_EXTRA_CA_CERTS (scripts/test.sh creates both).
 import { readFileSync } from "node:fs";
-import { createServer, type IncomingHttpHeaders, type Server } from "node:https";
+import type { IncomingHttpHeaders } from "node:http";
+import { createServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 

@@ -38,7 +38,7 @@ const toState = (row: StateRow): UserConversationRecord => ({
 });
 
 export function conversationStore(db: Database.Database): ConversationStore {
-  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at) VALUES (?, ?, ?)");
+  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
   const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
   const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
   const state = db.prepare<[number, bigint], StateRow>("SELECT * FROM user_conversations WHERE user_id = ? AND conversation_id = ?").safeIntegers(true);
@@ -62,7 +62,7 @@ export function conversationStore(db: Database.Database): ConversationStore {
     .safeIntegers(true);
 
   const ensure = db.transaction((conversationId: bigint, type: number, participants: readonly number[], createdAt: number) => {
-    insertConversation.run(conversationId, type, createdAt);
+    insertConversation.run(conversationId, type, createdAt, createdAt);
     for (const userId of participants) insertState.run(userId, conversationId);
   });
   const record = db.transaction((conversationId: bigint, messageId: bigint, at: number, participants: readonly number[]) => {

@@ -18,12 +18,14 @@ import type {
   UpdateLogStore,
   UserRecord,
   UserStore,
+  WebhookHandoff,
 } from "../store.js";
 import { agentStore } from "./agents.js";
 import { conversationStore } from "./conversations.js";
 import { groupStore } from "./groups.js";
-import { webhookJobStore } from "./webhook-jobs.js";
+import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
+import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
 
@@ -301,8 +303,13 @@ function updateLogStore(db: Database.Database): UpdateLogStore {
     "SELECT sn, payload, created_at FROM updates WHERE user_id = ? AND sn > ? ORDER BY sn LIMIT ?",
   );
   const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
-  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[]) => {
+  const agentDelivery = agentDeliveryWriters(db);
+  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined) => {
     for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt);
+    if (!handoff) return;
+    for (const body of handoff.bodies) agentDelivery.enqueue(userId, body, handoff.queuedAt);
+    const last = updates[updates.length - 1];
+    if (last) agentDelivery.advanceDelivered(userId, last.sn);
   });
   return {
     async latestSn(userId) {
@@ -311,9 +318,9 @@ function updateLogStore(db: Database.Database): UpdateLogStore {
     async oldestRetainedSn(userId) {
       return oldest.get(userId)?.sn ?? undefined;
     },
-    async appendUpdates(userId, updates) {
+    async appendUpdates(userId, updates, handoff) {
       try {
-        appendAll(userId, updates);
+        appendAll(userId, updates, handoff);
         return "ok";
       } catch (err) {
         if (isConstraintError(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) return "conflict";
@@ -353,6 +360,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     webhookJobs: webhookJobStore(db),
     conversations: conversationStore(db),
     messages: messageStore(db),
+    media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
     updates: updateLogStore(db),

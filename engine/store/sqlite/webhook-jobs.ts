@@ -17,8 +17,28 @@ const toJob = (row: JobRow): WebhookJob => ({
   nextAttemptAt: row.next_attempt_at,
 });
 
-export function webhookJobStore(db: Database.Database): WebhookJobStore {
+/**
+ * The synchronous writes of the agent delivery tables, shared with the update log so that an
+ * append and the deliveries it queues commit in one transaction.
+ */
+export function agentDeliveryWriters(db: Database.Database) {
   const insert = db.prepare("INSERT INTO webhook_jobs (agent_user_id, body, next_attempt_at, created_at) VALUES (?, ?, ?, ?)");
+  const advance = db.prepare(
+    `INSERT INTO agent_cursors (agent_user_id, delivered_sn) VALUES (?, ?)
+     ON CONFLICT (agent_user_id) DO UPDATE SET delivered_sn = MAX(delivered_sn, excluded.delivered_sn)`,
+  );
+  return {
+    enqueue(agentUserId: number, body: string, now: number): void {
+      insert.run(agentUserId, body, now, now);
+    },
+    advanceDelivered(agentUserId: number, sn: number): void {
+      advance.run(agentUserId, sn);
+    },
+  };
+}
+
+export function webhookJobStore(db: Database.Database): WebhookJobStore {
+  const writers = agentDeliveryWriters(db);
   // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
   const heads = db.prepare<[string, number, number], JobRow>(
     `SELECT j.* FROM webhook_jobs j
@@ -29,16 +49,14 @@ export function webhookJobStore(db: Database.Database): WebhookJobStore {
   const remove = db.prepare("DELETE FROM webhook_jobs WHERE job_id = ?");
   const reschedule = db.prepare("UPDATE webhook_jobs SET attempts = ?, next_attempt_at = ? WHERE job_id = ?");
   const clear = db.prepare("DELETE FROM webhook_jobs WHERE agent_user_id = ?");
+  const ofAgent = db.prepare<[number], JobRow>("SELECT * FROM webhook_jobs WHERE agent_user_id = ? ORDER BY job_id");
   const delivered = db.prepare<[number], { delivered_sn: number }>("SELECT delivered_sn FROM agent_cursors WHERE agent_user_id = ?");
-  const advance = db.prepare(
-    `INSERT INTO agent_cursors (agent_user_id, delivered_sn) VALUES (?, ?)
-     ON CONFLICT (agent_user_id) DO UPDATE SET delivered_sn = MAX(delivered_sn, excluded.delivered_sn)`,
-  );
   return {
     async enqueue(agentUserId, body, now) {
-      insert.run(agentUserId, body, now, now);
+      writers.enqueue(agentUserId, body, now);
     },
     async due(now, busyAgents, limit) {
+      if (limit <= 0) return [];
       return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
     },
     async remove(jobId) {
@@ -47,14 +65,17 @@ export function webhookJobStore(db: Database.Database): WebhookJobStore {
     async reschedule(jobId, attempts, nextAttemptAt) {
       reschedule.run(attempts, nextAttemptAt, jobId);
     },
+    async pending(agentUserId) {
+      return ofAgent.all(agentUserId).map(toJob);
+    },
     async clearAgent(agentUserId) {
-      clear.run(agentUserId);
+      return clear.run(agentUserId).changes;
     },
     async deliveredSn(agentUserId) {
       return delivered.get(agentUserId)?.delivered_sn ?? 0;
     },
     async advanceDelivered(agentUserId, sn) {
-      advance.run(agentUserId, sn);
+      writers.advanceDelivered(agentUserId, sn);
     },
   };
 }

@@ -1,0 +1,112 @@
+// The dispatcher's scheduling with a recording poster in place of HTTPS, over the real SQLite
+// queue: how many requests are in flight, for whom, and when it looks at the queue.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import { openSqliteStore } from "../../engine/store/sqlite/sqlite-store.js";
+import type { Store } from "../../engine/store/store.js";
+import type { DeliveryOutcome } from "./delivery.js";
+import { WebhookDispatcher, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
+
+// The SQLite queue answers synchronously, so once a timer fires every step in reach has run.
+const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
+const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+
+/** Holds every request open until the test answers it. */
+class HeldPoster implements WebhookPoster {
+  readonly open: { url: string; body: string; answer: (outcome: DeliveryOutcome) => void }[] = [];
+  readonly sent: string[] = [];
+  mostInFlight = 0;
+
+  post(url: string, _secretKey: string, body: string, signal?: AbortSignal): Promise<DeliveryOutcome> {
+    this.sent.push(body);
+    return new Promise((resolve) => {
+      signal?.addEventListener("abort", () => resolve({ ok: false, reason: "cancelled", aborted: true }));
+      const entry = {
+        url,
+        body,
+        answer: (outcome: DeliveryOutcome) => {
+          this.open.splice(this.open.indexOf(entry), 1);
+          resolve(outcome);
+        },
+      };
+      this.open.push(entry);
+      this.mostInFlight = Math.max(this.mostInFlight, this.open.length);
+    });
+  }
+
+  async close(): Promise<void> {}
+
+  answer(body: string): void {
+    const entry = this.open.find((e) => e.body === body);
+    if (!entry) throw new Error(`no open request for ${body}`);
+    entry.answer({ ok: true, status: 200 });
+  }
+}
+
+describe("WebhookDispatcher", () => {
+  let dir: string;
+  let store: Store;
+  let dispatcher: WebhookDispatcher | undefined;
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), "parley-dispatcher-"));
+    store = await openSqliteStore(dir);
+  });
+  afterEach(async () => {
+    await dispatcher?.stop();
+    dispatcher = undefined;
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const start = (poster: WebhookPoster, policy: Partial<DispatcherPolicy>) => {
+    dispatcher = new WebhookDispatcher(
+      {
+        queue: store.webhookJobs,
+        resolveTarget: async (agentUserId) => ({ url: `https://agent-${agentUserId}.example/hook`, secretKey: "key" }),
+        now: () => 1000,
+        allowPrivateNetworks: false,
+        policy,
+        poster,
+      },
+      quiet,
+    );
+    dispatcher.start();
+    return dispatcher;
+  };
+
+  it("keeps at most `concurrency` requests in flight, one per agent, and each agent's jobs in order", async () => {
+    for (const [agent, body] of [[1, "1a"], [2, "2a"], [3, "3a"], [1, "1b"]] as const) await store.webhookJobs.enqueue(agent, body, 1000);
+    const poster = new HeldPoster();
+    start(poster, { concurrency: 2, pollIntervalMs: 5 });
+    await settle();
+    expect(poster.open.map((e) => e.body)).to.deep.equal(["1a", "2a"]);
+    poster.answer("1a");
+    await settle();
+    // A freed slot goes to the oldest due head: agent 3's job, queued before agent 1's second.
+    expect(poster.open.map((e) => e.body)).to.deep.equal(["2a", "3a"]);
+    poster.answer("2a");
+    await settle();
+    expect(poster.open.map((e) => e.body)).to.deep.equal(["3a", "1b"]);
+    poster.answer("3a");
+    poster.answer("1b");
+    await settle();
+    expect(poster.sent).to.deep.equal(["1a", "2a", "3a", "1b"]);
+    expect(poster.mostInFlight).to.equal(2);
+    expect(await store.webhookJobs.due(Number.MAX_SAFE_INTEGER, [], 10)).to.deep.equal([]);
+  });
+
+  it("looks at the queue when woken, without waiting for the next poll", async () => {
+    const poster = new HeldPoster();
+    const running = start(poster, { pollIntervalMs: 3_600_000 });
+    await settle();
+    await store.webhookJobs.enqueue(1, "queued later", 1000);
+    await settle();
+    expect(poster.sent).to.deep.equal([]);
+    running.wake();
+    await settle();
+    expect(poster.sent).to.deep.equal(["queued later"]);
+    poster.answer("queued later");
+  });
+});

@@ -1,0 +1,202 @@
+// Drains the durable webhook queue. Each agent's jobs go out one at a time in queue order (the
+// head of an agent's queue blocks the rest until it is delivered or abandoned), while up to
+// `concurrency` agents are served at once, so a slow or dead endpoint holds one slot, never the
+// others. A failed attempt (non-2xx, timeout, refused connection) is retried after 1, 2, 4… times
+// `retryBaseMs`; after `maxRetries` retries the job is dropped and logged: the entry stays in the
+// agent's stream, so nothing more durable than a log line is kept for it. The agent's target
+// (URL, key, mode) is read at send time, so a new key or a mode switch applies to queued jobs too.
+//
+// The queue is looked at when the engine announces new jobs (BusEvents.webhookQueued), when a
+// retry falls due, when a delivery finishes, and every `pollIntervalMs` as a safety net. Times in
+// the queue are engine-clock times, so tests that move the clock move retries with it.
+import type { ServiceSchema } from "moleculer";
+import type { QueuedWebhook, WebhookQueue, WebhookTargetResolver } from "../../shared/agent-delivery.js";
+import { BusEvents } from "../../shared/bus.js";
+import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
+import { webhookUrlProblem } from "./ssrf-guard.js";
+
+export interface DispatcherPolicy {
+  /** Deliveries in flight at once, across agents (one per agent at a time). */
+  concurrency: number;
+  /** Retries after a failed first attempt; the job is dropped when the last one fails. */
+  maxRetries: number;
+  /** Wait before the first retry; each later retry waits twice as long as the one before. */
+  retryBaseMs: number;
+  /** Answer limit of one request. */
+  timeoutMs: number;
+  /** How often the queue is looked at without being woken. */
+  pollIntervalMs: number;
+}
+
+export const defaultDispatcherPolicy: DispatcherPolicy = {
+  concurrency: 32,
+  maxRetries: 3,
+  retryBaseMs: 1000,
+  timeoutMs: webhookTimeoutMs,
+  pollIntervalMs: 1000,
+};
+
+/** Sends one request; WebhookClient in production. */
+export interface WebhookPoster {
+  post(url: string, secretKey: string, body: string, signal?: AbortSignal): Promise<DeliveryOutcome>;
+  close(): Promise<void>;
+}
+
+interface Logger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string, err?: unknown): void;
+}
+
+export interface DispatcherOptions {
+  queue: WebhookQueue;
+  resolveTarget: WebhookTargetResolver;
+  /** Unix milliseconds of the engine clock. */
+  now: () => number;
+  allowPrivateNetworks: boolean;
+  policy?: Partial<DispatcherPolicy>;
+  /** Replaces the HTTPS client (tests). */
+  poster?: WebhookPoster;
+}
+
+export class WebhookDispatcher {
+  private readonly policy: DispatcherPolicy;
+  private readonly poster: WebhookPoster;
+  /** Agents with a delivery in flight. */
+  private readonly busy = new Set<number>();
+  private readonly deliveries = new Set<Promise<void>>();
+  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  private readonly shutdown = new AbortController();
+  private poller: NodeJS.Timeout | undefined;
+  private pumping: Promise<void> | undefined;
+  private wanted = false;
+  private running = false;
+
+  constructor(
+    private readonly options: DispatcherOptions,
+    private readonly logger: Logger,
+  ) {
+    this.policy = { ...defaultDispatcherPolicy, ...options.policy };
+    this.poster = options.poster ?? new WebhookClient({ allowPrivateNetworks: options.allowPrivateNetworks, timeoutMs: this.policy.timeoutMs });
+  }
+
+  start(): void {
+    this.running = true;
+    this.poller = setInterval(() => this.wake(), this.policy.pollIntervalMs);
+    this.poller.unref();
+    // Jobs left from before a restart are due (or fall due) without any new wake-up.
+    this.wake();
+  }
+
+  /** Looks at the queue soon; calls while a look is under way fold into one more look. */
+  wake(): void {
+    if (!this.running) return;
+    this.wanted = true;
+    if (this.pumping) return;
+    this.pumping = (async () => {
+      try {
+        while (this.wanted && this.running) {
+          this.wanted = false;
+          await this.fill();
+        }
+      } catch (err) {
+        // The poller tries again; a queue that cannot be read must not stop the process.
+        this.logger.error("webhook queue read failed", err);
+      } finally {
+        this.pumping = undefined;
+      }
+    })();
+  }
+
+  /** Starts the due head job of every agent that has none in flight, up to the free slots. */
+  private async fill(): Promise<void> {
+    const room = this.policy.concurrency - this.busy.size;
+    if (room <= 0) return;
+    const jobs = await this.options.queue.due(this.options.now(), [...this.busy], room);
+    for (const job of jobs) {
+      if (!this.running || this.busy.has(job.agentUserId)) continue;
+      this.busy.add(job.agentUserId);
+      const delivery: Promise<void> = this.deliver(job)
+        .catch((err: unknown) => this.logger.error(`webhook job ${job.jobId} of agent ${job.agentUserId} failed to settle`, err))
+        .finally(() => {
+          this.busy.delete(job.agentUserId);
+          this.deliveries.delete(delivery);
+          this.wake();
+        });
+      this.deliveries.add(delivery);
+    }
+  }
+
+  private async deliver(job: QueuedWebhook): Promise<void> {
+    const { queue } = this.options;
+    const target = await this.options.resolveTarget(job.agentUserId);
+    if (!target) {
+      const dropped = await queue.clearAgent(job.agentUserId);
+      this.logger.info(`dropped ${dropped} queued webhook deliveries of agent ${job.agentUserId}: it is no longer in webhook mode`);
+      return;
+    }
+    const problem = webhookUrlProblem(target.url);
+    const outcome: DeliveryOutcome = problem ? { ok: false, reason: problem } : await this.poster.post(target.url, target.secretKey, job.body, this.shutdown.signal);
+    if (outcome.ok) {
+      await queue.remove(job.jobId);
+      return;
+    }
+    // Cut off by shutdown: not the endpoint's failure, so the job stays as it was for the next start.
+    if (outcome.aborted) return;
+    const attempts = job.attempts + 1;
+    if (attempts > this.policy.maxRetries) {
+      await queue.remove(job.jobId);
+      this.logger.warn(`webhook delivery ${job.jobId} to agent ${job.agentUserId} abandoned after ${attempts} attempts; last failure: ${outcome.reason}`);
+      return;
+    }
+    const delay = this.policy.retryBaseMs * 2 ** (attempts - 1);
+    await queue.reschedule(job.jobId, attempts, this.options.now() + delay);
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      this.wake();
+    }, delay);
+    timer.unref();
+    this.retryTimers.add(timer);
+  }
+
+  /** Stops taking jobs, cancels requests in flight (their jobs stay queued) and waits for them. */
+  async stop(): Promise<void> {
+    this.running = false;
+    clearInterval(this.poller);
+    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.retryTimers.clear();
+    this.shutdown.abort();
+    await this.pumping;
+    await Promise.allSettled([...this.deliveries]);
+    await this.poster.close();
+  }
+}
+
+/** The Moleculer service of the engine role that runs the dispatcher. */
+export function webhookDispatcherService(options: DispatcherOptions): ServiceSchema {
+  let dispatcher: WebhookDispatcher;
+  return {
+    name: "webhookDispatcher",
+    events: {
+      [BusEvents.webhookQueued]: {
+        handler() {
+          dispatcher.wake();
+        },
+      },
+    },
+    created() {
+      const logger = this.logger;
+      dispatcher = new WebhookDispatcher(options, {
+        info: (message) => logger.info(message),
+        warn: (message) => logger.warn(message),
+        error: (message, err) => logger.error(message, err),
+      });
+    },
+    started() {
+      dispatcher.start();
+    },
+    async stopped() {
+      await dispatcher.stop();
+    },
+  };
+}

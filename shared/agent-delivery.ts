@@ -1,0 +1,61 @@
+// How events leave the platform for agents, as the engine and the gateway agree on it without
+// importing each other: the inbox actions a WebSocket connection uses to catch an agent up, and
+// the durable webhook queue the dispatcher drains (server.ts hands it the store's).
+import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
+
+export const AgentDeliveryActions = {
+  /** A page of an agent's stream for its WebSocket catch-up (AgentBacklogParams → AgentBacklog). */
+  backlog: "inbox.agentBacklog",
+  /** Moves an agent's delivered position forward (MarkDeliveredParams). */
+  markDelivered: "inbox.markDelivered",
+} as const;
+
+export interface AgentBacklogParams {
+  userId: number;
+  /** Entries after this sn; when absent, after the agent's delivered position. */
+  afterSn?: number;
+  limit: number;
+}
+
+export interface AgentBacklog {
+  /** The position the page starts after (the delivered position when none was given). */
+  afterSn: number;
+  /** Update wire forms (snUpdate with its sn, plus the users and groups it references), in sn order. */
+  updates: UpdateJson[];
+}
+
+export interface MarkDeliveredParams {
+  userId: number;
+  sn: number;
+}
+
+export interface QueuedWebhook {
+  jobId: number;
+  agentUserId: number;
+  /** The exact JSON body to POST. */
+  body: string;
+  /** Failed attempts so far. */
+  attempts: number;
+  nextAttemptAt: number;
+}
+
+/** The part of the durable webhook queue the dispatcher needs (engine/store's WebhookJobStore fits). */
+export interface WebhookQueue {
+  /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
+  due(now: number, busyAgents: readonly number[], limit: number): Promise<QueuedWebhook[]>;
+  /** Removes a delivered (or abandoned) job. */
+  remove(jobId: number): Promise<void>;
+  /** Records a failed attempt and when to try again. */
+  reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
+  /** Drops every queued job of the agent; answers how many there were. */
+  clearAgent(agentUserId: number): Promise<number>;
+}
+
+/** Where an agent's webhook deliveries go right now. */
+export interface WebhookTarget {
+  url: string;
+  secretKey: string;
+}
+
+/** Reads an agent's current webhook target; undefined when it is not (any more) in WEBHOOK mode. */
+export type WebhookTargetResolver = (agentUserId: number) => Promise<WebhookTarget | undefined>;

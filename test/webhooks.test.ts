@@ -1,0 +1,475 @@
+// Agent event delivery through the real server: signed webhooks to a local HTTPS receiver (its CA
+// is trusted through NODE_EXTRA_CA_CERTS), retries driven by the engine clock, and the catch-up
+// of a WebSocket-mode agent. Agents are put into WEBHOOK mode through the store plus the
+// BusEvents.agentChanged broadcast, which is exactly what a configuration change does.
+import { createHmac } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { expect } from "chai";
+import { fromBinary, fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
+import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
+import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
+import { verifyWebhookSignature } from "../gateway/webhooks/signing.js";
+import { BusEvents } from "../shared/bus.js";
+import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
+import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
+import { MessageBodySchema, MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
+import { SnUpdateSchema, UpdateSchema, type SnUpdate, type Update } from "../shared/gen/api/v1/updates_pb.js";
+import { signInWithCode, type SignedIn } from "./support/accounts.js";
+import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, type Responder } from "./support/https-receiver.js";
+import { createAgent, type TestAgent } from "./support/social.js";
+import { GatewayClient } from "./support/ws-client.js";
+
+/** Long enough that a retry happens only when a test moves the engine clock. */
+const retryBaseMs = 60_000;
+const webhookKinds = ["messageEnvelope", "contactAdded", "removedFromGroup", "groupDissolved"];
+type BodyInit = MessageInitShape<typeof MessageBodySchema>;
+const text = (value: string): BodyInit => ({ type: MessageType.TEXT, content: { case: "text", value: { text: value } } });
+const streamStart: BodyInit = { type: MessageType.STREAM, content: { case: "stream", value: { contentType: "text/plain" } } };
+const card: BodyInit = { type: MessageType.CARD, content: { case: "card", value: { cardJson: JSON.stringify({ type: "AdaptiveCard", actions: [{ type: "Action.Submit" }] }), fallbackText: "a card" } } };
+const never = () => new Promise<number>(() => {});
+let clientIds = 1n;
+
+async function eventually<T>(probe: () => Promise<T | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Checks a received request against the operator contract and answers the Update it carries. */
+function verified(request: ReceivedRequest, secretKey: string): Update {
+  expect(request.method).to.equal("POST");
+  expect(request.headers["content-type"]).to.equal("application/json");
+  const timestamp = String(request.headers["x-service-timestamp"]);
+  const signature = String(request.headers["x-service-signature"]);
+  expect(timestamp).to.match(/^\d+$/);
+  // Seconds, not milliseconds: within the receivers' 5-minute replay window of now.
+  expect(Math.abs(Number(timestamp) - Date.now() / 1000)).to.be.below(300);
+  expect(signature).to.equal("sha256=" + createHmac("sha256", secretKey).update(`${timestamp}.${request.body}`).digest("hex"));
+  expect(verifyWebhookSignature(secretKey, timestamp, signature, request.body)).to.equal(true);
+  const update = fromJsonString(UpdateSchema, request.body);
+  // The body is the canonical proto3 JSON of the Update, nothing more or less.
+  expect(JSON.parse(request.body)).to.deep.equal(toJson(UpdateSchema, update));
+  return update;
+}
+
+const sequenced = (update: Update): SnUpdate | undefined => (update.update.case === "snUpdate" ? update.update.value : undefined);
+const envelopeOf = (update: Update): MessageEnvelope | undefined => {
+  const entry = sequenced(update)?.update;
+  return entry?.case === "messageEnvelope" ? entry.value : undefined;
+};
+const textOf = (update: Update) => {
+  const body = envelopeOf(update)?.body;
+  return body?.content.case === "text" ? body.content.value.text : undefined;
+};
+
+function webhookServer(overrides: { timeoutMs?: number } = {}): Promise<TestServer> {
+  return startTestServer({
+    env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" },
+    webhooks: { retryBaseMs, timeoutMs: overrides.timeoutMs ?? 1000, pollIntervalMs: 25 },
+  });
+}
+
+/** Changes an agent's record the way its configuration endpoints do: the write, then the broadcast. */
+async function configureAgent(server: TestServer, store: Store, agentUserId: number, change: Partial<AgentRecord>): Promise<void> {
+  await store.agents.updateAgent(agentUserId, change);
+  await server.broker.broadcast(BusEvents.agentChanged, { agentUserId });
+}
+
+describe("agent event delivery by webhook", () => {
+  let server: TestServer;
+  let inspect: Store;
+  let owner: SignedIn;
+  let other: SignedIn;
+  const receivers: HttpsReceiver[] = [];
+  before(async () => {
+    server = await webhookServer();
+    inspect = await openSqliteStore(server.dataDir);
+    owner = await signInWithCode(server);
+    other = await signInWithCode(server);
+  });
+  after(async () => {
+    for (const receiver of receivers) await receiver.close();
+    await inspect.close();
+    await server.dispose();
+  });
+
+  const messages = (token: string) => client(server, MessageService, "json", token);
+  const pending = (agent: TestAgent) => inspect.webhookJobs.pending(agent.userId);
+  /** The job at the head of the agent's queue once it has failed `attempts` times. */
+  const headAfter = (agent: TestAgent, attempts: number) =>
+    eventually(async () => (await pending(agent)).find((job) => job.attempts === attempts), `a job with ${attempts} failed attempts`);
+  const say = (agent: TestAgent, words: string) => messages(owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text(words) });
+
+  /** A new agent of `owner` in WEBHOOK mode, with a receiver of its own. */
+  async function webhookAgent(respond?: Responder): Promise<{ agent: TestAgent; receiver: HttpsReceiver }> {
+    const agent = await createAgent(server, owner);
+    const receiver = await startHttpsReceiver(respond);
+    receivers.push(receiver);
+    await configureAgent(server, inspect, agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: `${receiver.url}/hooks/${agent.userId}`, visibility: AgentVisibility.public });
+    return { agent, receiver };
+  }
+
+  it("delivers MESSAGE, CARD_ACTION, CONTACT_ADDED, REMOVED_FROM_GROUP and GROUP_DISSOLVED signed, as the exact Update of the agent's stream", async () => {
+    const { agent, receiver } = await webhookAgent();
+    const asOwner = messages(owner.accessToken);
+    const asAgent = messages(agent.token);
+    const conversationId = agent.conversationId;
+
+    const sent = await asOwner.sendMessage({ conversationId, clientMessageId: clientIds++, body: text("hello agent") });
+    await asOwner.editMessage({ conversationId, messageId: sent.messageId, newBody: text("hello, agent") });
+    await asOwner.recallMessage({ conversationId, messageId: sent.messageId });
+    const finished = await asAgent.sendMessage({ conversationId, clientMessageId: clientIds++, body: streamStart });
+    await asAgent.pushStreamDelta({ conversationId, messageId: finished.messageId, seq: 1, delta: "partial " });
+    await asAgent.endStream({ conversationId, messageId: finished.messageId, accumulatedText: "partial answer" });
+    const failed = await asAgent.sendMessage({ conversationId, clientMessageId: clientIds++, body: streamStart });
+    await asAgent.pushStreamDelta({ conversationId, messageId: failed.messageId, seq: 1, delta: "half" });
+    await asAgent.errorStream({ conversationId, messageId: failed.messageId, errorMessage: "model overloaded" });
+    const cardMessage = await asAgent.sendMessage({ conversationId, clientMessageId: clientIds++, body: card });
+    const { actionId } = await asOwner.submitCardAction({ conversationId, messageId: cardMessage.messageId, actionData: '{"choice":"yes"}', verb: "confirm" });
+    await client(server, ContactService, "json", other.accessToken).addContact({ targetUserId: agent.userId });
+    const groups = client(server, GroupService, "json", owner.accessToken);
+    const left = (await groups.createGroup({ name: "left", memberIds: [agent.userId, other.userId] })).group!;
+    await groups.removeMember({ groupId: left.groupId, targetId: agent.userId });
+    const dissolved = (await groups.createGroup({ name: "dissolved", memberIds: [agent.userId, other.userId] })).group!;
+    await groups.dissolveGroup({ groupId: dissolved.groupId });
+
+    const stream = (await inspect.updates.readUpdates(agent.userId, 0, 1000)).map((row) => fromBinary(SnUpdateSchema, row.payload));
+    const expected = stream.filter((entry) => webhookKinds.includes(entry.update.case ?? ""));
+    await receiver.waitFor(expected.length + 1);
+    await eventually(async () => (await pending(agent)).length === 0, "an empty queue");
+    expect(receiver.received).to.have.length(expected.length + 1, "one request per event, and none for stream deltas");
+    expect(receiver.received.every((request) => request.path === `/hooks/${agent.userId}`)).to.equal(true);
+    const updates = receiver.received.map((request) => verified(request, agent.secretKey));
+
+    // Sequenced events: every one of the agent's entries of those kinds, in sn order, unchanged.
+    const delivered = updates.map(sequenced).filter((entry) => entry !== undefined);
+    expect(delivered.map((entry) => toJson(SnUpdateSchema, entry))).to.deep.equal(expected.map((entry) => toJson(SnUpdateSchema, entry)));
+    expect(new Set(delivered.map((entry) => entry.update.case))).to.deep.equal(new Set(webhookKinds));
+
+    // Message ids count per conversation: the agent's groups have their own 1, 2, 3…
+    const isAbout = (u: Update, messageId: bigint) => envelopeOf(u)?.conversationId === conversationId && envelopeOf(u)?.messageId === messageId;
+    const aboutSent = updates.filter((u) => isAbout(u, sent.messageId));
+    expect(aboutSent.map((u) => [envelopeOf(u)?.body?.type, envelopeOf(u)?.edited])).to.deep.equal([
+      [MessageType.TEXT, false],
+      [MessageType.TEXT, true],
+      [MessageType.RECALLED, false],
+    ]);
+    expect(textOf(aboutSent[1])).to.equal("hello, agent");
+    expect(aboutSent[0].users.map((u) => u.userId)).to.deep.equal([owner.userId]);
+    const phases = (messageId: bigint) =>
+      updates.flatMap((u) => {
+        const body = isAbout(u, messageId) ? envelopeOf(u)?.body : undefined;
+        return body?.content.case === "stream" ? [[body.content.value.phase, body.content.value.accumulatedText, body.content.value.errorMessage]] : [];
+      });
+    expect(phases(finished.messageId)).to.deep.equal([
+      [StreamPhase.START, "", ""],
+      [StreamPhase.END, "partial answer", ""],
+    ]);
+    expect(phases(failed.messageId)).to.deep.equal([
+      [StreamPhase.START, "", ""],
+      [StreamPhase.ERROR, "half", "model overloaded"],
+    ]);
+    const system = updates.find((u) => envelopeOf(u)?.conversationId === BigInt(left.groupId) && envelopeOf(u)?.body?.content.case === "group");
+    expect(envelopeOf(system!)?.senderId).to.equal(0);
+
+    const contactAdded = updates.find((u) => sequenced(u)?.update.case === "contactAdded")!;
+    expect(sequenced(contactAdded)?.update.value).to.deep.include({ peerUserId: other.userId });
+    expect(contactAdded.users.map((u) => u.userId)).to.deep.equal([other.userId]);
+    const removed = updates.find((u) => sequenced(u)?.update.case === "removedFromGroup")!;
+    expect(sequenced(removed)?.update.value).to.deep.include({ groupId: left.groupId, operatorId: owner.userId });
+    expect(removed.groups.map((g) => g.groupId)).to.deep.equal([left.groupId]);
+    const gone = updates.find((u) => sequenced(u)?.update.case === "groupDissolved")!;
+    expect(sequenced(gone)?.update.value).to.deep.include({ groupId: dissolved.groupId, operatorId: owner.userId });
+
+    // The one ephemeral event: the card action, after the card it answers.
+    const ephemeral = updates.filter((u) => u.update.case === "nonSnUpdate");
+    expect(ephemeral).to.have.length(1);
+    const action = ephemeral[0].update.case === "nonSnUpdate" && ephemeral[0].update.value.update.case === "cardAction" ? ephemeral[0].update.value.update.value : undefined;
+    expect(action).to.deep.include({ actionId, conversationId, messageId: cardMessage.messageId, senderId: owner.userId, actionData: '{"choice":"yes"}', verb: "confirm" });
+    expect(ephemeral[0].users.map((u) => u.userId)).to.deep.equal([owner.userId]);
+    expect(updates.indexOf(ephemeral[0])).to.be.above(updates.findIndex((u) => isAbout(u, cardMessage.messageId)));
+  });
+
+  it("retries a failing endpoint after 1, 2 and 4 backoff steps, then drops the job; each retry is signed with the key current at send time", async () => {
+    const { agent, receiver } = await webhookAgent(() => 500);
+    const before = server.clock.now();
+    await say(agent, "are you there?");
+    await receiver.waitFor(1);
+    const first = await headAfter(agent, 1);
+    expect(first.nextAttemptAt).to.be.within(before + retryBaseMs, server.clock.now() + retryBaseMs);
+
+    const rotatedKey = `sk_rotated_${agent.userId}_${"x".repeat(40)}`;
+    await configureAgent(server, inspect, agent.userId, { secretKey: rotatedKey });
+    let job: WebhookJob = first;
+    for (const [attempt, delay] of [[2, 2 * retryBaseMs], [3, 4 * retryBaseMs]] as const) {
+      expect(receiver.received).to.have.length(attempt - 1, "no retry before it is due");
+      server.clock.advance(job.nextAttemptAt - server.clock.now());
+      await receiver.waitFor(attempt);
+      const failedAt = server.clock.now();
+      job = await headAfter(agent, attempt);
+      expect(job.nextAttemptAt).to.be.within(failedAt + delay, server.clock.now() + delay);
+    }
+    server.clock.advance(job.nextAttemptAt - server.clock.now());
+    await receiver.waitFor(4);
+    await eventually(async () => (await pending(agent)).length === 0, "the job to be dropped");
+    server.clock.advance(8 * retryBaseMs);
+    // A few polls go by: the dropped job never comes back.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(receiver.received).to.have.length(4);
+    expect(new Set(receiver.received.map((r) => r.body)).size).to.equal(1);
+    verified(receiver.received[0], agent.secretKey);
+    for (const retry of receiver.received.slice(1)) {
+      verified(retry, rotatedKey);
+      expect(verifyWebhookSignature(agent.secretKey, String(retry.headers["x-service-timestamp"]), String(retry.headers["x-service-signature"]), retry.body)).to.equal(false);
+    }
+  });
+
+  it("counts an endpoint that does not answer within the time limit as a failed attempt", async () => {
+    const { agent, receiver } = await webhookAgent((_request, index) => (index === 0 ? never() : 200));
+    await say(agent, "slow one");
+    await receiver.waitFor(1);
+    const job = await headAfter(agent, 1);
+    server.clock.advance(job.nextAttemptAt - server.clock.now());
+    await receiver.waitFor(2);
+    await eventually(async () => (await pending(agent)).length === 0, "the delivery to succeed");
+    expect(receiver.received.map((r) => textOf(verified(r, agent.secretKey)))).to.deep.equal(["slow one", "slow one"]);
+  });
+
+  it("keeps an agent's order while its head job is retried", async () => {
+    const { agent, receiver } = await webhookAgent((_request, index) => (index === 0 ? 500 : 200));
+    for (const words of ["one", "two", "three"]) await say(agent, words);
+    await receiver.waitFor(1);
+    const job = await headAfter(agent, 1);
+    expect((await pending(agent)).map((j) => j.jobId)[0]).to.equal(job.jobId);
+    expect(receiver.received, "nothing overtakes the failed head").to.have.length(1);
+    server.clock.advance(job.nextAttemptAt - server.clock.now());
+    await receiver.waitFor(4);
+    const updates = receiver.received.map((r) => verified(r, agent.secretKey));
+    expect(updates.map(textOf)).to.deep.equal(["one", "one", "two", "three"]);
+    const sns = updates.slice(1).map((u) => sequenced(u)!.sn);
+    expect(sns).to.deep.equal([...sns].sort((a, b) => a - b));
+  });
+
+  it("does not hold up one agent behind another agent's dead endpoint", async () => {
+    const dead = await webhookAgent(never);
+    const alive = await webhookAgent();
+    for (const words of ["a", "b", "c"]) await say(dead.agent, words);
+    await dead.receiver.waitFor(1);
+    await say(alive.agent, "still served");
+    await alive.receiver.waitFor(1);
+    expect(textOf(verified(alive.receiver.received[0], alive.agent.secretKey))).to.equal("still served");
+    // The dead agent's first job is in flight or waiting for its retry; all three are still queued.
+    expect(dead.receiver.received).to.have.length(1);
+    expect((await pending(dead.agent)).length).to.equal(3);
+  });
+
+  it("drops the queue of an agent that left WEBHOOK mode, queues nothing more, and leaves the webhook's entries out of its socket catch-up", async () => {
+    const { agent, receiver } = await webhookAgent(() => 500);
+    await say(agent, "by webhook");
+    await receiver.waitFor(1);
+    const job = await headAfter(agent, 1);
+    await configureAgent(server, inspect, agent.userId, { deliveryMode: DeliveryMode.websocket });
+    await say(agent, "by socket");
+    expect((await pending(agent)).map((j) => j.jobId)).to.deep.equal([job.jobId]);
+    server.clock.advance(job.nextAttemptAt - server.clock.now());
+    await eventually(async () => (await pending(agent)).length === 0, "the queue to be dropped");
+    expect(receiver.received).to.have.length(1);
+
+    const socket = await GatewayClient.connect(server.url, "json");
+    try {
+      await socket.authenticate(agent.token);
+      const latest = await inspect.updates.latestSn(agent.userId);
+      await socket.next((f) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === latest);
+      expect(socket.pushedSns()).to.deep.equal([latest]);
+    } finally {
+      socket.close();
+    }
+  });
+
+  it("sends nothing for people and for agents in WEBSOCKET mode", async () => {
+    const agent = await createAgent(server, owner);
+    await say(agent, "hello socket agent");
+    await client(server, ContactService, "json", other.accessToken).sendFriendRequest({ targetUserId: owner.userId, message: "hi" });
+    expect(await pending(agent)).to.deep.equal([]);
+    expect(await inspect.webhookJobs.pending(owner.userId)).to.deep.equal([]);
+  });
+});
+
+describe("webhook targets that are refused at send time", () => {
+  /** Queues one delivery to `target` and waits until its first attempt has failed. */
+  async function refusedDelivery(allowPrivate: boolean, target: string): Promise<void> {
+    const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: String(allowPrivate) }, webhooks: { retryBaseMs, pollIntervalMs: 25 } });
+    const store = await openSqliteStore(server.dataDir);
+    try {
+      const owner = await signInWithCode(server);
+      const agent = await createAgent(server, owner);
+      await configureAgent(server, store, agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: target });
+      await client(server, MessageService, "json", owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text("refused") });
+      await eventually(async () => (await store.webhookJobs.pending(agent.userId)).find((job) => job.attempts === 1), "the failed attempt");
+    } finally {
+      await store.close();
+      await server.dispose();
+    }
+  }
+
+  it("counts a loopback target as a failed attempt while private networks are not allowed, and sends nothing", async () => {
+    const receiver = await startHttpsReceiver();
+    try {
+      await refusedDelivery(false, receiver.url);
+      expect(receiver.received).to.deep.equal([]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it("counts a plain HTTP target as a failed attempt, and sends nothing", async () => {
+    const received: string[] = [];
+    const plain = createServer((req, res) => {
+      received.push(req.url ?? "");
+      res.writeHead(200).end();
+    });
+    await new Promise<void>((resolve) => plain.listen(0, "127.0.0.1", () => resolve()));
+    try {
+      await refusedDelivery(true, `http://localhost:${(plain.address() as AddressInfo).port}/hook`);
+      expect(received).to.deep.equal([]);
+    } finally {
+      plain.closeAllConnections();
+      await new Promise((resolve) => plain.close(resolve));
+    }
+  });
+});
+
+describe("agent event delivery by webhook across a restart", () => {
+  const timeoutMs = 5000;
+  let server: TestServer;
+  let receiver: HttpsReceiver;
+  after(async () => {
+    await receiver.close();
+    await server.dispose();
+  });
+
+  it("keeps queued deliveries, and a request cut off by the shutdown costs no attempt", async () => {
+    // 1st request: still unanswered when the server stops; 2nd: fails; then success.
+    receiver = await startHttpsReceiver((_request, index) => (index === 0 ? never() : index === 1 ? 500 : 200));
+    server = await webhookServer({ timeoutMs });
+    const owner = await signInWithCode(server);
+    const agent = await createAgent(server, owner);
+    const jobs = async () => {
+      const store = await openSqliteStore(server.dataDir);
+      try {
+        return await store.webhookJobs.pending(agent.userId);
+      } finally {
+        await store.close();
+      }
+    };
+    /** Stops the server, looks at the queue while nothing runs, starts it again on the same data. */
+    const restart = async () => {
+      await server.stop();
+      const queued = await jobs();
+      server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, webhooks: { retryBaseMs, timeoutMs, pollIntervalMs: 25 }, dataDir: server.dataDir, clock: server.clock });
+      return queued;
+    };
+    const store = await openSqliteStore(server.dataDir);
+    await configureAgent(server, store, agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: receiver.url });
+    await store.close();
+    await client(server, MessageService, "json", owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text("survive") });
+    await receiver.waitFor(1);
+
+    const [kept, ...others] = await restart();
+    expect(others).to.deep.equal([]);
+    expect(kept.attempts).to.equal(0);
+    await receiver.waitFor(2);
+    const failed = await eventually(async () => (await jobs()).find((job) => job.attempts === 1), "the failed attempt to be recorded");
+
+    expect((await restart()).map((job) => [job.jobId, job.attempts])).to.deep.equal([[kept.jobId, 1]]);
+    server.clock.advance(failed.nextAttemptAt - server.clock.now());
+    await receiver.waitFor(3);
+    await eventually(async () => (await jobs()).length === 0, "the delivery to succeed after the restart");
+    expect(receiver.received.map((r) => textOf(verified(r, agent.secretKey)))).to.deep.equal(["survive", "survive", "survive"]);
+  });
+});
+
+for (const mode of wireModes) {
+  describe(`agent event delivery over WebSocket (${mode})`, () => {
+    let server: TestServer;
+    let inspect: Store;
+    let owner: SignedIn;
+    let agent: TestAgent;
+    before(async () => {
+      server = await startTestServer();
+      inspect = await openSqliteStore(server.dataDir);
+      owner = await signInWithCode(server, mode);
+      agent = await createAgent(server, owner, mode);
+    });
+    after(async () => {
+      await inspect.close();
+      await server.dispose();
+    });
+
+    const say = (words: string) => client(server, MessageService, mode, owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text(words) });
+    const frameWithSn = (sn: number) => (f: ServerFrame) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === sn;
+    const envelopes = (socket: GatewayClient) =>
+      socket.frames.flatMap((f) => {
+        const entry = f.payload.case === "update" && f.payload.value.update.case === "snUpdate" ? f.payload.value.update.value.update : undefined;
+        return entry?.case === "messageEnvelope" ? [{ envelope: entry.value, users: f.payload.case === "update" ? f.payload.value.users : [] }] : [];
+      });
+
+    it("pushes live, then replays what arrived while the agent was away and joins the live stream without gap or repeat", async () => {
+      const first = await GatewayClient.connect(server.url, mode);
+      await first.authenticate(agent.token);
+      await say("live one");
+      const cardMessage = await client(server, MessageService, mode, agent.token).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: card });
+      const seen = await inspect.updates.latestSn(agent.userId);
+      await first.next(frameWithSn(seen));
+      expect(first.pushedSns()).to.deep.equal(Array.from({ length: seen }, (_, i) => i + 1));
+      first.close();
+      // The delivered position follows what the socket wrote.
+      await eventually(async () => (await inspect.webhookJobs.deliveredSn(agent.userId)) === seen, "the delivered position to reach the last pushed sn");
+
+      await say("missed one");
+      await say("missed two");
+      // More than one backlog page.
+      for (let batch = 0; batch < 11; batch++) await Promise.all(Array.from({ length: 10 }, (_, i) => say(`missed ${batch}.${i}`)));
+      // Ephemeral events are for whoever is online: this one is not replayed.
+      await client(server, MessageService, mode, owner.accessToken).submitCardAction({ conversationId: agent.conversationId, messageId: cardMessage.messageId, actionData: "{}" });
+
+      // Messages keep coming while the agent reconnects and replays.
+      const second = await GatewayClient.connect(server.url, mode);
+      let reconnect!: () => void;
+      const underWay = new Promise<void>((resolve) => (reconnect = resolve));
+      const traffic = (async () => {
+        for (let i = 0; i < 15; i++) {
+          await say(`during ${i}`);
+          if (i === 2) reconnect();
+        }
+      })();
+      await underWay;
+      const auth = await second.authenticate(agent.token);
+      expect(auth.payload.case === "authResponse" && auth.payload.value.success).to.equal(true);
+      await traffic;
+      const latest = await inspect.updates.latestSn(agent.userId);
+      await second.next(frameWithSn(latest));
+      await say("after");
+      await second.next(frameWithSn(latest + 1));
+      second.close();
+
+      expect(second.frames[0].payload.case).to.equal("authResponse");
+      expect(second.pushedSns()).to.deep.equal(Array.from({ length: latest + 1 - seen }, (_, i) => seen + 1 + i));
+      const texts = envelopes(second).map(({ envelope }) => (envelope.body?.content.case === "text" ? envelope.body.content.value.text : ""));
+      expect(texts.slice(0, 2)).to.deep.equal(["missed one", "missed two"]);
+      expect(texts.indexOf("during 0")).to.be.above(texts.indexOf("missed 10.0"));
+      expect(texts[texts.length - 1]).to.equal("after");
+      // Replayed entries carry the users they reference, as live pushes do.
+      expect(envelopes(second)[0].users.map((u) => u.userId)).to.deep.equal([owner.userId]);
+      expect(second.frames.some((f) => f.payload.case === "update" && f.payload.value.update.case === "nonSnUpdate")).to.equal(false);
+      await eventually(async () => (await inspect.webhookJobs.deliveredSn(agent.userId)) === latest + 1, "the delivered position to follow the live pushes");
+    });
+  });
+}
