@@ -1,0 +1,116 @@
+import { Code } from "@connectrpc/connect";
+import { expect } from "chai";
+import { AgentDeliveryMode, AgentService, AgentStatus, AgentVisibility } from "../shared/gen/api/v1/agent_pb.js";
+import { AccountType } from "../shared/gen/api/v1/common_pb.js";
+import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
+import { ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
+import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
+import { UserService } from "../shared/gen/api/v1/user_pb.js";
+import { Errors } from "../shared/errors.js";
+import { privateConversationId } from "../shared/ids.js";
+import { signInWithCode, type SignedIn } from "./support/accounts.js";
+import { expectError } from "./support/expect-error.js";
+import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+
+let counter = 0;
+const uniqueName = () => `maker_${process.pid}_${++counter}`.slice(0, 32);
+
+for (const mode of wireModes) {
+  describe(`AgentService.CreateAgent, ListMyAgents, GetMyAgent (${mode})`, () => {
+    let server: TestServer;
+    let owner: SignedIn;
+    let other: SignedIn;
+    before(async () => {
+      server = await startTestServer();
+      owner = await signInWithCode(server, mode);
+      other = await signInWithCode(server, mode);
+    });
+    after(async () => server.dispose());
+    const agents = (token: string) => client(server, AgentService, mode, token);
+
+    it("creates an ACTIVE, PRIVATE, WEBSOCKET-mode agent: token and key once, prefixes only afterwards, contact and conversation with the creator", async () => {
+      const username = uniqueName();
+      const created = await agents(owner.accessToken).createAgent({ username, name: "Helper", signature: "answers questions" });
+      expect(created.token).to.match(/^ply_a_/);
+      expect(created.secretKey.length).to.be.greaterThan(20);
+      const profile = created.profile!;
+      expect(profile.user).to.deep.include({ username, nickname: "Helper", signature: "answers questions", accountType: AccountType.AGENT });
+      expect(profile).to.deep.include({ status: AgentStatus.ACTIVE, visibility: AgentVisibility.PRIVATE, deliveryMode: AgentDeliveryMode.WEBSOCKET, isSystemAgent: false });
+      expect(created.token.startsWith(profile.tokenPrefix)).to.equal(true);
+      expect(created.secretKey.startsWith(profile.secretKeyPrefix)).to.equal(true);
+      expect(profile.tokenPrefix.length).to.be.lessThan(created.token.length);
+
+      const agentId = profile.user!.userId;
+      const { profile: again } = await agents(owner.accessToken).getMyAgent({ agentUserId: agentId });
+      expect(JSON.stringify(again, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))).to.not.include(created.token).and.not.include(created.secretKey);
+
+      // The token works at once, as the agent's own identity.
+      const self = await client(server, UserService, mode, created.token).getProfile({});
+      expect(self.profile?.userId).to.equal(agentId);
+
+      // Mutual contacts, their PRIVATE conversation, and ContactAddedEvent on the creator's stream.
+      const contacts = await client(server, ContactService, mode, owner.accessToken).listContacts({ limit: 200 });
+      expect(contacts.contacts.map((c) => c.user?.userId)).to.include(agentId);
+      const agentContacts = await client(server, ContactService, mode, created.token).listContacts({ limit: 200 });
+      expect(agentContacts.contacts.map((c) => c.user?.userId)).to.deep.equal([owner.userId]);
+      const { conversation } = await client(server, ConversationService, mode, owner.accessToken).getConversation({ conversationId: privateConversationId(owner.userId, agentId) });
+      expect(conversation).to.deep.include({ type: ConversationType.PRIVATE, peerId: agentId });
+      const difference = await client(server, SyncService, mode, owner.accessToken).getDifference({ sn: 0 });
+      const added = difference.updates.filter((u) => u.update.case === "contactAdded").map((u) => (u.update.case === "contactAdded" ? u.update.value.peerUserId : 0));
+      expect(added).to.include(agentId);
+    });
+
+    it("answers ALREADY_EXISTS for a taken username, whether a user's or an agent's", async () => {
+      const username = uniqueName();
+      await agents(owner.accessToken).createAgent({ username, name: "First" });
+      await expectError(agents(other.accessToken).createAgent({ username, name: "Second" }), Errors.usernameTaken);
+      const person = await signInWithCode(server, mode);
+      const personName = uniqueName();
+      await client(server, UserService, mode, person.accessToken).setUsername({ username: personName });
+      await expectError(agents(owner.accessToken).createAgent({ username: personName, name: "Clash" }), Errors.usernameTaken);
+    });
+
+    it("answers INVALID_ARGUMENT for an invalid username or name and creates nothing", async () => {
+      const before = (await agents(owner.accessToken).listMyAgents({})).agents.length;
+      for (const username of ["abcd", "x".repeat(33), "Upper_Case", "has space", "dash-ed", `u_123456`]) {
+        await expectError(agents(owner.accessToken).createAgent({ username, name: "Bot" }), Code.InvalidArgument);
+      }
+      await expectError(agents(owner.accessToken).createAgent({ username: uniqueName(), name: "" }), Code.InvalidArgument);
+      await expectError(agents(owner.accessToken).createAgent({ username: uniqueName(), name: "   " }), Code.InvalidArgument);
+      await expectError(agents(owner.accessToken).createAgent({ username: uniqueName(), name: "n".repeat(65) }), Code.InvalidArgument);
+      await expectError(agents(owner.accessToken).createAgent({ username: uniqueName(), name: "Bot", signature: "s".repeat(257) }), Code.InvalidArgument);
+      expect((await agents(owner.accessToken).listMyAgents({})).agents.length).to.equal(before);
+    });
+
+    it("is user-only: an agent token answers PERMISSION_DENIED, no token UNAUTHENTICATED", async () => {
+      const created = await agents(owner.accessToken).createAgent({ username: uniqueName(), name: "Bot" });
+      await expectError(agents(created.token).createAgent({ username: uniqueName(), name: "Child" }), Errors.userOnly);
+      await expectError(agents(created.token).listMyAgents({}), Errors.userOnly);
+      await expectError(agents(created.token).getMyAgent({ agentUserId: created.profile!.user!.userId }), Errors.userOnly);
+      await expectError(client(server, AgentService, mode).createAgent({ username: uniqueName(), name: "Bot" }), Errors.unauthenticated);
+    });
+
+    it("ListMyAgents answers exactly the caller's active agents, oldest first", async () => {
+      const lister = await signInWithCode(server, mode);
+      expect((await agents(lister.accessToken).listMyAgents({})).agents).to.deep.equal([]);
+      const first = await agents(lister.accessToken).createAgent({ username: uniqueName(), name: "One" });
+      const second = await agents(lister.accessToken).createAgent({ username: uniqueName(), name: "Two" });
+      await agents(other.accessToken).createAgent({ username: uniqueName(), name: "Not theirs" });
+      const ids = (await agents(lister.accessToken).listMyAgents({})).agents.map((a) => a.user?.userId);
+      expect(ids).to.deep.equal([first.profile!.user!.userId, second.profile!.user!.userId]);
+      await agents(lister.accessToken).deleteMyAgent({ agentUserId: first.profile!.user!.userId });
+      expect((await agents(lister.accessToken).listMyAgents({})).agents.map((a) => a.user?.userId)).to.deep.equal([second.profile!.user!.userId]);
+    });
+
+    it("GetMyAgent answers NOT_FOUND for unknown ids, users and deleted agents, PERMISSION_DENIED for another creator's agent", async () => {
+      const created = await agents(owner.accessToken).createAgent({ username: uniqueName(), name: "Mine" });
+      const agentId = created.profile!.user!.userId;
+      await expectError(agents(other.accessToken).getMyAgent({ agentUserId: agentId }), Errors.notAgentCreator);
+      await expectError(agents(owner.accessToken).getMyAgent({ agentUserId: 99_999_999 }), Errors.agentNotFound);
+      await expectError(agents(owner.accessToken).getMyAgent({ agentUserId: other.userId }), Errors.agentNotFound);
+      await expectError(agents(owner.accessToken).getMyAgent({ agentUserId: 0 }), Code.InvalidArgument);
+      await agents(owner.accessToken).deleteMyAgent({ agentUserId: agentId });
+      await expectError(agents(owner.accessToken).getMyAgent({ agentUserId: agentId }), Errors.agentNotFound);
+    });
+  });
+}
