@@ -22,6 +22,7 @@ import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
+import { presenceService } from "./engine/presence.js";
 import { pushService } from "./engine/push.js";
 import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
 import { usersService } from "./engine/users.js";
@@ -61,7 +62,7 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
-const engineServices = ["accounts", "users", "push", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
+const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
@@ -80,6 +81,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
+    broker.createService(presenceService());
     broker.createService(inboxService(deps));
     broker.createService(socialService(deps));
     broker.createService(agentsService(deps));

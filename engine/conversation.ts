@@ -50,6 +50,7 @@ import { fanOut, fanOutEphemeral, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
 import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamStartBody } from "./message-body.js";
+import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
 import type { MessageRecord } from "./store/store.js";
@@ -161,6 +162,17 @@ export class ConversationActor {
     await fanOut(ctx, access.participants, { case: "messageEnvelope", value: envelope }, sender ? [userInfoView(sender)] : []);
   }
 
+  /** Alerts offline recipients of a message that now says something (not a stream's empty START). */
+  private offlinePush(ctx: Context, access: ConversationAccess, record: MessageRecord, body: MessageBody): void {
+    requestOfflinePush(ctx, {
+      conversationId: String(record.conversationId),
+      messageId: String(record.messageId),
+      senderId: record.senderId,
+      participants: access.participants,
+      preview: contentPreview(body),
+    });
+  }
+
   async send(ctx: Context, caller: Caller, request: SendMessageRequest) {
     const access = await requireParticipant(this.store, request.conversationId, caller.userId);
     checkOutgoingBody(request.body!, caller.kind === "agent");
@@ -190,6 +202,7 @@ export class ConversationActor {
       }
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
       await this.publish(ctx, access, record);
+      if (!isStream) this.offlinePush(ctx, access, record, body);
       if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
         tellSystemAgent(ctx, { conversationId: String(record.conversationId), messageId: String(record.messageId), senderId: caller.userId, text: body.content.value.text });
       }
@@ -386,6 +399,8 @@ export class ConversationActor {
       await this.store.messages.updateMessage(conversationId, messageId, updated);
       this.streams.delete(streamKey(conversationId, messageId));
       await this.publish(ctx, access, updated);
+      // END is when a stream has its text; an ERROR is left for the user to find in the chat.
+      if (!failed) this.offlinePush(ctx, access, updated, body);
       return {};
     });
   }

@@ -1,5 +1,8 @@
-// Push tokens of device sessions, and the notifications sent to them.
-import type { ServiceSchema } from "moleculer";
+// Push tokens of device sessions, and the notifications sent to them: the badge reset of
+// ClearBadge, and the alert of a new message for recipients who are offline. The conversation
+// actor hands new messages over with an event (requestOfflinePush) once they are sequenced and
+// fanned out, so the sender never waits for providers and a provider failure never fails a send.
+import type { Context, ServiceSchema } from "moleculer";
 import {
   ClearBadgeRequestSchema,
   ClearBadgeResponseSchema,
@@ -10,13 +13,78 @@ import {
 } from "../shared/gen/api/v1/push_pb.js";
 import { PushPlatform } from "../shared/gen/api/v1/common_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { PresenceActions, type OnlineAmongParams } from "../shared/presence.js";
 import type { EngineDeps } from "./deps.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
+import { AccountType, type PushTokenRecord } from "./store/store.js";
+
+export const PushEvents = {
+  /** A message was sequenced; its offline recipients may need an alert (NewMessagePush). */
+  newMessage: "parley.offline-push.new-message",
+} as const;
+
+/** A sequenced message as the push service needs it; JSON-safe, so it crosses nodes as is. */
+export interface NewMessagePush {
+  conversationId: string;
+  messageId: string;
+  senderId: number;
+  /** The conversation's participants when the message was sequenced, sender included. */
+  participants: number[];
+  /** contentPreview of the body. */
+  preview: string;
+}
+
+/** Hands a sequenced message to the push service; the caller does not wait, and a failure only means no alert. */
+export function requestOfflinePush(ctx: Pick<Context, "emit">, message: NewMessagePush): void {
+  void Promise.resolve(ctx.emit(PushEvents.newMessage, message)).catch(() => undefined);
+}
+
+/**
+ * The devices to alert about a message: those of recipients who are people (agents get events,
+ * not alerts), other than the sender, with no live connection anywhere (an open app already shows
+ * the message), and who did not mute the conversation.
+ */
+async function offlineRecipientTokens(deps: EngineDeps, ctx: Context, message: NewMessagePush): Promise<PushTokenRecord[]> {
+  const { store } = deps;
+  const others = [...new Set(message.participants)].filter((userId) => userId !== message.senderId);
+  const people = (await store.users.getUsers(others)).filter((user) => user.accountType === AccountType.user).map((user) => user.userId);
+  if (people.length === 0) return [];
+  const online = new Set(await ctx.call<number[], OnlineAmongParams>(PresenceActions.onlineAmong, { userIds: people }));
+  const conversationId = BigInt(message.conversationId);
+  const perUser = await Promise.all(
+    people
+      .filter((userId) => !online.has(userId))
+      .map(async (userId) => ((await store.conversations.getUserState(userId, conversationId)).isMuted ? [] : store.pushTokens.listPushTokens(userId))),
+  );
+  return perUser.flat();
+}
 
 export function pushService(deps: EngineDeps): ServiceSchema {
   const { store } = deps;
   return {
     name: "push",
+    events: {
+      [PushEvents.newMessage]: {
+        async handler(this: { logger: { warn(...args: unknown[]): void } }, ctx: Context<NewMessagePush>) {
+          const { conversationId, messageId, senderId, preview } = ctx.params;
+          try {
+            const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
+            if (tokens.length === 0) return;
+            const senderNickname = (await store.users.getUser(senderId))?.nickname ?? "";
+            // Every recipient gets the same alert (the server keeps no unread count to badge), so
+            // one call carries all devices and a provider driver can batch them.
+            await deps.pushNotifier.send(tokens, {
+              silent: false,
+              title: senderNickname,
+              body: preview,
+              message: { conversationId, messageId, senderId, senderNickname, preview },
+            });
+          } catch (err) {
+            this.logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
+          }
+        },
+      },
+    },
     actions: {
       registerToken: rpcAction(RegisterTokenRequestSchema, RegisterTokenResponseSchema, async ({ request, caller }) => {
         const user = requireUser(caller);

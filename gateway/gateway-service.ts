@@ -2,11 +2,12 @@
 // broadcasts (new updates, revoked sessions) to the connections it concerns.
 import type { Server } from "node:http";
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { ServiceSchema } from "moleculer";
+import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentTokenRevokedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors } from "../shared/errors.js";
 import { addressList, resolveClientAddress } from "../shared/ip.js";
+import { PresenceEvents, type PresenceReport } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
 import { PushFrame } from "./frame-codec.js";
@@ -37,6 +38,16 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   const byUser = new Map<number, Set<Connection>>();
   const all = new Set<Connection>();
   let socketServer: SocketServer | undefined;
+  let presenceBroker: ServiceBroker | undefined;
+
+  // Presence is about people: agents are never offline-pushed, so their sockets are not counted.
+  const userConnections = (userId: number) => [...(byUser.get(userId) ?? [])].filter((c) => c.identity?.kind === "user").length;
+  const reportPresence = (userIds: Iterable<number>, full: boolean) => {
+    const broker = presenceBroker;
+    if (!broker) return;
+    const report: PresenceReport = { nodeId: broker.nodeID, counts: [...userIds].map((userId) => ({ userId, connections: userConnections(userId) })), full };
+    void Promise.resolve(broker.broadcast(PresenceEvents.report, report)).catch((err) => broker.logger.warn("presence report failed", err));
+  };
 
   const forget = (connection: Connection) => {
     if (!all.delete(connection)) return;
@@ -46,11 +57,19 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     const connections = byUser.get(userId);
     connections?.delete(connection);
     if (connections?.size === 0) byUser.delete(userId);
+    if (connection.identity?.kind === "user") reportPresence([userId], false);
   };
 
   return {
     name: "gateway",
     events: {
+      // A node that just joined (or rejoined after a partition) may host a presence tracker that
+      // knows nothing of this node's sockets yet.
+      "$node.connected": {
+        handler() {
+          reportPresence([...byUser.keys()].filter((userId) => userConnections(userId) > 0), true);
+        },
+      },
       [BusEvents.push]: {
         handler(ctx: { params: PushEvent }) {
           const connections = byUser.get(ctx.params.userId);
@@ -79,7 +98,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       },
     },
     started() {
-      const broker = this.broker;
+      const broker = (presenceBroker = this.broker);
       const logger = this.logger;
       const agentFeed = (c: Connection, agentUserId: number) =>
         new AgentFeed(
@@ -111,6 +130,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
             let connections = byUser.get(userId);
             if (!connections) byUser.set(userId, (connections = new Set()));
             connections.add(c);
+            if (c.identity!.kind === "user") reportPresence([userId], false);
             feed?.start();
           },
           onClosed: forget,

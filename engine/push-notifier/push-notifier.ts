@@ -3,13 +3,29 @@
 // each notification is written to the log, one line each). APNs and FCM drivers plug in here.
 import type { PushTokenRecord } from "../store/store.js";
 
+/** What a new-message alert carries for the app to open the right conversation. */
+export interface NewMessageAlert {
+  /** Decimal string: provider data payloads (APNs custom keys, FCM data) carry strings. */
+  conversationId: string;
+  /** Decimal string, as conversationId. */
+  messageId: string;
+  senderId: number;
+  senderNickname: string;
+  /** At most 100 characters of what the message says; "[image]" and the like for media. */
+  preview: string;
+}
+
 export interface PushNotification {
   /** Badge count to show; 0 clears it. */
   badge?: number;
   /** A silent (content-available) push wakes the app without alerting the user. */
   silent: boolean;
+  /** The alert's title as the device shows it. */
   title?: string;
+  /** The alert's text as the device shows it. */
   body?: string;
+  /** Present when the notification announces a new message. */
+  message?: NewMessageAlert;
 }
 
 export interface PushNotifier {
