@@ -32,6 +32,7 @@ import { toWire } from "../shared/wire.js";
 import type { SystemMessageParams } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
 import { fanOut } from "./inbox.js";
+import { Mailboxes } from "./mailbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, ConversationKind, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
@@ -40,12 +41,19 @@ export const GroupPolicy = {
   minMembers: 3,
   maxMembers: 200,
   maxAgents: 20,
+  /** Ids CreateGroup accepts besides the creator (200 members with the creator). */
+  maxInitialIds: 199,
   listPageDefault: 50,
 } as const;
 
 export function groupsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
   const groups = store.groups;
+  // Every change to one group runs after the previous one has finished, so two invites cannot
+  // both pass the size checks, nothing is added to a group being dissolved, and the system
+  // messages come in the order of the changes they announce.
+  const changes = new Mailboxes();
+  const serialised = <T>(groupId: number, work: () => Promise<T>) => changes.run(groupId, work);
 
   async function requireGroup(groupId: number): Promise<GroupRecord> {
     const group = await groups.getGroup(groupId);
@@ -89,11 +97,13 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
     return user ? userInfoView(user) : undefined;
   };
 
-  async function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
-    await requireOwnedGroup(caller, groupId);
-    await groups.updateGroup(groupId, change);
-    await postSystem(ctx, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator: await userInfo(caller.userId), field } });
-    return {};
+  function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
+    return serialised(groupId, async () => {
+      await requireOwnedGroup(caller, groupId);
+      await groups.updateGroup(groupId, change);
+      await postSystem(ctx, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator: await userInfo(caller.userId), field } });
+      return {};
+    });
   }
 
   return {
@@ -102,6 +112,9 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       createGroup: rpcAction(CreateGroupRequestSchema, CreateGroupResponseSchema, async ({ request, caller, ctx }) => {
         const creator = requireUser(caller);
         if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "the group name cannot be blank");
+        // The id list's bound is checked here rather than in the schema so that an oversized
+        // group answers RESOURCE_EXHAUSTED, before any id is looked up.
+        if (request.memberIds.length > GroupPolicy.maxInitialIds) throw new ParleyError(Errors.groupTooLarge, { members: String(request.memberIds.length + 1) });
         const members = await eligible(creator.userId, request.memberIds);
         const size = members.length + 1;
         if (size < GroupPolicy.minMembers) throw new ParleyError(Errors.groupTooSmall, { members: String(size) });
@@ -121,13 +134,15 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         });
         return { group: groupInfoView(group) };
       }),
-      dissolveGroup: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, async ({ request, caller, ctx }) => {
+      dissolveGroup: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
-        const group = await requireOwnedGroup(owner, request.groupId);
-        const removed = await groups.dissolveGroup(group.groupId);
-        const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
-        await fanOut(ctx, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]);
-        return {};
+        return serialised(request.groupId, async () => {
+          const group = await requireOwnedGroup(owner, request.groupId);
+          const removed = await groups.dissolveGroup(group.groupId);
+          const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
+          await fanOut(ctx, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]);
+          return {};
+        });
       }),
       updateGroupName: rpcAction(UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema, ({ request, caller, ctx }) => {
         if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "the group name cannot be blank");
@@ -139,48 +154,58 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       updateGroupDescription: rpcAction(UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, ({ request, caller, ctx }) =>
         changeInfo(ctx, requireUser(caller), request.groupId, { description: request.description }, "description"),
       ),
-      inviteMembers: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, async ({ request, caller, ctx }) => {
+      inviteMembers: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, ({ request, caller, ctx }) => {
         const inviter = requireUser(caller);
-        const group = await requireOwnedGroup(inviter, request.groupId);
-        const current = await groups.listMembers(group.groupId);
-        const currentIds = new Set(current.map((m) => m.userId));
-        const candidates = (await eligible(inviter.userId, request.memberIds)).filter((u) => !currentIds.has(u.userId));
-        if (candidates.length === 0) return {};
-        if (current.length + candidates.length > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(current.length + candidates.length) });
-        const currentAgents = (await store.users.getUsers([...currentIds])).filter((u) => u.accountType === AccountType.agent).length;
-        if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
-        const now = clock.now();
-        const added = new Set(await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }))));
-        if (added.size === 0) return {};
-        await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, [...added], now);
-        await postSystem(ctx, group.groupId, {
-          case: "memberJoined",
-          value: { $typeName: "api.v1.MemberJoinedEvent", members: candidates.filter((u) => added.has(u.userId)).map(userInfoView), inviter: await userInfo(inviter.userId) },
+        return serialised(request.groupId, async () => {
+          const group = await requireOwnedGroup(inviter, request.groupId);
+          const current = await groups.listMembers(group.groupId);
+          const currentIds = new Set(current.map((m) => m.userId));
+          const candidates = (await eligible(inviter.userId, request.memberIds)).filter((u) => !currentIds.has(u.userId));
+          if (candidates.length === 0) return {};
+          if (current.length + candidates.length > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(current.length + candidates.length) });
+          const currentAgents = (await store.users.getUsers([...currentIds])).filter((u) => u.accountType === AccountType.agent).length;
+          if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
+          const now = clock.now();
+          const added = new Set(await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }))));
+          if (added.size === 0) return {};
+          await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, [...added], now);
+          await postSystem(ctx, group.groupId, {
+            case: "memberJoined",
+            value: { $typeName: "api.v1.MemberJoinedEvent", members: candidates.filter((u) => added.has(u.userId)).map(userInfoView), inviter: await userInfo(inviter.userId) },
+          });
+          return {};
         });
-        return {};
       }),
-      removeMember: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, async ({ request, caller, ctx }) => {
+      removeMember: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
-        const group = await requireOwnedGroup(owner, request.groupId);
-        if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
-        if (!(await groups.removeMember(group.groupId, request.targetId))) throw new ParleyError(Errors.memberNotFound);
-        await postSystem(ctx, group.groupId, {
-          case: "memberRemoved",
-          value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
+        return serialised(request.groupId, async () => {
+          const group = await requireOwnedGroup(owner, request.groupId);
+          if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
+          if (!(await groups.removeMember(group.groupId, request.targetId))) throw new ParleyError(Errors.memberNotFound);
+          // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them; the
+          // announcement goes to those who remain.
+          await postSystem(ctx, group.groupId, {
+            case: "memberRemoved",
+            value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
+          });
+          await fanOut(ctx, [request.targetId], { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } }, [], [groupInfoView(group)]);
+          return {};
         });
-        await fanOut(ctx, [request.targetId], { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } }, [], [groupInfoView(group)]);
-        return {};
       }),
-      leaveGroup: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, async ({ request, caller, ctx }) => {
+      leaveGroup: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, ({ request, caller, ctx }) => {
         const member = requireCaller(caller);
-        const group = await groups.getGroup(request.groupId);
-        if (!group) throw new ParleyError(Errors.groupNotFound);
-        if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
-        if (!(await groups.getMember(group.groupId, member.userId))) throw new ParleyError(Errors.memberNotFound);
-        if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
-        await groups.removeMember(group.groupId, member.userId);
-        await postSystem(ctx, group.groupId, { case: "memberLeft", value: { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } });
-        return {};
+        return serialised(request.groupId, async () => {
+          const group = await groups.getGroup(request.groupId);
+          if (!group) throw new ParleyError(Errors.groupNotFound);
+          if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
+          if (!(await groups.getMember(group.groupId, member.userId))) throw new ParleyError(Errors.memberNotFound);
+          if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
+          await groups.removeMember(group.groupId, member.userId);
+          // The leaver gets the announcement too: it is the only entry on their stream that tells
+          // their other devices they left.
+          await postSystem(ctx, group.groupId, { case: "memberLeft", value: { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } }, [member.userId]);
+          return {};
+        });
       }),
       getGroupInfo: rpcAction(GetGroupInfoRequestSchema, GetGroupInfoResponseSchema, async ({ request, caller }) => {
         const viewer = requireCaller(caller);
