@@ -62,7 +62,14 @@ export const MessagePolicy = {
   historyPageDefault: 50,
   /** Deltas that may arrive ahead of a missing one and wait for it. */
   streamReorderWindow: 64,
+  /** A stream without a delta for this long is ended as abandoned (ERROR, partial text kept). */
+  streamIdleTimeoutMs: 10 * 60 * 1000,
+  /** How often each node looks for abandoned streams. */
+  streamSweepIntervalMs: 60 * 1000,
 } as const;
+
+/** The ErrorStream message the platform itself gives a stream its agent abandoned. */
+export const abandonedStreamError = "the agent stopped streaming: no delta for 10 minutes";
 
 interface LiveStream {
   senderId: number;
@@ -75,6 +82,8 @@ interface LiveStream {
   /** Deltas that arrived ahead of a gap, by seq. */
   waiting: Map<number, string>;
   contentType: string;
+  /** Clock time of the START or the latest delta; a stream idle too long is abandoned. */
+  lastActivityAt: number;
 }
 
 interface CardAction {
@@ -198,7 +207,7 @@ export class ConversationActor {
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
-        this.streams.set(streamKey(record.conversationId, record.messageId), { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType });
+        this.streams.set(streamKey(record.conversationId, record.messageId), { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType, lastActivityAt: now });
       }
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
       await this.publish(ctx, access, record);
@@ -342,7 +351,7 @@ export class ConversationActor {
       // The owner changed (restart or reshard) mid-stream: deltas held in memory are gone, the
       // stream itself goes on from whatever seq the agent sends next. EndStream carries the
       // agent's full text, so nothing is lost at END.
-      stream = { senderId: caller.userId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType };
+      stream = { senderId: caller.userId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType, lastActivityAt: this.deps.clock.now() };
       this.streams.set(key, stream);
     }
     return { access, record, stream };
@@ -351,6 +360,7 @@ export class ConversationActor {
   async pushDelta(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, seq: number, delta: string) {
     return this.mailboxes.run(String(conversationId), async () => {
       const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      stream.lastActivityAt = this.deps.clock.now();
       if (stream.nextSeq === 0) stream.nextSeq = seq;
       if (seq < stream.nextSeq || stream.waiting.has(seq)) return {}; // a retry of a delta already taken
       if (seq - stream.nextSeq >= MessagePolicy.streamReorderWindow) {
@@ -405,6 +415,30 @@ export class ConversationActor {
     });
   }
 
+  /**
+   * Ends the streams of this node whose agent went silent: without it an agent that crashed
+   * mid-stream would leave the message in START or DELTA for ever and its text in memory.
+   * They end as ERROR with the text received so far, exactly as if the agent had called
+   * ErrorStream. Answers how many were ended.
+   */
+  async endAbandonedStreams(ctx: Context): Promise<number> {
+    const cutoff = this.deps.clock.now() - MessagePolicy.streamIdleTimeoutMs;
+    let ended = 0;
+    for (const [key, stream] of [...this.streams]) {
+      if (stream.lastActivityAt > cutoff) continue;
+      const [conversationId, messageId] = key.split(":").map(BigInt);
+      const sender: Caller = { kind: "agent", userId: stream.senderId, deviceId: "" };
+      try {
+        await this.finishStream(ctx, sender, conversationId, messageId, { error: abandonedStreamError });
+        ended += 1;
+      } catch {
+        // The sender lost access meanwhile (left the group, was deleted): nobody can finish it.
+        this.streams.delete(key);
+      }
+    }
+    return ended;
+  }
+
   async submitCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionData: string, verb: string) {
     await requireParticipant(this.store, conversationId, caller.userId);
     // The agent receives actionData as JSON; refuse what it could not parse.
@@ -455,9 +489,24 @@ const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "r
 export function conversationService(deps: EngineDeps): ServiceSchema {
   const actor = new ConversationActor(deps);
   const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
+  let sweep: NodeJS.Timeout | undefined;
   return {
     name: "conversation",
+    started() {
+      const broker = this.broker;
+      // Each node owns the streams in its memory, so the sweep is called on this node only.
+      sweep = setInterval(() => {
+        broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => broker.logger.warn(`ending abandoned streams failed: ${String(err)}`));
+      }, MessagePolicy.streamSweepIntervalMs);
+      sweep.unref();
+    },
+    stopped() {
+      clearInterval(sweep);
+    },
     actions: {
+      endAbandonedStreams: {
+        handler: async (ctx: Context) => ({ ended: await actor.endAbandonedStreams(ctx) }),
+      },
       sendMessage: sharded(rpcAction(SendMessageRequestSchema, SendMessageResponseSchema, ({ request, caller, ctx }) => actor.send(ctx, requireCaller(caller), request))),
       editMessage: sharded(
         rpcAction(EditMessageRequestSchema, EditMessageResponseSchema, ({ request, caller, ctx }) =>
