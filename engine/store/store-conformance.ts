@@ -1,6 +1,6 @@
 // The promises of the storage port, as one mocha suite every adapter must pass.
 import { expect } from "chai";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, maxQueuedWebhooksPerAgent, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
 
 export interface StoreUnderTest {
   store: Store;
@@ -384,6 +384,17 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.webhookJobs.clearAgent(1)).to.equal(0);
         expect(await store.webhookJobs.pending(1)).to.deep.equal([]);
         expect(await heads(100)).to.deep.equal([[2, "b1", 0]]);
+      });
+
+      it(`keeps at most about ${maxQueuedWebhooksPerAgent} jobs per agent, dropping the oldest`, async () => {
+        const total = maxQueuedWebhooksPerAgent + 300;
+        for (let index = 1; index <= total; index++) await store.webhookJobs.enqueue(1, `a${index}`, 100);
+        await store.webhookJobs.enqueue(2, "b1", 100);
+        const kept = (await store.webhookJobs.pending(1)).map((job) => job.body);
+        expect(kept.length).to.be.within(maxQueuedWebhooksPerAgent, maxQueuedWebhooksPerAgent + 100);
+        expect(kept.at(-1)).to.equal(`a${total}`);
+        expect(kept[0]).to.equal(`a${total - kept.length + 1}`);
+        expect((await store.webhookJobs.pending(2)).map((job) => job.body)).to.deep.equal(["b1"]);
       });
 
       it("moves the delivered position forward only", async () => {

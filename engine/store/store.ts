@@ -219,8 +219,18 @@ export interface WebhookJob {
   nextAttemptAt: number;
 }
 
+/**
+ * The most jobs one agent's queue keeps: a dead endpoint under steady traffic would otherwise
+ * grow it without end (each job takes about half a minute to give up). Past it the oldest jobs
+ * go first; the entries stay in the agent's stream. Adapters may overshoot by a few jobs.
+ */
+export const maxQueuedWebhooksPerAgent = 10_000;
+
 export interface WebhookJobStore {
-  /** Queues a delivery for the agent; jobs of one agent are delivered in queue order. */
+  /**
+   * Queues a delivery for the agent; jobs of one agent are delivered in queue order. Beyond
+   * maxQueuedWebhooksPerAgent the agent's oldest jobs are dropped.
+   */
   enqueue(agentUserId: number, body: string, now: number): Promise<void>;
   /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
   due(now: number, busyAgents: readonly number[], limit: number): Promise<WebhookJob[]>;

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { WebhookJob, WebhookJobStore } from "../store.js";
+import { maxQueuedWebhooksPerAgent, type WebhookJob, type WebhookJobStore } from "../store.js";
 
 interface JobRow {
   job_id: number;
@@ -27,9 +27,17 @@ export function agentDeliveryWriters(db: Database.Database) {
     `INSERT INTO agent_cursors (agent_user_id, delivered_sn) VALUES (?, ?)
      ON CONFLICT (agent_user_id) DO UPDATE SET delivered_sn = MAX(delivered_sn, excluded.delivered_sn)`,
   );
+  // Everything older than the agent's newest `max` jobs. Trimming walks that many index entries,
+  // so it runs on one insert in `trimEvery`, letting a queue overshoot the cap by that many.
+  const trim = db.prepare(
+    `DELETE FROM webhook_jobs WHERE agent_user_id = ? AND job_id < (
+       SELECT job_id FROM webhook_jobs WHERE agent_user_id = ? ORDER BY job_id DESC LIMIT 1 OFFSET ?)`,
+  );
+  const trimEvery = 64;
   return {
     enqueue(agentUserId: number, body: string, now: number): void {
-      insert.run(agentUserId, body, now, now);
+      const { lastInsertRowid } = insert.run(agentUserId, body, now, now);
+      if (Number(lastInsertRowid) % trimEvery === 0) trim.run(agentUserId, agentUserId, maxQueuedWebhooksPerAgent - 1);
     },
     advanceDelivered(agentUserId: number, sn: number): void {
       advance.run(agentUserId, sn);
