@@ -137,7 +137,13 @@ export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLog
       .call<Readable | null, MediaDownloadParams>("media.download", params, { meta })
       .then(async (body) => {
         const head = meta[mediaDownloadMetaKey] as MediaDownloadHead;
-        res.writeHead(head.status, headersOf(head));
+        try {
+          res.writeHead(head.status, headersOf(head));
+        } catch (err) {
+          // The opened file must not outlive a response that cannot start.
+          body?.destroy();
+          throw err;
+        }
         if (!body) {
           res.end();
           return;

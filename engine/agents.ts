@@ -408,6 +408,10 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         if (request.startParam.length > AgentPolicy.maxStartParamLength) {
           throw new ParleyError(Errors.invalidArgument, { field: "start_param" }, `startParam has at most ${AgentPolicy.maxStartParamLength} characters`);
         }
+        // Control characters (line breaks above all) would make the signed data-check string ambiguous.
+        if (/\p{Cc}/u.test(request.startParam)) {
+          throw new ParleyError(Errors.invalidArgument, { field: "start_param" }, "startParam cannot contain control characters");
+        }
         const user = await store.users.getUser(viewer.userId);
         if (!user) throw new ParleyError(Errors.userNotFound);
         const profile = (agent.miniApp.permissions & MiniAppPermission.readProfile) !== 0 ? userInfoView(user) : create(UserInfoSchema, { userId: user.userId });

@@ -9,6 +9,7 @@
 // out as ephemeral pushes; the database sees a stream twice, at START and at END or ERROR.
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
 import type { Context, ServiceSchema } from "moleculer";
 import {
   AnswerCardActionRequestSchema,
@@ -42,7 +43,7 @@ import {
   type SendMessageRequest,
 } from "../shared/gen/api/v1/message_pb.js";
 import type { Caller } from "../shared/caller.js";
-import { Errors, ParleyError } from "../shared/errors.js";
+import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
 import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
@@ -390,8 +391,25 @@ export class ConversationActor {
   }
 
   async finishStream(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, outcome: { text?: string; entities?: MessageEntity[]; error?: string }) {
+    await this.finishStreamUnlessActiveSince(ctx, caller, conversationId, messageId, outcome, Infinity);
+    return {};
+  }
+
+  /**
+   * Finishes the stream, unless a delta arrived after `activeSince` (checked inside the mailbox,
+   * so a delta queued ahead of this call counts). Answers whether it finished the stream.
+   */
+  private async finishStreamUnlessActiveSince(
+    ctx: Context,
+    caller: Caller,
+    conversationId: bigint,
+    messageId: bigint,
+    outcome: { text?: string; entities?: MessageEntity[]; error?: string },
+    activeSince: number,
+  ): Promise<boolean> {
     return this.mailboxes.run(String(conversationId), async () => {
       const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      if (stream.lastActivityAt > activeSince) return false;
       const failed = outcome.error !== undefined;
       // The agent's final text is authoritative; without one, what the deltas built up is kept.
       const text = failed ? stream.text : outcome.text || stream.text;
@@ -411,7 +429,7 @@ export class ConversationActor {
       await this.publish(ctx, access, updated);
       // END is when a stream has its text; an ERROR is left for the user to find in the chat.
       if (!failed) this.offlinePush(ctx, access, updated, body);
-      return {};
+      return true;
     });
   }
 
@@ -429,11 +447,12 @@ export class ConversationActor {
       const [conversationId, messageId] = key.split(":").map(BigInt);
       const sender: Caller = { kind: "agent", userId: stream.senderId, deviceId: "" };
       try {
-        await this.finishStream(ctx, sender, conversationId, messageId, { error: abandonedStreamError });
-        ended += 1;
-      } catch {
-        // The sender lost access meanwhile (left the group, was deleted): nobody can finish it.
-        this.streams.delete(key);
+        if (await this.finishStreamUnlessActiveSince(ctx, sender, conversationId, messageId, { error: abandonedStreamError }, cutoff)) ended += 1;
+      } catch (err) {
+        // The sender lost access meanwhile (left the group, was deleted) or the message is gone:
+        // nobody can finish it. Anything else (a store failure) is retried at the next sweep.
+        const code = parleyErrorParts(err)?.entry.code;
+        if (code === Code.NotFound || code === Code.PermissionDenied || code === Code.FailedPrecondition) this.streams.delete(key);
       }
     }
     return ended;

@@ -49,8 +49,9 @@ export const MediaLimits = {
 const signingSecretName = "media-url-signing";
 const publicPurposes: ReadonlySet<number> = new Set([MediaPurpose.AVATAR, MediaPurpose.GROUP_AVATAR]);
 
-// type "/" subtype [";" parameters], with RFC 9110 token characters and no control characters.
-const mimeType = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+\/[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*;[^\p{Cc}]*)?$/u;
+// type "/" subtype [";" parameters], with RFC 9110 token characters; parameters in visible ASCII,
+// since the value goes back out as a Content-Type header, which carries nothing else.
+const mimeType = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+\/[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*;[\x20-\x7e]*)?$/;
 // A Host header as a URL authority: a name or IPv4 address, or a bracketed IPv6 address, with an optional port.
 const hostHeader = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/;
 

@@ -13,6 +13,9 @@
 //   signature        lowercase hex HMAC-SHA256 keyed with the agent's secret key over the
 //                    data-check string: every other field as key=value (decoded values), sorted
 //                    by key, joined with "\n"
+// No value may contain a line break (the server refuses such a startParam; JSON escapes its own),
+// and a verifier must accept exactly these fields, each once: otherwise "a=x\nb=y" inside one
+// value would read as two fields and a signed string could be re-cut into forged ones.
 // verifyInitData below is self-contained (node:crypto only) so an agent can copy it as it is.
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 
@@ -46,8 +49,13 @@ function dataCheckString(fields: Iterable<[string, string]>): string {
     .join("\n");
 }
 
+const initDataKeys = ["agent_user_id", "auth_date", "conversation_id", "platform", "query_id", "signature", "start_param", "user"];
+
 /** Builds and signs the initData query string. */
 export function signInitData(secretKey: string, fields: InitDataFields): string {
+  if ([fields.platform, fields.startParam, fields.userJson].some((value) => /[\r\n]/.test(value))) {
+    throw new Error("initData values cannot contain line breaks");
+  }
   const params = new URLSearchParams({
     agent_user_id: String(fields.agentUserId),
     auth_date: String(fields.authDate),
@@ -70,8 +78,10 @@ export function verifyInitData(initData: string, secretKey: string, maxAgeSecond
   const signature = params.get("signature") ?? "";
   if (params.getAll("signature").length !== 1 || !/^[0-9a-f]{64}$/.test(signature)) return undefined;
   const entries = [...params.entries()];
-  // A repeated key would let two different strings share one data-check string.
-  if (new Set(entries.map(([key]) => key)).size !== entries.length) return undefined;
+  // Exactly the known fields, once each, without line breaks: otherwise one value could be made
+  // to read as several fields of the data-check string, and a signature reused for forged ones.
+  if (entries.length !== initDataKeys.length || initDataKeys.some((key) => params.getAll(key).length !== 1)) return undefined;
+  if (entries.some(([, value]) => /[\r\n]/.test(value))) return undefined;
   const sorted = entries
     .filter(([key]) => key !== "signature")
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))

@@ -648,6 +648,22 @@ for (const mode of wireModes) {
         expect(verifyInitData(initData.replace(/signature=[0-9a-f]+/, "signature=00"), key, 60, nowSeconds())).to.equal(undefined);
       });
 
+      it("refuses a startParam with line breaks, so a signed string cannot be re-cut into forged fields", async () => {
+        // The attack: a startParam that reads as extra "key=value" lines of the data-check string.
+        const forgedUser = JSON.stringify({ userId: owner.userId });
+        const startParam = `x\nuser=${forgedUser}\nzzz=`;
+        await expectError(launch(stranger, { startParam }), Errors.invalidArgument);
+        await expectError(launch(stranger, { startParam: "tab\there" }), Errors.invalidArgument);
+        // And the verifier refuses unknown fields and line breaks even if a signer let them through.
+        const { initData } = await launch(stranger, { startParam: "ok" });
+        const extra = new URLSearchParams(initData);
+        extra.append("zzz", "1");
+        expect(verifyInitData(extra.toString(), key, 60, nowSeconds())).to.equal(undefined);
+        const broken = new URLSearchParams(initData);
+        broken.set("start_param", "a\nb");
+        expect(verifyInitData(broken.toString(), key, 60, nowSeconds())).to.equal(undefined);
+      });
+
       it("carries only the user id without the READ_PROFILE permission", async () => {
         await agents(owner).setAgentMiniApp({ agentUserId: agent.userId, enabled: true, url: "https://app.example.com/", permissions: MiniAppPermission.sendMessages });
         const fields = verifyInitData((await launch(stranger)).initData, key, 60, nowSeconds());

@@ -221,7 +221,7 @@ describe("MediaService", () => {
       await expectError(api.uploadFile({ ...valid, purpose: MediaPurpose.UNSPECIFIED }), Errors.purposeRequired);
       expect((await expectError(api.uploadFile({ ...valid, data: new Uint8Array() }), Errors.invalidArgument)).metadata.field).to.equal("data");
       expect((await expectError(api.uploadFile({ ...valid, contentType: "" }), Errors.invalidArgument)).metadata.field).to.equal("content_type");
-      for (const contentType of ["png", "image/", "image/png\r\nx-evil: 1", "text/ plain"]) {
+      for (const contentType of ["png", "image/", "image/png\r\nx-evil: 1", "text/ plain", "image/png; name=日本"]) {
         await expectError(api.uploadFile({ ...valid, contentType }), Errors.invalidContentType);
       }
       await api.uploadFile({ ...valid, contentType: "text/plain; charset=utf-8" });

@@ -387,14 +387,20 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
 
       it(`keeps at most about ${maxQueuedWebhooksPerAgent} jobs per agent, dropping the oldest`, async () => {
+        // Two agents receiving in turn, as members of one group do.
         const total = maxQueuedWebhooksPerAgent + 300;
-        for (let index = 1; index <= total; index++) await store.webhookJobs.enqueue(1, `a${index}`, 100);
-        await store.webhookJobs.enqueue(2, "b1", 100);
-        const kept = (await store.webhookJobs.pending(1)).map((job) => job.body);
-        expect(kept.length).to.be.within(maxQueuedWebhooksPerAgent, maxQueuedWebhooksPerAgent + 100);
-        expect(kept.at(-1)).to.equal(`a${total}`);
-        expect(kept[0]).to.equal(`a${total - kept.length + 1}`);
-        expect((await store.webhookJobs.pending(2)).map((job) => job.body)).to.deep.equal(["b1"]);
+        for (let index = 1; index <= total; index++) {
+          await store.webhookJobs.enqueue(1, `a${index}`, 100);
+          await store.webhookJobs.enqueue(2, `b${index}`, 100);
+        }
+        await store.webhookJobs.enqueue(3, "c1", 100);
+        for (const [agent, prefix] of [[1, "a"], [2, "b"]] as const) {
+          const kept = (await store.webhookJobs.pending(agent)).map((job) => job.body);
+          expect(kept.length).to.be.within(maxQueuedWebhooksPerAgent, maxQueuedWebhooksPerAgent + 100);
+          expect(kept.at(-1)).to.equal(`${prefix}${total}`);
+          expect(kept[0]).to.equal(`${prefix}${total - kept.length + 1}`);
+        }
+        expect((await store.webhookJobs.pending(3)).map((job) => job.body)).to.deep.equal(["c1"]);
       });
 
       it("moves the delivered position forward only", async () => {

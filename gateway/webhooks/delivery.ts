@@ -1,7 +1,7 @@
 // One signed webhook POST with the answer limit (5 seconds unless a test shortens it).
 import { Agent, request } from "undici";
 import { SignatureHeaders, signWebhookBody } from "./signing.js";
-import { guardedLookup } from "./ssrf-guard.js";
+import { guardedLookup, privateLiteralHost } from "./ssrf-guard.js";
 
 export const webhookTimeoutMs = 5000;
 
@@ -16,11 +16,13 @@ export interface WebhookClientOptions {
 export class WebhookClient {
   private readonly dispatcher: Agent;
   private readonly timeoutMs: number;
+  private readonly allowPrivateNetworks: boolean;
 
   /** A bare boolean is the private-network switch alone (the form the first callers used). */
   constructor(options: WebhookClientOptions | boolean) {
     const { allowPrivateNetworks, timeoutMs } = typeof options === "boolean" ? { allowPrivateNetworks: options, timeoutMs: undefined } : options;
     this.timeoutMs = timeoutMs ?? webhookTimeoutMs;
+    this.allowPrivateNetworks = allowPrivateNetworks;
     this.dispatcher = new Agent({
       connect: { lookup: guardedLookup(allowPrivateNetworks) as never, timeout: this.timeoutMs },
       headersTimeout: this.timeoutMs,
@@ -37,6 +39,8 @@ export class WebhookClient {
   async post(url: string, secretKey: string, body: string, signal?: AbortSignal): Promise<DeliveryOutcome> {
     // Real time, not the engine clock: receivers compare the timestamp with their own clocks.
     const timestamp = Math.floor(Date.now() / 1000);
+    // A host written as an IP address is never looked up, so the guarded lookup cannot see it.
+    if (!this.allowPrivateNetworks && privateLiteralHost(url)) return { ok: false, reason: "EPRIVATE" };
     const timeout = AbortSignal.timeout(this.timeoutMs);
     try {
       const response = await request(url, {

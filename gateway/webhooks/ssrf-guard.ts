@@ -23,8 +23,13 @@ for (const [network, prefix] of [
   privateRanges.addSubnet(network, prefix, "ipv4");
 }
 for (const [network, prefix] of [
-  ["::", 128],
+  // The unspecified and loopback addresses, and IPv4-compatible addresses (::a.b.c.d).
+  ["::", 96],
   ["::1", 128],
+  // NAT64 and 6to4 embed an IPv4 address, private ones included.
+  ["64:ff9b::", 96],
+  ["64:ff9b:1::", 48],
+  ["2002::", 16],
   ["fc00::", 7],
   ["fe80::", 10],
   ["ff00::", 8],
@@ -35,6 +40,12 @@ for (const [network, prefix] of [
 export function isPrivateAddress(address: string): boolean {
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
   if (mapped) return isPrivateAddress(mapped[1]);
+  // The same in hex, as the URL parser writes it: [::ffff:127.0.0.1] becomes [::ffff:7f00:1].
+  const mappedHex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
+  if (mappedHex) {
+    const [high, low] = [parseInt(mappedHex[1], 16), parseInt(mappedHex[2], 16)];
+    return isPrivateAddress(`${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`);
+  }
   const family = isIP(address);
   if (family === 0) return true;
   return privateRanges.check(address, family === 4 ? "ipv4" : "ipv6");
@@ -58,6 +69,18 @@ export function guardedLookup(allowPrivate: boolean) {
       callback(null, list[0].address, list[0].family);
     });
   };
+}
+
+/** Whether the URL's host is an IP address (not a name) in a private range. */
+export function privateLiteralHost(raw: string): boolean {
+  let hostname: string;
+  try {
+    hostname = new URL(raw).hostname;
+  } catch {
+    return false;
+  }
+  const address = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
+  return isIP(address) !== 0 && isPrivateAddress(address);
 }
 
 /** Checks that a webhook URL is an absolute HTTPS URL; answers the reason when it is not. */

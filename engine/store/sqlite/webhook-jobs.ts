@@ -28,16 +28,25 @@ export function agentDeliveryWriters(db: Database.Database) {
      ON CONFLICT (agent_user_id) DO UPDATE SET delivered_sn = MAX(delivered_sn, excluded.delivered_sn)`,
   );
   // Everything older than the agent's newest `max` jobs. Trimming walks that many index entries,
-  // so it runs on one insert in `trimEvery`, letting a queue overshoot the cap by that many.
+  // so it runs on one of each agent's inserts in `trimEvery`, letting a queue overshoot the cap
+  // by that many. The count is per agent: row ids are shared, and agents that receive in turn
+  // (members of one group) would otherwise never land on a multiple.
   const trim = db.prepare(
     `DELETE FROM webhook_jobs WHERE agent_user_id = ? AND job_id < (
        SELECT job_id FROM webhook_jobs WHERE agent_user_id = ? ORDER BY job_id DESC LIMIT 1 OFFSET ?)`,
   );
   const trimEvery = 64;
+  const insertsSinceTrim = new Map<number, number>();
   return {
     enqueue(agentUserId: number, body: string, now: number): void {
-      const { lastInsertRowid } = insert.run(agentUserId, body, now, now);
-      if (Number(lastInsertRowid) % trimEvery === 0) trim.run(agentUserId, agentUserId, maxQueuedWebhooksPerAgent - 1);
+      insert.run(agentUserId, body, now, now);
+      const inserts = (insertsSinceTrim.get(agentUserId) ?? 0) + 1;
+      if (inserts < trimEvery) {
+        insertsSinceTrim.set(agentUserId, inserts);
+        return;
+      }
+      insertsSinceTrim.delete(agentUserId);
+      trim.run(agentUserId, agentUserId, maxQueuedWebhooksPerAgent - 1);
     },
     advanceDelivered(agentUserId: number, sn: number): void {
       advance.run(agentUserId, sn);
