@@ -39,7 +39,7 @@ import {
   type AgentProfile,
 } from "../shared/gen/api/v1/agent_pb.js";
 import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
-import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent } from "../shared/bus.js";
+import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import { isGroupConversationId, privateConversationId } from "../shared/ids.js";
@@ -211,6 +211,9 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       }
       const saved = await store.agents.updateAgent(agentUserId, { ...update, updatedAt: clock.now() });
       announceChange(ctx, agentUserId);
+      if (update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== agent.ipWhitelist.join("\n")) {
+        void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
+      }
       return { agent: saved, secretKey };
     });
   }

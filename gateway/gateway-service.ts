@@ -4,9 +4,9 @@ import type { Server } from "node:http";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentTokenRevokedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
+import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors } from "../shared/errors.js";
-import { addressList, resolveClientAddress } from "../shared/ip.js";
+import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
 import { PresenceEvents, type PresenceReport } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
@@ -36,6 +36,8 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   };
   const trustedProxies = options.trustedProxies?.length ? addressList(options.trustedProxies) : undefined;
   const byUser = new Map<number, Set<Connection>>();
+  /** Each connection's client address, for re-checking an agent's whitelist when it changes. */
+  const clientAddresses = new WeakMap<Connection, string>();
   const all = new Set<Connection>();
   let socketServer: SocketServer | undefined;
   let presenceBroker: ServiceBroker | undefined;
@@ -86,6 +88,18 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           }
         },
       },
+      [BusEvents.agentWhitelistChanged]: {
+        handler(ctx: { params: AgentWhitelistChangedEvent }) {
+          if (ctx.params.ipWhitelist.length === 0) return;
+          const allowed = addressList(ctx.params.ipWhitelist);
+          for (const connection of byUser.get(ctx.params.agentUserId) ?? []) {
+            const clientIp = clientAddresses.get(connection);
+            if (connection.identity?.kind === "agent" && clientIp !== undefined && !listContains(allowed, clientIp)) {
+              connection.fail(Errors.ipNotAllowed, CloseCodes.revoked);
+            }
+          }
+        },
+      },
       [BusEvents.sessionsRevoked]: {
         handler(ctx: { params: SessionsRevokedEvent }) {
           const revoked = new Set(ctx.params.deviceIds);
@@ -119,7 +133,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       socketServer = attachWsServer(options.server, "/ws", (socket) => {
         // The client address lets the engine apply an agent's IP whitelist.
         const clientIp = resolveClientAddress(socket.remoteAddress, socket.forwardedFor, trustedProxies);
-        const connection = new Connection(socket, policy, {
+        const connection: Connection = new Connection(socket, policy, {
           authenticate: (token) => broker.call("accounts.authenticate", { token, clientIp }) as Promise<Identity>,
           onAuthenticated: (c) => {
             const userId = c.identity!.userId;
@@ -137,6 +151,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         });
         all.add(connection);
         options.onConnectionCountChange?.(1);
+        clientAddresses.set(connection, clientIp);
         return connection;
       });
     },

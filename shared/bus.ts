@@ -12,6 +12,8 @@ export const BusEvents = {
   agentChanged: "parley.agent-changed",
   /** An agent's token stopped being valid (regenerated, agent deleted): its sockets must close. */
   agentTokenRevoked: "parley.agent-token-revoked",
+  /** An agent's IP whitelist changed: its sockets from addresses now outside it must close. */
+  agentWhitelistChanged: "parley.agent-whitelist-changed",
   /** Webhook deliveries were queued for an agent: the dispatcher should look at the queue now. */
   webhookQueued: "parley.webhook-queued",
 } as const;
@@ -37,4 +39,10 @@ export interface WebhookQueuedEvent {
 
 export interface AgentTokenRevokedEvent {
   agentUserId: number;
+}
+
+export interface AgentWhitelistChangedEvent {
+  agentUserId: number;
+  /** The new list (addresses and CIDR blocks); empty allows every address. */
+  ipWhitelist: string[];
 }

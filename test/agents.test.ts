@@ -421,6 +421,22 @@ for (const mode of wireModes) {
         forwarded.close();
       });
 
+      it("closes open agent sockets whose address a changed whitelist no longer allows, and only those", async () => {
+        const agent = await newAgent();
+        const first = await wsAuthenticate(server, mode, agent.token, { "x-forwarded-for": "192.0.2.44" });
+        const second = await wsAuthenticate(server, mode, agent.token, { "x-forwarded-for": "198.51.100.9" });
+        expect(first.auth?.success && second.auth?.success).to.equal(true);
+        let firstClosed = false;
+        void first.closed.then(() => (firstClosed = true));
+        await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["198.51.100.0/24"] });
+        expect(await first.closed).to.equal(4003);
+        // The allowed socket stays: a later change that still allows it leaves it open too.
+        await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["198.51.100.9", "203.0.113.1"] });
+        const stillOpen = await Promise.race([second.closed.then(() => false), new Promise<boolean>((resolve) => setTimeout(() => resolve(true), 300))]);
+        expect(stillOpen && firstClosed).to.equal(true);
+        second.close();
+      });
+
       it("reads the client address from X-Forwarded-For behind a trusted proxy only (rightmost untrusted hop), IPv4 and IPv6", async () => {
         const agent = await newAgent();
         await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["203.0.113.0/24", "2001:db8::/32"] });
