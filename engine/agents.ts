@@ -63,6 +63,8 @@ export const AgentPolicy = {
   featuredDefault: 20,
   maxAllowedOrigins: 50,
   maxStartParamLength: 512,
+  /** Tries at finishing a deletion (leaving groups, telling contacts), 2, 4, 8… seconds apart. */
+  deletionAttempts: 5,
 } as const;
 
 export function agentProfileView(agent: AgentRecord, user: UserRecord): AgentProfile {
@@ -232,6 +234,36 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     }
   }
 
+  /**
+   * What follows a deletion: the agent leaves its groups and everyone who added it is told. A
+   * failure (a busy stream, a store error) is retried in the background with growing pauses, so
+   * the caller's answer does not depend on it. Leaving is naturally resumable: only the groups
+   * the agent is still in are left; a contact told before a failure may be told again.
+   */
+  async function completeDeletion(ctx: Context, agentUserId: number, user: UserRecord, attempt = 1): Promise<void> {
+    const steps = async () => {
+      await leaveAllGroups(ctx, agentUserId);
+      const contactOwners = await store.social.listContactOwners(agentUserId);
+      await fanOut(
+        ctx,
+        contactOwners,
+        { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } },
+        [userInfoView(user)],
+      );
+    };
+    try {
+      await steps();
+    } catch (err) {
+      if (attempt >= AgentPolicy.deletionAttempts) {
+        ctx.broker.logger.error(`agent ${agentUserId}: deletion left unfinished after ${attempt} attempts`, err);
+        return;
+      }
+      ctx.broker.logger.warn(`agent ${agentUserId}: finishing the deletion failed (attempt ${attempt}); retrying`, err);
+      const retry = setTimeout(() => void completeDeletion(ctx, agentUserId, user, attempt + 1), 1000 * 2 ** attempt);
+      retry.unref();
+    }
+  }
+
   /** Whether the user may see and launch the agent: it is public, theirs, or already their contact. */
   async function hasAccess(userId: number, agent: AgentRecord): Promise<boolean> {
     if (agent.visibility === AgentVisibility.public || agent.creatorId === userId) return true;
@@ -354,17 +386,18 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         return { secretKey };
       }),
       deleteMyAgent: rpcAction(DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, async ({ request, caller, ctx }) => {
-        const { agent, user } = await ownedAgent(requireUser(caller).userId, request.agentUserId);
-        // The status is what authentication checks, so the token stops working with this write.
-        await updateAgent(ctx, agent.agentUserId, { status: AgentStatus.deleted }, true);
-        await leaveAllGroups(ctx, agent.agentUserId);
-        const contactOwners = await store.social.listContactOwners(agent.agentUserId);
-        await fanOut(
-          ctx,
-          contactOwners,
-          { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId: agent.agentUserId, newStatus: AgentStatusEnum.DELETED } },
-          [userInfoView(user)],
-        );
+        const creatorId = requireUser(caller).userId;
+        const { agent, user } = await ownedAgent(creatorId, request.agentUserId);
+        // Checked again and written in the agent's mailbox, so of two deletes at once only one
+        // goes on to announce it. The status is what authentication checks: the token stops
+        // working with this write.
+        await mailboxes.run(agent.agentUserId, async () => {
+          await ownedAgent(creatorId, agent.agentUserId);
+          await store.agents.updateAgent(agent.agentUserId, { status: AgentStatus.deleted, updatedAt: clock.now() });
+        });
+        announceChange(ctx, agent.agentUserId, true);
+        // The deletion stands once written; what follows from it is retried until it is done.
+        await completeDeletion(ctx, agent.agentUserId, user);
         return {};
       }),
       regenerateAgentToken: rpcAction(RegenerateAgentTokenRequestSchema, RegenerateAgentTokenResponseSchema, async ({ request, caller, ctx }) => {

@@ -114,3 +114,25 @@ for (const mode of wireModes) {
     });
   });
 }
+
+describe("AgentService.DeleteMyAgent called twice at once", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer();
+  });
+  after(async () => server.dispose());
+
+  it("deletes once: one call succeeds, the other answers NOT_FOUND, contacts hear of it once", async () => {
+    const owner = await signInWithCode(server, "json");
+    const created = await client(server, AgentService, "json", owner.accessToken).createAgent({ username: uniqueName(), name: "Twice" });
+    const agentId = created.profile!.user!.userId;
+    const outcomes = await Promise.allSettled([1, 2, 3].map(() => client(server, AgentService, "json", owner.accessToken).deleteMyAgent({ agentUserId: agentId })));
+    expect(outcomes.filter((o) => o.status === "fulfilled")).to.have.length(1);
+    for (const failed of outcomes.filter((o) => o.status === "rejected")) {
+      await expectError(Promise.reject((failed as PromiseRejectedResult).reason), Errors.agentNotFound);
+    }
+    const { updates } = await client(server, SyncService, "json", owner.accessToken).getDifference({ sn: 0 });
+    const told = updates.filter((u) => u.update.case === "agentStatusChanged" && u.update.value.agentUserId === agentId);
+    expect(told).to.have.length(1);
+  });
+});
