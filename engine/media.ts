@@ -243,6 +243,8 @@ class MediaService {
   private async discard(session: UploadSessionRecord): Promise<void> {
     await this.deps.store.media.deleteSession(session.sessionId);
     await this.blobs.discardStaged(session.sessionId);
+    // A completion interrupted after its commit left the file's bytes without a record.
+    if (!(await this.deps.store.media.getFile(session.fileId))) await this.blobs.delete(session.fileId).catch(() => undefined);
   }
 
   uploadChunk(caller: Caller, request: { sessionId: string; chunk: Uint8Array; offset: bigint }) {
@@ -278,6 +280,7 @@ class MediaService {
       await this.blobs.commitStaged(session.sessionId, session.fileId, session.size);
       const hash = createHash("sha256");
       for await (const chunk of await this.blobs.read(session.fileId)) hash.update(chunk as Uint8Array);
+      const described = await this.describe(session.fileId, session.fileName, session.contentType, MediaPurpose.MESSAGE);
       const records = this.records(
         {
           fileId: session.fileId,
@@ -288,9 +291,17 @@ class MediaService {
           size: session.size,
           checksum: hash.digest("hex"),
         },
-        await this.describe(session.fileId, session.fileName, session.contentType, MediaPurpose.MESSAGE),
+        described,
       );
-      if (!(await this.deps.store.media.completeSession(session.sessionId, records))) throw new ParleyError(Errors.uploadSessionNotFound);
+      let completed = false;
+      try {
+        completed = await this.deps.store.media.completeSession(session.sessionId, records);
+      } finally {
+        // A retry makes its own thumbnail; this one would be unreachable. The file's own blob stays
+        // for the retry (or for the expiry sweep, see discard).
+        if (!completed && described.thumbnail) await this.blobs.delete(described.thumbnail.fileId).catch(() => undefined);
+      }
+      if (!completed) throw new ParleyError(Errors.uploadSessionNotFound);
       return { file: this.fileInfo(records[records.length - 1], undefined) };
     });
   }
