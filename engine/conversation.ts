@@ -67,6 +67,8 @@ export const MessagePolicy = {
   streamIdleTimeoutMs: 10 * 60 * 1000,
   /** How often each node looks for abandoned streams. */
   streamSweepIntervalMs: 60 * 1000,
+  /** Persisted open streams one sweep hands back to their owners at most. */
+  adoptedStreamsPerSweep: 500,
 } as const;
 
 /** The ErrorStream message the platform itself gives a stream its agent abandoned. */
@@ -151,11 +153,11 @@ export class ConversationActor {
   }
 
   /** Stores a new message at the next id; a stale sequence (another owner wrote) is reloaded. */
-  private async insert(record: Omit<MessageRecord, "messageId">): Promise<{ record: MessageRecord; duplicate: boolean }> {
+  private async insert(record: Omit<MessageRecord, "messageId">, opensStream = false): Promise<{ record: MessageRecord; duplicate: boolean }> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
       const candidate = { ...record, messageId };
-      const result = await this.store.messages.insertMessage(candidate);
+      const result = await this.store.messages.insertMessage(candidate, { opensStream });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
         return { record: candidate, duplicate: false };
@@ -204,7 +206,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      });
+      }, isStream);
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
@@ -305,7 +307,7 @@ export class ConversationActor {
       const { access, record } = await this.ownChange(caller, conversationId, messageId);
       this.streams.delete(streamKey(conversationId, messageId));
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
-      await this.store.messages.updateMessage(conversationId, messageId, updated);
+      await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
       await this.publish(ctx, access, updated);
       return {};
     });
@@ -424,7 +426,7 @@ export class ConversationActor {
       });
       if (!failed) checkEntities(text, outcome.entities ?? []);
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
-      await this.store.messages.updateMessage(conversationId, messageId, updated);
+      await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
       this.streams.delete(streamKey(conversationId, messageId));
       await this.publish(ctx, access, updated);
       // END is when a stream has its text; an ERROR is left for the user to find in the chat.
@@ -441,6 +443,13 @@ export class ConversationActor {
    */
   async endAbandonedStreams(ctx: Context): Promise<number> {
     const cutoff = this.deps.clock.now() - MessagePolicy.streamIdleTimeoutMs;
+    // Streams whose owner restarted are in no node's memory. Their owners take them in now, as if
+    // just active, so they end one idle period from now unless their agent comes back.
+    for (const open of await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep)) {
+      if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
+      const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };
+      await ctx.call("conversation.adoptStream", params).catch(() => undefined);
+    }
     let ended = 0;
     for (const [key, stream] of [...this.streams]) {
       if (stream.lastActivityAt > cutoff) continue;
@@ -449,13 +458,42 @@ export class ConversationActor {
       try {
         if (await this.finishStreamUnlessActiveSince(ctx, sender, conversationId, messageId, { error: abandonedStreamError }, cutoff)) ended += 1;
       } catch (err) {
-        // The sender lost access meanwhile (left the group, was deleted) or the message is gone:
-        // nobody can finish it. Anything else (a store failure) is retried at the next sweep.
+        // The sender lost access meanwhile (left the group, was deleted): the stream can no longer
+        // be finished in its name, so it is closed where it lies, without a push. Anything else
+        // (a store failure) is retried at the next sweep.
         const code = parleyErrorParts(err)?.entry.code;
-        if (code === Code.NotFound || code === Code.PermissionDenied || code === Code.FailedPrecondition) this.streams.delete(key);
+        if (code === Code.NotFound || code === Code.PermissionDenied || code === Code.FailedPrecondition) {
+          await this.closeOrphanedStream(conversationId, messageId, stream);
+          this.streams.delete(key);
+        }
       }
     }
     return ended;
+  }
+
+  private async closeOrphanedStream(conversationId: bigint, messageId: bigint, stream: LiveStream): Promise<void> {
+    await this.mailboxes.run(String(conversationId), async () => {
+      const record = await this.store.messages.getMessage(conversationId, messageId);
+      const phase = record && fromBinary(MessageBodySchema, record.body).content;
+      if (!record || phase?.case !== "stream" || phase.value.phase === StreamPhase.END || phase.value.phase === StreamPhase.ERROR) return;
+      const body = create(MessageBodySchema, {
+        type: MessageType.STREAM,
+        content: { case: "stream", value: { phase: StreamPhase.ERROR, contentType: stream.contentType, accumulatedText: stream.text, errorMessage: abandonedStreamError } },
+      });
+      await this.store.messages.updateMessage(conversationId, messageId, { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited }, { closesStream: true });
+    });
+  }
+
+  /** Takes a persisted open stream into memory (the owner restarted since it started). */
+  async adoptStream(conversationId: bigint, messageId: bigint, senderId: number): Promise<void> {
+    await this.mailboxes.run(String(conversationId), async () => {
+      const key = streamKey(conversationId, messageId);
+      if (this.streams.has(key)) return;
+      const record = await this.store.messages.getMessage(conversationId, messageId);
+      const body = record && fromBinary(MessageBodySchema, record.body);
+      if (body?.content.case !== "stream" || body.content.value.phase === StreamPhase.END || body.content.value.phase === StreamPhase.ERROR) return;
+      this.streams.set(key, { senderId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType, lastActivityAt: this.deps.clock.now() });
+    });
   }
 
   async submitCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionData: string, verb: string) {
@@ -494,6 +532,13 @@ export class ConversationActor {
   }
 }
 
+export interface AdoptStreamParams {
+  /** Shaped like an RPC request so the same shard key routes it to the conversation's owner. */
+  request: { conversationId: string };
+  messageId: string;
+  senderId: number;
+}
+
 export interface SystemMessageParams {
   /** Shaped like an RPC request so the same shard key routes it. */
   request: { conversationId: string };
@@ -523,6 +568,13 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       clearInterval(sweep);
     },
     actions: {
+      adoptStream: {
+        ...shardByConversation,
+        handler: async (ctx: Context<AdoptStreamParams>) => {
+          await actor.adoptStream(BigInt(ctx.params.request.conversationId), BigInt(ctx.params.messageId), ctx.params.senderId);
+          return {};
+        },
+      },
       endAbandonedStreams: {
         handler: async (ctx: Context) => ({ ended: await actor.endAbandonedStreams(ctx) }),
       },

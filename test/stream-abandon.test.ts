@@ -58,3 +58,42 @@ describe("MessageService streams abandoned by their agent", () => {
     socket.close();
   });
 });
+
+describe("MessageService streams open across a restart", () => {
+  let server: TestServer;
+  after(async () => server.dispose());
+
+  it("are taken in again after the restart and ended as abandoned one idle period later unless their agent comes back", async () => {
+    server = await startTestServer();
+    const owner = await signInWithCode(server, "json");
+    const agent = await createAgent(server, owner);
+    const start = () => client(server, MessageService, "json", agent.token).sendMessage({
+      conversationId: agent.conversationId,
+      clientMessageId: BigInt(Date.now()) + BigInt(Math.floor(Math.random() * 1000)),
+      body: { type: MessageType.STREAM, content: { case: "stream", value: {} } },
+    });
+    const silent = (await start()).messageId;
+    const resumed = (await start()).messageId;
+    await client(server, MessageService, "json", agent.token).pushStreamDelta({ conversationId: agent.conversationId, messageId: silent, seq: 1, delta: "lost in memory" });
+    server = await server.restart();
+    const sweep = async () => ((await server.broker.call("conversation.endAbandonedStreams")) as { ended: number }).ended;
+    const phase = async (messageId: bigint) => {
+      const content = (await client(server, MessageService, "json", agent.token).getMessage({ conversationId: agent.conversationId, messageId })).message?.body?.content;
+      return content?.case === "stream" ? content.value : undefined;
+    };
+
+    server.clock.advance(MessagePolicy.streamIdleTimeoutMs + minute);
+    expect(await sweep()).to.equal(0); // taken in as just active
+    await client(server, MessageService, "json", agent.token).pushStreamDelta({ conversationId: agent.conversationId, messageId: resumed, seq: 5, delta: "back" });
+    server.clock.advance(MessagePolicy.streamIdleTimeoutMs - minute);
+    await client(server, MessageService, "json", agent.token).pushStreamDelta({ conversationId: agent.conversationId, messageId: resumed, seq: 6, delta: "!" });
+    server.clock.advance(minute);
+    expect(await sweep()).to.equal(1);
+    expect(await phase(silent)).to.deep.include({ phase: StreamPhase.ERROR, errorMessage: abandonedStreamError });
+    expect(await phase(resumed)).to.deep.include({ phase: StreamPhase.DELTA, accumulatedText: "back!" });
+    await client(server, MessageService, "json", agent.token).endStream({ conversationId: agent.conversationId, messageId: resumed, accumulatedText: "back!" });
+    server.clock.advance(2 * MessagePolicy.streamIdleTimeoutMs);
+    expect(await sweep()).to.equal(0);
+    expect(await phase(resumed)).to.deep.include({ phase: StreamPhase.END, accumulatedText: "back!" });
+  });
+});

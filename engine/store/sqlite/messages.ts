@@ -40,6 +40,32 @@ export function messageStore(db: Database.Database): MessageStore {
     .prepare<[bigint, number, bigint], MessageRow>("SELECT * FROM messages WHERE conversation_id = ? AND sender_id = ? AND client_message_id = ?")
     .safeIntegers(true);
   const update = db.prepare("UPDATE messages SET body = ?, updated_at = ?, edited = ? WHERE conversation_id = ? AND message_id = ?");
+  const openStream = db.prepare("INSERT OR IGNORE INTO open_streams (conversation_id, message_id, sender_id, started_at) VALUES (?, ?, ?, ?)");
+  const closeStream = db.prepare("DELETE FROM open_streams WHERE conversation_id = ? AND message_id = ?");
+  const openStreams = db
+    .prepare<[number, number], { conversation_id: bigint; message_id: bigint; sender_id: bigint; started_at: bigint }>(
+      "SELECT * FROM open_streams WHERE started_at <= ? ORDER BY started_at, conversation_id, message_id LIMIT ?",
+    )
+    .safeIntegers(true);
+  const insertWithStream = db.transaction((m: MessageRecord, opensStream: boolean) => {
+    insert.run(
+      m.conversationId,
+      m.messageId,
+      m.senderId,
+      m.clientMessageId,
+      Buffer.from(m.body),
+      m.replyTo ? Buffer.from(m.replyTo) : null,
+      JSON.stringify(m.metadata),
+      m.createdAt,
+      m.updatedAt,
+      m.edited ? 1 : 0,
+    );
+    if (opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
+  });
+  const updateWithStream = db.transaction((conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, closesStream: boolean) => {
+    update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
+    if (closesStream) closeStream.run(conversationId, messageId);
+  });
   const visibleBefore = db
     .prepare<[bigint, bigint, bigint, number, bigint, number], MessageRow>(
       `SELECT m.* FROM messages m WHERE m.conversation_id = ? AND m.message_id < ? AND m.message_id > ?
@@ -69,20 +95,9 @@ export function messageStore(db: Database.Database): MessageStore {
   });
 
   return {
-    async insertMessage(m) {
+    async insertMessage(m, options) {
       try {
-        insert.run(
-          m.conversationId,
-          m.messageId,
-          m.senderId,
-          m.clientMessageId,
-          Buffer.from(m.body),
-          m.replyTo ? Buffer.from(m.replyTo) : null,
-          JSON.stringify(m.metadata),
-          m.createdAt,
-          m.updatedAt,
-          m.edited ? 1 : 0,
-        );
+        insertWithStream(m, options?.opensStream ?? false);
         return { outcome: "ok" };
       } catch (err) {
         const code = constraintCode(err);
@@ -105,8 +120,16 @@ export function messageStore(db: Database.Database): MessageStore {
       const row = byClientId.get(conversationId, senderId, clientMessageId);
       return row && toMessage(row);
     },
-    async updateMessage(conversationId, messageId, change) {
-      update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
+    async updateMessage(conversationId, messageId, change, options) {
+      updateWithStream(conversationId, messageId, change, options?.closesStream ?? false);
+    },
+    async listOpenStreams(startedBefore, limit) {
+      return openStreams.all(startedBefore, limit).map((row) => ({
+        conversationId: row.conversation_id,
+        messageId: row.message_id,
+        senderId: Number(row.sender_id),
+        startedAt: Number(row.started_at),
+      }));
     },
     async listVisible(userId, conversationId, direction, cursor, clearedUpTo, limit) {
       const rows =

@@ -245,6 +245,22 @@ export const migrations: readonly Migration[] = [
       UPDATE conversations SET last_message_time = created_at WHERE last_message_id = 0;
     `,
   },
+  {
+    version: 7,
+    // Streams between START and END or ERROR, so that streams whose owner restarted can still be
+    // found and, if their agent never comes back, ended. Streams started before this version are
+    // not listed.
+    up: `
+      CREATE TABLE open_streams (
+        conversation_id INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        sender_id INTEGER NOT NULL,
+        started_at INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, message_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX open_streams_by_start ON open_streams (started_at);
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */
