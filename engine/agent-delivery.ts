@@ -3,14 +3,21 @@
 // position (agentBacklog; the gateway moves the position as it writes frames). In WEBHOOK mode
 // the entries of the kinds below are queued as the JSON of their Update in the same transaction
 // that stores them, and the delivered position moves past every entry appended meanwhile (the
-// webhook took them over), so a later switch to WEBSOCKET mode does not replay them. Other
-// kinds, and stream deltas, do not go out by webhook.
+// webhook took them over). Other kinds, and stream deltas, do not go out by webhook.
+//
+// A mode switch takes effect in the agent's inbox mailbox, the one place its appends run, so no
+// append is routed by a mode whose switch was not yet carried out (WebhookRouting.settle):
+// - into WEBHOOK mode, the entries after the delivered position (what its sockets never had) are
+//   queued as if they had just arrived, and the position moves to the latest entry;
+// - out of it, the queue is dropped and the position moves back to just before the oldest entry
+//   still queued, so the socket catch-up replays what the webhook had not delivered.
 import { fromBinary } from "@bufbuild/protobuf";
 import type { AgentBacklog, WebhookTarget } from "../shared/agent-delivery.js";
 import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
 import { GroupInfoSchema } from "../shared/gen/api/v1/group_pb.js";
 import { SnUpdateSchema, type SnUpdate, type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
+import type { Clock } from "./clock.js";
 import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store, type WebhookHandoff } from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
@@ -29,35 +36,71 @@ export function webhookTarget(agent: AgentRecord | undefined): WebhookTarget | u
   return { url: agent.webhookUrl, secretKey: agent.secretKey };
 }
 
-/** Decides, for the inbox, which stream entries also go to a webhook queue. */
+/**
+ * Decides, for the inbox, which stream entries also go to a webhook queue, and carries out mode
+ * switches. Every method that reads the agent record runs in the user's inbox mailbox.
+ */
 export class WebhookRouting {
   private readonly byWebhook = new Map<number, boolean>();
   /** Counts agent changes, so a lookup that raced one does not cache what it read. */
   private agentChanges = 0;
 
-  constructor(private readonly store: Store) {}
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    /** Jobs were queued for the agent outside an append (the dispatcher is woken). */
+    private readonly queued: (agentUserId: number) => void,
+  ) {}
 
   /**
    * Whether the user's events go out by webhook. An account's type never changes, so a person
-   * costs one read per cache lifetime; an agent's answer is dropped when its record changes.
+   * costs one read per cache lifetime. An agent's answer is dropped when its record changes, and
+   * every fresh read settles its mode before the answer is used: a switch written but not yet
+   * announced to this inbox is carried out by the first append that sees it.
    */
-  async sendsByWebhook(userId: number): Promise<boolean> {
+  async sendsByWebhook(userId: number, latestSn: () => Promise<number>): Promise<boolean> {
     const cached = this.byWebhook.get(userId);
     if (cached !== undefined) return cached;
     const changes = this.agentChanges;
     const user = await this.store.users.getUser(userId);
-    const byWebhook = user?.accountType === AccountType.agent && webhookTarget(await this.store.agents.getAgent(userId)) !== undefined;
-    if (changes === this.agentChanges) {
-      if (this.byWebhook.size >= cachedUsers) this.byWebhook.delete(this.byWebhook.keys().next().value!);
-      this.byWebhook.set(userId, byWebhook);
-    }
+    const byWebhook = user?.accountType === AccountType.agent && (await this.settle(userId, latestSn));
+    this.remember(userId, byWebhook, changes);
     return byWebhook;
+  }
+
+  /** The agent's mode or URL changed (or a job of it met a mode other than WEBHOOK): settles it now. */
+  async modeChanged(agentUserId: number, latestSn: () => Promise<number>): Promise<void> {
+    this.forgetAgent(agentUserId);
+    const changes = this.agentChanges;
+    this.remember(agentUserId, await this.settle(agentUserId, latestSn), changes);
   }
 
   /** Forgets what was cached about an agent (BusEvents.agentChanged). */
   forgetAgent(agentUserId: number): void {
     this.agentChanges += 1;
     this.byWebhook.delete(agentUserId);
+  }
+
+  private remember(userId: number, byWebhook: boolean, changesBefore: number): void {
+    if (changesBefore !== this.agentChanges) return;
+    if (this.byWebhook.size >= cachedUsers) this.byWebhook.delete(this.byWebhook.keys().next().value!);
+    this.byWebhook.set(userId, byWebhook);
+  }
+
+  /**
+   * Makes the agent's queue and delivered position match its current mode; answers whether it is
+   * in WEBHOOK mode. Idempotent: in WEBHOOK mode the position is already at the latest entry, out
+   * of it the queue is empty, and then there is nothing to do.
+   */
+  private async settle(agentUserId: number, latestSn: () => Promise<number>): Promise<boolean> {
+    const byWebhook = webhookTarget(await this.store.agents.getAgent(agentUserId)) !== undefined;
+    if (byWebhook) {
+      const queued = await handOverBacklog(this.store, agentUserId, await latestSn(), this.clock.now());
+      if (queued > 0) this.queued(agentUserId);
+    } else {
+      await takeBackQueue(this.store, agentUserId);
+    }
+    return byWebhook;
   }
 
   /** What an append to a WEBHOOK-mode agent's stream queues: the Update JSON of each entry sent by webhook. */
@@ -120,4 +163,51 @@ export async function agentBacklog(store: Store, userId: number, afterSn: number
     } as UpdateJson;
   });
   return { afterSn: from, updates };
+}
+
+/**
+ * Queues, as webhook jobs, the entries of the webhook kinds after the agent's delivered position
+ * (in the form of live ones, with users and groups as they are now) and moves the position to
+ * `latestSn`; each page is one write, so a crash midway neither repeats nor skips a page.
+ * Answers how many jobs were queued.
+ */
+async function handOverBacklog(store: Store, agentUserId: number, latestSn: number, now: number): Promise<number> {
+  let from = await store.webhookJobs.deliveredSn(agentUserId);
+  if (from >= latestSn) return 0;
+  let queued = 0;
+  for (;;) {
+    const page = await agentBacklog(store, agentUserId, from, backlogPageSize);
+    const last = page.updates.at(-1)?.snUpdate?.sn ?? from;
+    const end = page.updates.length < backlogPageSize;
+    // Past the last page the position goes to the latest sn even when pruning left nothing to read.
+    const through = end ? Math.max(last, latestSn) : last;
+    const bodies = page.updates.filter((update) => isKindOf(webhookSnKinds, update.snUpdate as WireMessage)).map((update) => JSON.stringify(update));
+    await store.webhookJobs.handOver(agentUserId, bodies, now, through);
+    queued += bodies.length;
+    if (end) return queued;
+    from = through;
+  }
+}
+
+/** The sn an Update body carries, or undefined for an ephemeral one (a card action). */
+function sequencedSn(body: string): number | undefined {
+  return (JSON.parse(body) as { snUpdate?: { sn?: number } }).snUpdate?.sn;
+}
+
+/**
+ * Drops the agent's webhook queue and moves its delivered position back to just before the
+ * oldest sequenced entry it held, which the webhook had not delivered (the head blocks the rest),
+ * so the socket catch-up replays it and everything after. The position moves first: a crash
+ * between the two leaves the queue for the dispatcher to hand back again, never a skipped entry.
+ */
+async function takeBackQueue(store: Store, agentUserId: number): Promise<void> {
+  const jobs = await store.webhookJobs.pending(agentUserId);
+  if (jobs.length === 0) return;
+  let oldest: number | undefined;
+  for (const job of jobs) {
+    const sn = sequencedSn(job.body);
+    if (sn !== undefined && (oldest === undefined || sn < oldest)) oldest = sn;
+  }
+  if (oldest !== undefined) await store.webhookJobs.rewindDelivered(agentUserId, oldest - 1);
+  await store.webhookJobs.clearAgent(agentUserId);
 }

@@ -39,6 +39,7 @@ import {
   type AgentProfile,
 } from "../shared/gen/api/v1/agent_pb.js";
 import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
+import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
@@ -213,6 +214,11 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       }
       const saved = await store.agents.updateAgent(agentUserId, { ...update, updatedAt: clock.now() });
       announceChange(ctx, agentUserId);
+      // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
+      // caller hears of it; see agent-delivery.ts.
+      if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
+        await ctx.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+      }
       if (update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== agent.ipWhitelist.join("\n")) {
         void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
       }

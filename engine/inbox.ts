@@ -24,7 +24,7 @@ import {
   GetDifferenceResponseSchema,
 } from "../shared/gen/api/v1/sync_pb.js";
 import { NonSnUpdateSchema, SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
-import { AgentDeliveryActions, type AgentBacklogParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
+import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
@@ -108,7 +108,7 @@ export class Inbox {
     private readonly publish: (event: PushEvent) => void,
     private readonly webhookQueued: (agentUserId: number) => void = () => {},
   ) {
-    this.webhooks = new WebhookRouting(deps.store);
+    this.webhooks = new WebhookRouting(deps.store, deps.clock, webhookQueued);
   }
 
   private async currentSn(userId: number): Promise<number> {
@@ -146,7 +146,8 @@ export class Inbox {
     return this.mailboxes.run(userId, async () => {
       // The Update's wire form is assembled directly: every part already is proto3 JSON.
       const related = relatedParts(params);
-      const { sns, queued } = await this.store(userId, params.entries, (await this.webhooks.sendsByWebhook(userId)) ? related : undefined);
+      const byWebhook = await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId));
+      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined);
       if (queued > 0) this.webhookQueued(userId);
       const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
@@ -163,15 +164,24 @@ export class Inbox {
 
   /**
    * Pushes an ephemeral entry live to the user's connections; nothing is stored in the stream. A
-   * card action for a WEBHOOK-mode agent is queued for its webhook as well.
+   * card action for a WEBHOOK-mode agent is queued for its webhook as well, in the agent's
+   * mailbox: the route is read and the job queued with no mode switch in between.
    */
   async pushEphemeral(params: PushEphemeralParams): Promise<void> {
+    const { userId } = params;
     const update = { ...relatedParts(params), nonSnUpdate: params.entry };
-    this.publish({ userId: params.userId, update });
-    if (this.webhooks.sendsEphemeral(params.entry) && (await this.webhooks.sendsByWebhook(params.userId))) {
-      await this.deps.store.webhookJobs.enqueue(params.userId, JSON.stringify(update), this.deps.clock.now());
-      this.webhookQueued(params.userId);
-    }
+    this.publish({ userId, update });
+    if (!this.webhooks.sendsEphemeral(params.entry)) return;
+    await this.mailboxes.run(userId, async () => {
+      if (!(await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId)))) return;
+      await this.deps.store.webhookJobs.enqueue(userId, JSON.stringify(update), this.deps.clock.now());
+      this.webhookQueued(userId);
+    });
+  }
+
+  /** Carries out a change of the agent's delivery mode or URL, between two of its appends. */
+  deliveryModeChanged(agentUserId: number): Promise<void> {
+    return this.mailboxes.run(agentUserId, () => this.webhooks.modeChanged(agentUserId, () => this.currentSn(agentUserId)));
   }
 
   async currentState(userId: number): Promise<number> {
@@ -273,6 +283,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
     actions: {
       append: { ...shardByUser, handler: async (ctx: Context<AppendParams>) => ({ sns: await inbox.append(ctx.params) }) },
       pushEphemeral: {
+        ...shardByUser,
         handler: async (ctx: Context<PushEphemeralParams>) => {
           await inbox.pushEphemeral(ctx.params);
           return {};
@@ -281,6 +292,13 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
       [actionName(AgentDeliveryActions.backlog)]: {
         ...shardByUser,
         handler: (ctx: Context<AgentBacklogParams>) => agentBacklog(deps.store, ctx.params.userId, ctx.params.afterSn, ctx.params.limit),
+      },
+      [actionName(AgentDeliveryActions.modeChanged)]: {
+        ...shardByUser,
+        handler: async (ctx: Context<DeliveryModeChangedParams>) => {
+          await inbox.deliveryModeChanged(ctx.params.userId);
+          return {};
+        },
       },
       [actionName(AgentDeliveryActions.markDelivered)]: {
         handler: async (ctx: Context<MarkDeliveredParams>) => {

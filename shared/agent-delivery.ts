@@ -8,7 +8,17 @@ export const AgentDeliveryActions = {
   backlog: "inbox.agentBacklog",
   /** Moves an agent's delivered position forward (MarkDeliveredParams). */
   markDelivered: "inbox.markDelivered",
+  /**
+   * Makes the agent's current delivery mode take effect on its queue and delivered position
+   * (DeliveryModeChangedParams); idempotent. Called after a mode or URL change, and by the
+   * dispatcher for a queued job of an agent that is no longer in WEBHOOK mode.
+   */
+  modeChanged: "inbox.deliveryModeChanged",
 } as const;
+
+export interface DeliveryModeChangedParams {
+  userId: number;
+}
 
 export interface AgentBacklogParams {
   userId: number;
@@ -47,8 +57,6 @@ export interface WebhookQueue {
   remove(jobId: number): Promise<void>;
   /** Records a failed attempt and when to try again. */
   reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
-  /** Drops every queued job of the agent; answers how many there were. */
-  clearAgent(agentUserId: number): Promise<number>;
 }
 
 /** Where an agent's webhook deliveries go right now. */

@@ -1,7 +1,9 @@
 // Agent event delivery through the real server: signed webhooks to a local HTTPS receiver (its CA
 // is trusted through NODE_EXTRA_CA_CERTS), retries driven by the engine clock, and the catch-up
-// of a WebSocket-mode agent. Agents are put into WEBHOOK mode through the store plus the
-// BusEvents.agentChanged broadcast, which is exactly what a configuration change does.
+// of a WebSocket-mode agent. Most agents are put into WEBHOOK mode through the store, the
+// BusEvents.agentChanged broadcast and the inbox's mode-change action, which is what a
+// configuration change does; the mode-switch tests use the real AgentService and also drive each
+// of those steps alone, to stand in the windows between them.
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -10,7 +12,9 @@ import { fromBinary, fromJsonString, toJson, type MessageInitShape } from "@bufb
 import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
 import { verifyWebhookSignature } from "../gateway/webhooks/signing.js";
+import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents } from "../shared/bus.js";
+import { AgentDeliveryMode, AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
@@ -59,6 +63,21 @@ function verified(request: ReceivedRequest, secretKey: string): Update {
   return update;
 }
 
+/** Connects as the agent, reads what its socket catch-up replays up to `latest`, and closes. */
+async function socketCatchUp(server: TestServer, agent: TestAgent, latest: number): Promise<number[]> {
+  const socket = await GatewayClient.connect(server.url, "json");
+  try {
+    await socket.authenticate(agent.token);
+    await socket.next((f) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === latest);
+    return socket.pushedSns();
+  } finally {
+    socket.close();
+  }
+}
+
+/** from, from + 1, … to (empty when to < from). */
+const range = (from: number, to: number) => Array.from({ length: Math.max(to - from + 1, 0) }, (_, i) => from + i);
+
 const sequenced = (update: Update): SnUpdate | undefined => (update.update.case === "snUpdate" ? update.update.value : undefined);
 const envelopeOf = (update: Update): MessageEnvelope | undefined => {
   const entry = sequenced(update)?.update;
@@ -76,10 +95,16 @@ function webhookServer(overrides: { timeoutMs?: number } = {}): Promise<TestServ
   });
 }
 
-/** Changes an agent's record the way its configuration endpoints do: the write, then the broadcast. */
+/** Changes an agent's record the way its configuration endpoints do: the write, the broadcast, the switch in its inbox. */
 async function configureAgent(server: TestServer, store: Store, agentUserId: number, change: Partial<AgentRecord>): Promise<void> {
   await store.agents.updateAgent(agentUserId, change);
   await server.broker.broadcast(BusEvents.agentChanged, { agentUserId });
+  if (change.deliveryMode !== undefined || change.webhookUrl !== undefined) await switchInInbox(server, agentUserId);
+}
+
+/** The step of a mode change that carries it out in the agent's inbox (what SetAgentConfig awaits). */
+async function switchInInbox(server: TestServer, agentUserId: number): Promise<void> {
+  await server.broker.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
 }
 
 describe("agent event delivery by webhook", () => {
@@ -270,27 +295,24 @@ describe("agent event delivery by webhook", () => {
     expect((await pending(dead.agent)).length).to.equal(3);
   });
 
-  it("drops the queue of an agent that left WEBHOOK mode, queues nothing more, and leaves the webhook's entries out of its socket catch-up", async () => {
+  it("drops the queue of an agent that left WEBHOOK mode at once, queues nothing more, and replays what the webhook had not delivered on its socket", async () => {
     const { agent, receiver } = await webhookAgent(() => 500);
     await say(agent, "by webhook");
     await receiver.waitFor(1);
     const job = await headAfter(agent, 1);
+    const undelivered = sequenced(fromJsonString(UpdateSchema, job.body))!.sn;
     await configureAgent(server, inspect, agent.userId, { deliveryMode: DeliveryMode.websocket });
+    expect(await pending(agent)).to.deep.equal([]);
+    expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(undelivered - 1);
     await say(agent, "by socket");
-    expect((await pending(agent)).map((j) => j.jobId)).to.deep.equal([job.jobId]);
+    expect(await pending(agent)).to.deep.equal([]);
     server.clock.advance(job.nextAttemptAt - server.clock.now());
-    await eventually(async () => (await pending(agent)).length === 0, "the queue to be dropped");
+    // A few polls go by: the dropped job is not retried.
+    await new Promise((resolve) => setTimeout(resolve, 200));
     expect(receiver.received).to.have.length(1);
 
-    const socket = await GatewayClient.connect(server.url, "json");
-    try {
-      await socket.authenticate(agent.token);
-      const latest = await inspect.updates.latestSn(agent.userId);
-      await socket.next((f) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === latest);
-      expect(socket.pushedSns()).to.deep.equal([latest]);
-    } finally {
-      socket.close();
-    }
+    const latest = await inspect.updates.latestSn(agent.userId);
+    expect(await socketCatchUp(server, agent, latest)).to.deep.equal(range(undelivered, latest));
   });
 
   it("sends nothing for people and for agents in WEBSOCKET mode", async () => {
@@ -393,6 +415,190 @@ describe("agent event delivery by webhook across a restart", () => {
     await receiver.waitFor(3);
     await eventually(async () => (await jobs()).length === 0, "the delivery to succeed after the restart");
     expect(receiver.received.map((r) => textOf(verified(r, agent.secretKey)))).to.deep.equal(["survive", "survive", "survive"]);
+  });
+});
+
+describe("agent event delivery across a delivery mode switch", () => {
+  let server: TestServer;
+  let inspect: Store;
+  let owner: SignedIn;
+  const receivers: HttpsReceiver[] = [];
+  before(async () => {
+    server = await webhookServer();
+    inspect = await openSqliteStore(server.dataDir);
+    owner = await signInWithCode(server);
+  });
+  after(async () => {
+    for (const receiver of receivers) await receiver.close();
+    await inspect.close();
+    await server.dispose();
+  });
+
+  const agentsApi = () => client(server, AgentService, "json", owner.accessToken);
+  const say = (agent: TestAgent, words: string) =>
+    client(server, MessageService, "json", owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text(words) });
+  const latestOf = (agent: TestAgent) => inspect.updates.latestSn(agent.userId);
+  const pending = (agent: TestAgent) => inspect.webhookJobs.pending(agent.userId);
+  /** The webhook's events (not the `{}` test request of a configuration), verified, in arrival order. */
+  const events = (receiver: HttpsReceiver, secretKey: string) => receiver.received.filter((r) => r.body !== "{}").map((r) => verified(r, secretKey));
+  const eventSns = (receiver: HttpsReceiver, secretKey: string) => events(receiver, secretKey).map((u) => sequenced(u)?.sn);
+
+  async function receiver(respond?: Responder): Promise<HttpsReceiver> {
+    const started = await startHttpsReceiver(respond);
+    receivers.push(started);
+    return started;
+  }
+  /** SetAgentConfig to WEBHOOK at the receiver; answers the new secret key. */
+  async function toWebhook(agent: TestAgent, at: HttpsReceiver): Promise<string> {
+    const { secretKey } = await agentsApi().setAgentConfig({ agentUserId: agent.userId, deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: `${at.url}/hooks/${agent.userId}` });
+    return secretKey;
+  }
+  const toWebsocket = (agent: TestAgent) => agentsApi().setAgentConfig({ agentUserId: agent.userId, deliveryMode: AgentDeliveryMode.WEBSOCKET });
+  /** Lets the agent's socket take everything so far, then goes offline with its position recorded. */
+  async function seenOnSocket(agent: TestAgent): Promise<number> {
+    const latest = await latestOf(agent);
+    expect(await socketCatchUp(server, agent, latest)).to.deep.equal(range((await inspect.webhookJobs.deliveredSn(agent.userId)) + 1, latest));
+    await eventually(async () => (await inspect.webhookJobs.deliveredSn(agent.userId)) === latest, "the socket's position to be recorded");
+    return latest;
+  }
+  const sayMany = async (agent: TestAgent, prefix: string, count: number) => {
+    for (let start = 0; start < count; start += 10) await Promise.all(range(start, Math.min(start + 9, count - 1)).map((i) => say(agent, `${prefix} ${i}`)));
+  };
+
+  describe("from WEBSOCKET to WEBHOOK", () => {
+    it("hands the entries the offline socket never had to the webhook, over several pages, in order and each once", async () => {
+      const agent = await createAgent(server, owner);
+      await say(agent, "had by socket");
+      const seen = await seenOnSocket(agent);
+      await sayMany(agent, "missed", 130);
+      const beforeSwitch = await latestOf(agent);
+      const hook = await receiver();
+      const secretKey = await toWebhook(agent, hook);
+      // Taken over before the configuration was answered.
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(beforeSwitch);
+      await say(agent, "after the switch");
+      const latest = await latestOf(agent);
+      await eventually(async () => (await pending(agent)).length === 0 && eventSns(hook, secretKey).length === latest - seen, "every entry by webhook");
+
+      expect(eventSns(hook, secretKey)).to.deep.equal(range(seen + 1, latest));
+      const updates = events(hook, secretKey);
+      expect(updates.map(textOf).slice(-1)).to.deep.equal(["after the switch"]);
+      expect(new Set(updates.slice(0, -1).map(textOf)).size).to.equal(130);
+      // A handed-over entry carries the users it references, as a live one does.
+      expect(updates[0].users.map((u) => u.userId)).to.deep.equal([owner.userId]);
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(latest);
+    });
+
+    it("routes an append made between the record write and the switch in the inbox the new way, whether or not the inbox had the old route cached", async () => {
+      for (const cached of [true, false]) {
+        const agent = await createAgent(server, owner);
+        const hook = await receiver();
+        // The route of this agent is now cached as WEBSOCKET.
+        await say(agent, "before");
+        await inspect.agents.updateAgent(agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: `${hook.url}/hooks/${agent.userId}` });
+        // Without the cache the append reads the new record itself.
+        if (!cached) await server.broker.broadcast(BusEvents.agentChanged, { agentUserId: agent.userId });
+        await say(agent, "in the window");
+        await switchInInbox(server, agent.userId);
+        await server.broker.broadcast(BusEvents.agentChanged, { agentUserId: agent.userId });
+        await say(agent, "after");
+        const { secretKey } = (await inspect.agents.getAgent(agent.userId))!;
+        await eventually(async () => (await pending(agent)).length === 0 && events(hook, secretKey).length === 3, "three deliveries");
+        expect(events(hook, secretKey).map(textOf), `cached: ${cached}`).to.deep.equal(["before", "in the window", "after"]);
+        expect(eventSns(hook, secretKey)).to.deep.equal([1, 2, 3]);
+      }
+    });
+
+    it("delivers each entry once when messages arrive while the switch is made", async () => {
+      const agent = await createAgent(server, owner);
+      await say(agent, "had by socket");
+      const seen = await seenOnSocket(agent);
+      const hook = await receiver();
+      const [secretKey] = await Promise.all([toWebhook(agent, hook), sayMany(agent, "during", 40)]);
+      await say(agent, "after");
+      const latest = await latestOf(agent);
+      await eventually(async () => (await pending(agent)).length === 0 && eventSns(hook, secretKey).length >= latest - seen, "every entry by webhook");
+      // Nobody was on the socket, so the webhook must have had all of them, and nothing else.
+      expect(eventSns(hook, secretKey)).to.deep.equal(range(seen + 1, latest));
+    });
+  });
+
+  describe("from WEBHOOK to WEBSOCKET", () => {
+    it("replays on the socket exactly the entries the webhook had not delivered: the retrying head and everything queued behind it", async () => {
+      const agent = await createAgent(server, owner);
+      // The test request and the first two events succeed, then the endpoint fails.
+      const hook = await receiver((_request, index) => (index <= 2 ? 200 : 500));
+      const secretKey = await toWebhook(agent, hook);
+      await say(agent, "delivered 1");
+      await say(agent, "delivered 2");
+      await eventually(async () => (await pending(agent)).length === 0, "the first two deliveries");
+      for (const words of ["failing head", "queued 1", "queued 2"]) await say(agent, words);
+      const head = await eventually(async () => (await pending(agent)).find((job) => job.attempts === 1), "the head's failed attempt");
+      expect(await pending(agent)).to.have.length(3);
+
+      await toWebsocket(agent);
+      expect(await pending(agent)).to.deep.equal([]);
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(2);
+      await say(agent, "by socket");
+      expect(await pending(agent)).to.deep.equal([]);
+      server.clock.advance(head.nextAttemptAt - server.clock.now());
+      const latest = await latestOf(agent);
+      const replayed = await socketCatchUp(server, agent, latest);
+
+      const deliveredByWebhook = hook.received.slice(1, 3).map((r) => sequenced(verified(r, secretKey))!.sn);
+      expect(deliveredByWebhook).to.deep.equal([1, 2]);
+      expect(replayed).to.deep.equal(range(3, latest));
+      expect([...deliveredByWebhook, ...replayed]).to.deep.equal(range(1, latest));
+      // The dropped head was not sent again after its retry fell due.
+      expect(eventSns(hook, secretKey)).to.deep.equal([1, 2, 3]);
+    });
+
+    it("takes back what was queued between the record write and the switch in the inbox", async () => {
+      const agent = await createAgent(server, owner);
+      const hook = await receiver((_request, index) => (index === 0 ? 200 : 500));
+      await toWebhook(agent, hook);
+      await say(agent, "queued");
+      await eventually(async () => (await pending(agent)).find((job) => job.attempts === 1), "the failed attempt");
+      await inspect.agents.updateAgent(agent.userId, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
+      // The inbox still has WEBHOOK cached: this one is queued, and the position moves past it.
+      await say(agent, "in the window");
+      expect(await pending(agent)).to.have.length(2);
+      await switchInInbox(server, agent.userId);
+      expect(await pending(agent)).to.deep.equal([]);
+      await say(agent, "after");
+      const latest = await latestOf(agent);
+      expect(await socketCatchUp(server, agent, latest)).to.deep.equal([1, 2, 3]);
+    });
+
+    it("has the dispatcher hand a queue whose agent left WEBHOOK mode back to the inbox, which rewinds over it (a switch cut short by a crash)", async () => {
+      const agent = await createAgent(server, owner);
+      const hook = await receiver((_request, index) => (index === 0 ? 200 : 500));
+      await toWebhook(agent, hook);
+      await say(agent, "first");
+      const head = await eventually(async () => (await pending(agent)).find((job) => job.attempts === 1), "the failed attempt");
+      await say(agent, "second");
+      // Only the record is written: neither the broadcast nor the inbox switch happen.
+      await inspect.agents.updateAgent(agent.userId, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(2);
+      server.clock.advance(head.nextAttemptAt - server.clock.now());
+      await eventually(async () => (await pending(agent)).length === 0, "the queue to be handed back");
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(0);
+      expect(hook.received).to.have.length(2, "the test request and the one failed attempt; nothing sent after the mode changed");
+      expect(await socketCatchUp(server, agent, 2)).to.deep.equal([1, 2]);
+    });
+
+    it("delivers each entry once when messages arrive while the switch is made", async () => {
+      const agent = await createAgent(server, owner);
+      const hook = await receiver((_request, index) => (index === 0 ? 200 : 500));
+      await toWebhook(agent, hook);
+      await sayMany(agent, "before", 10);
+      await Promise.all([toWebsocket(agent), sayMany(agent, "during", 40)]);
+      await say(agent, "after");
+      expect(await pending(agent)).to.deep.equal([]);
+      const latest = await latestOf(agent);
+      // The endpoint never accepted an event, so the socket must replay every one, once.
+      expect(await socketCatchUp(server, agent, latest)).to.deep.equal(range(1, latest));
+    });
   });
 });
 

@@ -411,6 +411,33 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);
       });
 
+      it("moves the delivered position back only, and never creates one", async () => {
+        await store.webhookJobs.advanceDelivered(1, 9);
+        await store.webhookJobs.rewindDelivered(1, 12);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(9);
+        await store.webhookJobs.rewindDelivered(1, 4);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(4);
+        await store.webhookJobs.rewindDelivered(1, 0);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(0);
+        // Forward moves still work after a rewind: the position is not stuck at its low point.
+        await store.webhookJobs.advanceDelivered(1, 6);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(6);
+        await store.webhookJobs.rewindDelivered(2, 3);
+        expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);
+        await store.webhookJobs.advanceDelivered(2, 2);
+        expect(await store.webhookJobs.deliveredSn(2)).to.equal(2);
+      });
+
+      it("a hand-over queues its bodies in order and moves the delivered position forward only", async () => {
+        await store.webhookJobs.enqueue(1, "live", 50);
+        await store.webhookJobs.handOver(1, ["b1", "b2"], 60, 8);
+        expect((await store.webhookJobs.pending(1)).map((job) => [job.body, job.nextAttemptAt])).to.deep.equal([["live", 50], ["b1", 60], ["b2", 60]]);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(8);
+        await store.webhookJobs.handOver(1, [], 70, 5);
+        expect(await store.webhookJobs.deliveredSn(1)).to.equal(8);
+        expect(await store.webhookJobs.pending(2)).to.deep.equal([]);
+      });
+
       it("an append with a handoff queues its bodies and moves the delivered position in the same write", async () => {
         const row = (sn: number) => ({ sn, payload: new Uint8Array([sn]), createdAt: 7 });
         expect(await store.updates.appendUpdates(1, [row(1), row(2), row(3)], { bodies: ["m1", "m3"], queuedAt: 70 })).to.equal("ok");
@@ -466,6 +493,26 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.messages.insertMessage(message(2n, { senderId: 8, clientMessageId: first.clientMessageId }))).to.deep.equal({ outcome: "ok" });
         expect(await store.messages.latestMessageId(conversationId)).to.equal(2n);
         expect(await store.messages.latestMessageId(conversationId + 1n)).to.equal(0n);
+      });
+
+      it("lists stream messages opened with their insert until an update closes them, oldest first, up to a start time", async () => {
+        await store.messages.insertMessage(message(1n, { createdAt: 1000 }), { opensStream: true });
+        await store.messages.insertMessage(message(2n, { createdAt: 900, senderId: 9 }), { opensStream: true });
+        await store.messages.insertMessage(message(3n, { createdAt: 800 }));
+        // A refused insert opens nothing.
+        expect((await store.messages.insertMessage(message(1n, { createdAt: 10, clientMessageId: 555n }), { opensStream: true })).outcome).to.equal("conflict");
+        expect(await store.messages.listOpenStreams(1000, 10)).to.deep.equal([
+          { conversationId, messageId: 2n, senderId: 9, startedAt: 900 },
+          { conversationId, messageId: 1n, senderId: 7, startedAt: 1000 },
+        ]);
+        expect((await store.messages.listOpenStreams(950, 10)).map((open) => open.messageId)).to.deep.equal([2n]);
+        expect((await store.messages.listOpenStreams(1000, 1)).map((open) => open.messageId)).to.deep.equal([2n]);
+        const finished = { body: new Uint8Array([7]), updatedAt: 1100, edited: false };
+        await store.messages.updateMessage(conversationId, 2n, finished);
+        expect(await store.messages.listOpenStreams(1000, 10)).to.have.length(2);
+        await store.messages.updateMessage(conversationId, 2n, finished, { closesStream: true });
+        expect((await store.messages.listOpenStreams(1000, 10)).map((open) => open.messageId)).to.deep.equal([1n]);
+        expect((await store.messages.getMessage(conversationId, 2n))?.body).to.deep.equal(new Uint8Array([7]));
       });
 
       it("deletes for one user only: answers the ids deleted now, each once, skipping missing and cleared ones", async () => {

@@ -249,6 +249,10 @@ export interface WebhookJobStore {
   deliveredSn(agentUserId: number): Promise<number>;
   /** Moves the agent's delivered position forward (never back). */
   advanceDelivered(agentUserId: number, sn: number): Promise<void>;
+  /** Queues the bodies and moves the delivered position forward to `throughSn`, in one write. */
+  handOver(agentUserId: number, bodies: readonly string[], queuedAt: number, throughSn: number): Promise<void>;
+  /** Moves the agent's delivered position back to `sn` when it is past it (never forward). */
+  rewindDelivered(agentUserId: number, sn: number): Promise<void>;
 }
 
 export const FriendRequestStatus = { pending: 1, accepted: 2, rejected: 3 } as const;
@@ -421,21 +425,33 @@ export interface MessageRecord {
   edited: boolean;
 }
 
+export interface OpenStreamRecord {
+  conversationId: bigint;
+  messageId: bigint;
+  senderId: number;
+  startedAt: number;
+}
+
 export interface MessageStore {
   /**
    * Stores a new message. Answers "conflict" when its id is taken (the writer's sequence is
    * stale) and "duplicate" with the stored message when (conversation, sender, clientMessageId)
    * already exists.
    */
-  insertMessage(message: MessageRecord): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
+  insertMessage(message: MessageRecord, options?: { opensStream?: boolean }): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
   /** The highest message id of the conversation, 0n when none. */
   latestMessageId(conversationId: bigint): Promise<bigint>;
   /** The message, or undefined. */
   getMessage(conversationId: bigint, messageId: bigint): Promise<MessageRecord | undefined>;
   /** The message the sender sent with this client id, or undefined. */
   findByClientMessageId(conversationId: bigint, senderId: number, clientMessageId: bigint): Promise<MessageRecord | undefined>;
-  /** Replaces body and edit fields of a stored message. */
-  updateMessage(conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">): Promise<void>;
+  /** Replaces body and edit fields of a stored message; `closesStream` ends its open-stream entry in the same write. */
+  updateMessage(conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, options?: { closesStream?: boolean }): Promise<void>;
+  /**
+   * Stream messages still open (inserted with `opensStream`, not yet closed) that started at or
+   * before `startedBefore`, oldest first: the ones an owner that restarted no longer holds.
+   */
+  listOpenStreams(startedBefore: number, limit: number): Promise<OpenStreamRecord[]>;
   /**
    * Messages visible to the user (not deleted by them, above their cleared position), in the
    * given direction: "before" answers ids < cursor descending, "after" ids > cursor ascending.

@@ -60,11 +60,25 @@ describe("WebhookDispatcher", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** Agents that are not in WEBHOOK mode, and the hand-backs the dispatcher made. */
+  let notWebhook: Set<number>;
+  let handedBack: number[];
+  let handBack: (agentUserId: number) => Promise<void>;
+  beforeEach(() => {
+    notWebhook = new Set();
+    handedBack = [];
+    handBack = async (agentUserId) => {
+      handedBack.push(agentUserId);
+      await store.webhookJobs.clearAgent(agentUserId);
+    };
+  });
+
   const start = (poster: WebhookPoster, policy: Partial<DispatcherPolicy>) => {
     dispatcher = new WebhookDispatcher(
       {
         queue: store.webhookJobs,
-        resolveTarget: async (agentUserId) => ({ url: `https://agent-${agentUserId}.example/hook`, secretKey: "key" }),
+        resolveTarget: async (agentUserId) => (notWebhook.has(agentUserId) ? undefined : { url: `https://agent-${agentUserId}.example/hook`, secretKey: "key" }),
+        handBack: (agentUserId) => handBack(agentUserId),
         now: () => 1000,
         allowPrivateNetworks: false,
         policy,
@@ -108,5 +122,43 @@ describe("WebhookDispatcher", () => {
     await settle();
     expect(poster.sent).to.deep.equal(["queued later"]);
     poster.answer("queued later");
+  });
+
+  it("sends nothing for an agent no longer in WEBHOOK mode and hands it back to its inbox instead of dropping its jobs", async () => {
+    notWebhook.add(1);
+    for (const [agent, body] of [[1, "1a"], [2, "2a"], [1, "1b"]] as const) await store.webhookJobs.enqueue(agent, body, 1000);
+    const poster = new HeldPoster();
+    start(poster, { pollIntervalMs: 5 });
+    await settle();
+    expect(poster.sent).to.deep.equal(["2a"]);
+    expect(handedBack).to.deep.equal([1]);
+    expect(await store.webhookJobs.pending(1)).to.deep.equal([]);
+    poster.answer("2a");
+  });
+
+  it("keeps the job, with no attempt counted, when the hand-back fails, and retries it later", async () => {
+    notWebhook.add(1);
+    await store.webhookJobs.enqueue(1, "1a", 1000);
+    let calls = 0;
+    const inner = handBack;
+    handBack = async (agentUserId) => {
+      if (++calls === 1) throw new Error("inbox unavailable");
+      await inner(agentUserId);
+    };
+    let now = 1000;
+    dispatcher = new WebhookDispatcher(
+      { queue: store.webhookJobs, resolveTarget: async () => undefined, handBack: (id) => handBack(id), now: () => now, allowPrivateNetworks: false, policy: { pollIntervalMs: 5, retryBaseMs: 500 }, poster: new HeldPoster() },
+      quiet,
+    );
+    dispatcher.start();
+    await settle();
+    // One try, not a spin: the job waits for its new time.
+    expect(calls).to.equal(1);
+    expect((await store.webhookJobs.pending(1)).map((job) => [job.body, job.attempts, job.nextAttemptAt])).to.deep.equal([["1a", 0, 1500]]);
+    now = 1500;
+    await settle();
+    expect(calls).to.equal(2);
+    expect(handedBack).to.deep.equal([1]);
+    expect(await store.webhookJobs.pending(1)).to.deep.equal([]);
   });
 });

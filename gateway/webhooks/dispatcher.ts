@@ -4,13 +4,17 @@
 // others. A failed attempt (non-2xx, timeout, refused connection) is retried after 1, 2, 4… times
 // `retryBaseMs`; after `maxRetries` retries the job is dropped and logged: the entry stays in the
 // agent's stream, so nothing more durable than a log line is kept for it. The agent's target
-// (URL, key, mode) is read at send time, so a new key or a mode switch applies to queued jobs too.
+// (URL, key, mode) is read at send time, so a new key or URL applies to queued jobs too. A job of
+// an agent no longer in WEBHOOK mode is not sent and not dropped here: the agent is handed back
+// to its inbox, which drops the queue and rewinds the delivered position over it in the agent's
+// mailbox (a mode change normally did that already; this covers a crash in between). Dropping it
+// here could race an append still routed the old way and skip entries for good.
 //
 // The queue is looked at when the engine announces new jobs (BusEvents.webhookQueued), when a
 // retry falls due, when a delivery finishes, and every `pollIntervalMs` as a safety net. Times in
 // the queue are engine-clock times, so tests that move the clock move retries with it.
 import type { ServiceSchema } from "moleculer";
-import type { QueuedWebhook, WebhookQueue, WebhookTargetResolver } from "../../shared/agent-delivery.js";
+import { AgentDeliveryActions, type DeliveryModeChangedParams, type QueuedWebhook, type WebhookQueue, type WebhookTargetResolver } from "../../shared/agent-delivery.js";
 import { BusEvents } from "../../shared/bus.js";
 import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
@@ -59,6 +63,12 @@ export interface DispatcherOptions {
   poster?: WebhookPoster;
 }
 
+/**
+ * Hands an agent with queued jobs that is not in WEBHOOK mode back to its inbox
+ * (AgentDeliveryActions.modeChanged), which drops the queue and rewinds its delivered position.
+ */
+export type HandBack = (agentUserId: number) => Promise<void>;
+
 export class WebhookDispatcher {
   private readonly policy: DispatcherPolicy;
   private readonly poster: WebhookPoster;
@@ -73,7 +83,7 @@ export class WebhookDispatcher {
   private running = false;
 
   constructor(
-    private readonly options: DispatcherOptions,
+    private readonly options: DispatcherOptions & { handBack: HandBack },
     private readonly logger: Logger,
   ) {
     this.policy = { ...defaultDispatcherPolicy, ...options.policy };
@@ -131,8 +141,16 @@ export class WebhookDispatcher {
     const { queue } = this.options;
     const target = await this.options.resolveTarget(job.agentUserId);
     if (!target) {
-      const dropped = await queue.clearAgent(job.agentUserId);
-      this.logger.info(`dropped ${dropped} queued webhook deliveries of agent ${job.agentUserId}: it is no longer in webhook mode`);
+      try {
+        await this.options.handBack(job.agentUserId);
+        this.logger.info(`handed the webhook queue of agent ${job.agentUserId} back to its inbox: it is no longer in webhook mode`);
+      } catch (err) {
+        this.logger.error(`could not hand the webhook queue of agent ${job.agentUserId} back to its inbox`, err);
+      }
+      // Normally the job is gone now. If it is not (the hand-back failed, or the agent went back
+      // to WEBHOOK mode meanwhile) it waits one retry step instead of spinning; not the endpoint's
+      // failure, so no attempt is counted.
+      await queue.reschedule(job.jobId, job.attempts, this.options.now() + this.policy.retryBaseMs);
       return;
     }
     const problem = webhookUrlProblem(target.url);
@@ -186,7 +204,10 @@ export function webhookDispatcherService(options: DispatcherOptions): ServiceSch
     },
     created() {
       const logger = this.logger;
-      dispatcher = new WebhookDispatcher(options, {
+      const handBack: HandBack = async (agentUserId) => {
+        await this.broker.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+      };
+      dispatcher = new WebhookDispatcher({ ...options, handBack }, {
         info: (message) => logger.info(message),
         warn: (message) => logger.warn(message),
         error: (message, err) => logger.error(message, err),

@@ -68,6 +68,12 @@ export function webhookJobStore(db: Database.Database): WebhookJobStore {
   const clear = db.prepare("DELETE FROM webhook_jobs WHERE agent_user_id = ?");
   const ofAgent = db.prepare<[number], JobRow>("SELECT * FROM webhook_jobs WHERE agent_user_id = ? ORDER BY job_id");
   const delivered = db.prepare<[number], { delivered_sn: number }>("SELECT delivered_sn FROM agent_cursors WHERE agent_user_id = ?");
+  // A missing row already means 0, which nothing is before.
+  const rewind = db.prepare("UPDATE agent_cursors SET delivered_sn = MIN(delivered_sn, ?) WHERE agent_user_id = ?");
+  const handOver = db.transaction((agentUserId: number, bodies: readonly string[], queuedAt: number, throughSn: number) => {
+    for (const body of bodies) writers.enqueue(agentUserId, body, queuedAt);
+    writers.advanceDelivered(agentUserId, throughSn);
+  });
   return {
     async enqueue(agentUserId, body, now) {
       writers.enqueue(agentUserId, body, now);
@@ -93,6 +99,12 @@ export function webhookJobStore(db: Database.Database): WebhookJobStore {
     },
     async advanceDelivered(agentUserId, sn) {
       writers.advanceDelivered(agentUserId, sn);
+    },
+    async handOver(agentUserId, bodies, queuedAt, throughSn) {
+      handOver(agentUserId, bodies, queuedAt, throughSn);
+    },
+    async rewindDelivered(agentUserId, sn) {
+      rewind.run(sn, agentUserId);
     },
   };
 }
