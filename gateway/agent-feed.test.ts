@@ -165,7 +165,7 @@ describe("AgentFeed", () => {
     expect(h.written).to.deep.equal([1, 2, 3]);
   });
 
-  it("records the delivered position from completed writes only, in batches and when the connection closes", async () => {
+  it("records only positions the agent confirmed: writes completed before a frame from it, in batches and when the connection closes", async () => {
     const h = new Harness({ pageSize: 100, recordDelayMs: 10_000 });
     h.feed.start();
     await settle();
@@ -175,13 +175,62 @@ describe("AgentFeed", () => {
     h.completeWrites();
     h.append(3);
     await settle();
-    // Within the batching delay nothing is recorded; closing records what was written: 2, not 3.
+    // The agent is heard while 3 is still being written: 1 and 2 are confirmed, 3 is not, even
+    // once its write completes.
+    h.feed.agentHeard();
+    h.completeWrites();
+    await settle();
+    // Within the batching delay nothing is recorded; closing records what was confirmed.
     expect(h.recorded).to.deep.equal([]);
     h.feed.stop();
     await settle();
     expect(h.recorded).to.deep.equal([2]);
+    // Once stopped, neither pushes nor frames from the agent move anything.
     h.feed.live(frame(4), 4);
+    h.feed.agentHeard();
+    h.feed.stop();
+    await settle();
     expect(h.written).to.deep.equal([1, 2, 3]);
+    expect(h.recorded).to.deep.equal([2]);
+  });
+
+  it("records nothing on close when the agent was never heard after its writes", async () => {
+    const h = new Harness({ pageSize: 100, recordDelayMs: 1 });
+    h.stream = [1, 2, 3];
+    h.delivered = 1;
+    // Heard before anything was written: confirms only the position the connection started from.
+    h.feed.agentHeard();
+    h.feed.start();
+    await settle();
+    h.append(4);
+    await settle();
+    expect(h.written).to.deep.equal([2, 3, 4]);
+    h.feed.stop();
+    await settle();
+    expect(h.recorded).to.deep.equal([]);
+  });
+
+  it("records a confirmation after the batching delay, once per batch, without waiting for the close", async () => {
+    const h = new Harness({ pageSize: 100, recordDelayMs: 20 });
+    h.feed.start();
+    await settle();
+    h.append(1);
+    await settle();
+    h.feed.agentHeard();
+    h.append(2);
+    await settle();
+    h.feed.agentHeard();
+    // Heard again with nothing new written: no further record is due.
+    h.feed.agentHeard();
+    // Past the batching delay (timers fire in order of their deadlines).
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect(h.recorded).to.deep.equal([2]);
+    h.append(3);
+    await settle();
+    h.feed.agentHeard();
+    h.feed.stop();
+    await settle();
+    expect(h.recorded).to.deep.equal([2, 3]);
   });
 
   it("reports a backlog that cannot be read", async () => {

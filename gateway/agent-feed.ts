@@ -9,9 +9,19 @@
 // the feed read again. Live, an sn at or below the last one sent is skipped and an sn beyond the
 // next one (a push that overtook another) sends the feed back to the store from where it is.
 //
-// The delivered position (where the next connection starts) follows the frames the socket has
-// handed to the network, recorded in batches; delivery is therefore at least once, and agents
-// drop an sn they have already seen. Ephemeral pushes go straight through and are never replayed.
+// The delivered position (where the next connection starts) covers only frames the agent
+// confirmed. A write that completed only means the kernel took the bytes: when the agent's
+// network dies, the socket stays open until the idle timeout, and everything written meanwhile,
+// plus what sits in the send buffer, would count as delivered and never be replayed. The protocol
+// has no acknowledgement, so the agent's heartbeat stands in for one: any frame from the agent
+// that arrives after a write completed confirms that write. Its arrival shows the agent's end of
+// the connection was alive after our bytes were on their way, and TCP hands bytes over in order
+// or not at all, so they reach the agent unless the connection dies within about one round trip
+// of that ping: the only window left for a loss. Agents ping every 30 s, so a connection that
+// dies replays what it carried since the last ping, received or not; delivery is at least once,
+// and agents drop an sn they have already seen. Confirmed positions are recorded in batches, and
+// on close only what was confirmed (a close, clean or not, confirms nothing by itself).
+// Ephemeral pushes go straight through and are never replayed.
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { AgentBacklog, AgentBacklogParams, MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { nextPushId } from "./connection.js";
@@ -33,7 +43,7 @@ export interface FeedSink {
 export interface AgentFeedPolicy {
   /** Entries per backlog read. */
   pageSize: number;
-  /** How long written positions are gathered before the delivered position is recorded. */
+  /** How long confirmed positions are gathered before the delivered position is recorded. */
   recordDelayMs: number;
 }
 
@@ -53,8 +63,9 @@ export class AgentFeed {
   private lastSent = 0;
   /** Highest live sn heard while replaying. */
   private heard = 0;
-  /** Highest sn the socket handed to the network, and the highest recorded as delivered. */
+  /** Highest sn the socket handed to the network, the highest the agent confirmed, the highest recorded. */
   private written = 0;
+  private confirmed = 0;
   private recorded = 0;
   private recordTimer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -93,7 +104,14 @@ export class AgentFeed {
     void this.send(frame, sn);
   }
 
-  /** The connection closed: records how far it got. */
+  /** A frame from the agent arrived: every write completed before it counts as received. */
+  agentHeard(): void {
+    if (this.stopped || this.written <= this.confirmed) return;
+    this.confirmed = this.written;
+    this.scheduleRecord();
+  }
+
+  /** The connection closed: records how far the agent confirmed. */
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
@@ -115,7 +133,7 @@ export class AgentFeed {
       if (this.stopped) return;
       if (afterSn === undefined) {
         // The first read of a connection: everything up to the delivered position was had.
-        this.lastSent = this.written = this.recorded = page.afterSn;
+        this.lastSent = this.written = this.confirmed = this.recorded = page.afterSn;
       }
       afterSn = page.afterSn;
       let lastWrite: Promise<void> | undefined;
@@ -145,22 +163,20 @@ export class AgentFeed {
     return new Promise((resolve) =>
       this.sink.writePush(frame, () => {
         this.written = Math.max(this.written, sn);
-        this.scheduleRecord();
         resolve();
       }),
     );
   }
 
   private scheduleRecord(): void {
-    if (this.stopped) return this.record();
     this.recordTimer ??= setTimeout(() => this.record(), this.policy.recordDelayMs);
   }
 
   private record(): void {
     clearTimeout(this.recordTimer);
     this.recordTimer = undefined;
-    if (this.written <= this.recorded) return;
-    this.recorded = this.written;
+    if (this.confirmed <= this.recorded) return;
+    this.recorded = this.confirmed;
     this.port.markDelivered({ userId: this.agentUserId, sn: this.recorded }).catch((err: unknown) => this.hooks.recordFailed(err));
   }
 }

@@ -77,6 +77,9 @@ export class Connection implements SocketHandlers, FeedSink {
   onMessage(data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean): void {
     if (this.closed) return;
     this.resetIdleTimer();
+    // Any frame from an authenticated agent, even a bad one, shows its end was alive after the
+    // writes that completed before it: the agent's feed takes them as delivered (see agent-feed.ts).
+    if (this.identity) this.feed?.agentHeard();
     const decoded = decodeClientFrame(data, isBinary);
     this.form ??= decoded.form;
     if (!decoded.ok) {

@@ -63,16 +63,27 @@ function verified(request: ReceivedRequest, secretKey: string): Update {
   return update;
 }
 
-/** Connects as the agent, reads what its socket catch-up replays up to `latest`, and closes. */
+/** Connects as the agent, reads what its socket catch-up replays up to `latest`, confirms it with a heartbeat, and closes. */
 async function socketCatchUp(server: TestServer, agent: TestAgent, latest: number): Promise<number[]> {
   const socket = await GatewayClient.connect(server.url, "json");
   try {
     await socket.authenticate(agent.token);
     await socket.next((f) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === latest);
+    await socket.ping();
     return socket.pushedSns();
   } finally {
     socket.close();
   }
+}
+
+/** WebSocket connections the server holds open, from its metrics. */
+const openSockets = async (server: TestServer) => Number(/parley_websocket_connections (\d+)/.exec(await (await fetch(server.url + "/metrics")).text())?.[1]);
+
+/** Drops an agent's TCP connection with no close handshake and waits until the server has seen it go. */
+async function dropConnection(server: TestServer, socket: GatewayClient, openBefore: number): Promise<void> {
+  socket.terminate();
+  await socket.closed;
+  await eventually(async () => (await openSockets(server)) === openBefore, "the server to notice the dropped connection");
 }
 
 /** from, from + 1, … to (empty when to < from). */
@@ -489,6 +500,28 @@ describe("agent event delivery across a delivery mode switch", () => {
       expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(latest);
     });
 
+    it("hands the webhook the entries a dropped socket wrote but the agent never confirmed, so they arrive at least once", async () => {
+      const agent = await createAgent(server, owner);
+      const openBefore = await openSockets(server);
+      const socket = await GatewayClient.connect(server.url, "json");
+      await socket.authenticate(agent.token);
+      const reached = (sn: number) => (f: ServerFrame) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === sn;
+      await say(agent, "confirmed");
+      const confirmed = await latestOf(agent);
+      await socket.next(reached(confirmed));
+      await socket.ping();
+      await say(agent, "unconfirmed");
+      await socket.next(reached(await latestOf(agent)));
+      await dropConnection(server, socket, openBefore);
+      expect(await inspect.webhookJobs.deliveredSn(agent.userId)).to.equal(confirmed);
+
+      const hook = await receiver();
+      const secretKey = await toWebhook(agent, hook);
+      await eventually(async () => (await pending(agent)).length === 0 && events(hook, secretKey).length === 1, "the unconfirmed entry by webhook");
+      expect(events(hook, secretKey).map(textOf)).to.deep.equal(["unconfirmed"]);
+      expect(eventSns(hook, secretKey)).to.deep.equal([confirmed + 1]);
+    });
+
     it("routes an append made between the record write and the switch in the inbox the new way, whether or not the inbox had the old route cached", async () => {
       for (const cached of [true, false]) {
         const agent = await createAgent(server, owner);
@@ -635,8 +668,9 @@ for (const mode of wireModes) {
       const seen = await inspect.updates.latestSn(agent.userId);
       await first.next(frameWithSn(seen));
       expect(first.pushedSns()).to.deep.equal(Array.from({ length: seen }, (_, i) => i + 1));
+      await first.ping();
       first.close();
-      // The delivered position follows what the socket wrote.
+      // The delivered position follows what the agent's heartbeat confirmed.
       await eventually(async () => (await inspect.webhookJobs.deliveredSn(agent.userId)) === seen, "the delivered position to reach the last pushed sn");
 
       await say("missed one");
@@ -664,6 +698,7 @@ for (const mode of wireModes) {
       await second.next(frameWithSn(latest));
       await say("after");
       await second.next(frameWithSn(latest + 1));
+      await second.ping();
       second.close();
 
       expect(second.frames[0].payload.case).to.equal("authResponse");
@@ -676,6 +711,61 @@ for (const mode of wireModes) {
       expect(envelopes(second)[0].users.map((u) => u.userId)).to.deep.equal([owner.userId]);
       expect(second.frames.some((f) => f.payload.case === "update" && f.payload.value.update.case === "nonSnUpdate")).to.equal(false);
       await eventually(async () => (await inspect.webhookJobs.deliveredSn(agent.userId)) === latest + 1, "the delivered position to follow the live pushes");
+    });
+
+    const sayTo = (to: TestAgent, words: string) => client(server, MessageService, mode, owner.accessToken).sendMessage({ conversationId: to.conversationId, clientMessageId: clientIds++, body: text(words) });
+
+    it("replays on reconnect every frame written since the agent's last heartbeat when its connection dies, then joins the live stream without a gap", async () => {
+      const dying = await createAgent(server, owner, mode);
+      const openBefore = await openSockets(server);
+      const first = await GatewayClient.connect(server.url, mode);
+      await first.authenticate(dying.token);
+      await sayTo(dying, "confirmed 1");
+      await sayTo(dying, "confirmed 2");
+      const confirmed = await inspect.updates.latestSn(dying.userId);
+      await first.next(frameWithSn(confirmed));
+      await first.ping();
+      await eventually(async () => (await inspect.webhookJobs.deliveredSn(dying.userId)) === confirmed, "the confirmed position to be recorded");
+      await sayTo(dying, "unconfirmed 1");
+      await sayTo(dying, "unconfirmed 2");
+      const written = await inspect.updates.latestSn(dying.userId);
+      // Written to the socket (the test even sees them), but no heartbeat says the agent had them.
+      await first.next(frameWithSn(written));
+      expect(written).to.be.above(confirmed);
+      await dropConnection(server, first, openBefore);
+      expect(await inspect.webhookJobs.deliveredSn(dying.userId)).to.equal(confirmed);
+
+      const second = await GatewayClient.connect(server.url, mode);
+      await second.authenticate(dying.token);
+      await second.next(frameWithSn(written));
+      await sayTo(dying, "live");
+      await second.next(frameWithSn(written + 1));
+      // The unconfirmed frames come again (an agent drops them by sn), then the live one.
+      expect(second.pushedSns()).to.deep.equal(range(confirmed + 1, written + 1));
+      expect(first.pushedSns()).to.deep.equal(range(1, written));
+      await second.ping();
+      second.close();
+      await eventually(async () => (await inspect.webhookJobs.deliveredSn(dying.userId)) === written + 1, "the position to follow the second connection's confirmation");
+    });
+
+    it("does not replay frames the agent confirmed with a heartbeat, even when its connection then dies", async () => {
+      const confirming = await createAgent(server, owner, mode);
+      const openBefore = await openSockets(server);
+      const first = await GatewayClient.connect(server.url, mode);
+      await first.authenticate(confirming.token);
+      for (const words of ["one", "two", "three"]) await sayTo(confirming, words);
+      const latest = await inspect.updates.latestSn(confirming.userId);
+      await first.next(frameWithSn(latest));
+      await first.ping();
+      await dropConnection(server, first, openBefore);
+      expect(await inspect.webhookJobs.deliveredSn(confirming.userId)).to.equal(latest);
+
+      await sayTo(confirming, "while away");
+      const second = await GatewayClient.connect(server.url, mode);
+      await second.authenticate(confirming.token);
+      await second.next(frameWithSn(latest + 1));
+      expect(second.pushedSns()).to.deep.equal([latest + 1]);
+      second.close();
     });
   });
 }

@@ -65,6 +65,12 @@ export class GatewayClient {
     return this.next((f) => f.requestId === requestId);
   }
 
+  /** Sends a heartbeat ping and resolves with its pong; for an agent this confirms the frames it had. */
+  async ping(): Promise<ServerFrame> {
+    const requestId = this.send({ type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } });
+    return this.next((f) => f.requestId === requestId && f.payload.case === "heartbeatPong");
+  }
+
   /** Sn values of the sequenced updates pushed so far, in arrival order. */
   pushedSns(): number[] {
     return this.frames.flatMap((f) => (f.payload.case === "update" && f.payload.value.update.case === "snUpdate" ? [f.payload.value.update.value.sn] : []));
@@ -72,5 +78,10 @@ export class GatewayClient {
 
   close(): void {
     this.socket.close();
+  }
+
+  /** Drops the TCP connection without a close handshake, as a dead network looks to the server. */
+  terminate(): void {
+    this.socket.terminate();
   }
 }
