@@ -5,7 +5,7 @@
 // waits up to 5 s for the test request, and a second change must not interleave with it. Every
 // change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
 import { create, toJsonString } from "@bufbuild/protobuf";
-import type { Context, ServiceSchema } from "moleculer";
+import moleculer, { type Context, type ServiceSchema } from "moleculer";
 import {
   AgentInfoSchema,
   AgentProfileSchema,
@@ -291,8 +291,31 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     throw new ParleyError(Errors.launchConversationMismatch, { conversationId: String(conversationId) });
   }
 
+  let stopping = false;
   return {
     name: "agents",
+    started() {
+      // A deletion cut short by a crash left the agent in groups: finish that part once the
+      // services it goes through are up. (Whether its contacts were told cannot be known; they see
+      // the agent's status on their next read.)
+      const broker = this.broker;
+      stopping = false;
+      const finish = async () => {
+        await broker.waitForServices(["groups", "conversation", "inbox"], 30_000);
+        if (stopping) return;
+        const ctx = moleculer.Context.create(broker);
+        for (const agentUserId of await store.agents.listDeletedInGroups(1000)) {
+          if (stopping) return;
+          await leaveAllGroups(ctx, agentUserId).catch((err: unknown) => broker.logger.warn(`agent ${agentUserId}: leaving its groups after a deletion failed`, err));
+        }
+      };
+      finish().catch((err: unknown) => {
+        if (!stopping) broker.logger.warn("finishing cut-short agent deletions failed", err);
+      });
+    },
+    stopped() {
+      stopping = true;
+    },
     actions: {
       createAgent: rpcAction(CreateAgentRequestSchema, CreateAgentResponseSchema, async ({ request, caller, ctx }) => {
         const creator = requireUser(caller);

@@ -3,14 +3,18 @@ import { expect } from "chai";
 import { AgentDeliveryMode, AgentService, AgentStatus, AgentVisibility } from "../shared/gen/api/v1/agent_pb.js";
 import { AccountType } from "../shared/gen/api/v1/common_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
+import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { befriend } from "./support/social.js";
 
 let counter = 0;
 const uniqueName = () => `maker_${process.pid}_${++counter}`.slice(0, 32);
@@ -134,5 +138,43 @@ describe("AgentService.DeleteMyAgent called twice at once", () => {
     const { updates } = await client(server, SyncService, "json", owner.accessToken).getDifference({ sn: 0 });
     const told = updates.filter((u) => u.update.case === "agentStatusChanged" && u.update.value.agentUserId === agentId);
     expect(told).to.have.length(1);
+  });
+});
+
+describe("AgentService.DeleteMyAgent cut short by a crash", () => {
+  let server: TestServer;
+  after(async () => server.dispose());
+
+  it("finishes leaving the agent's groups at the next start", async () => {
+    server = await startTestServer();
+    const owner = await signInWithCode(server, "json");
+    const [a, b] = [await signInWithCode(server, "json"), await signInWithCode(server, "json")];
+    await befriend(server, owner, a);
+    await befriend(server, owner, b);
+    const created = await client(server, AgentService, "json", owner.accessToken).createAgent({ username: uniqueName(), name: "Crashy" });
+    const agentId = created.profile!.user!.userId;
+    const groups = client(server, GroupService, "json", owner.accessToken);
+    const { group } = await groups.createGroup({ name: "G", memberIds: [a.userId, b.userId, agentId] });
+    const dataDir = server.dataDir;
+    await server.stop();
+    // What a crash right after the status write leaves behind.
+    const store = await openSqliteStore(dataDir);
+    await store.agents.updateAgent(agentId, { status: 2, updatedAt: Date.now() });
+    expect(await store.agents.listDeletedInGroups(10)).to.deep.equal([agentId]);
+    await store.close();
+
+    server = await startTestServer({ dataDir });
+    const relogged = owner; // sessions survive the restart
+    const deadline = Date.now() + 10_000;
+    let members: number[] = [];
+    while (Date.now() < deadline) {
+      members = (await client(server, GroupService, "json", relogged.accessToken).getGroupInfo({ groupId: group!.groupId })).members.map((m) => m.userId);
+      if (!members.includes(agentId)) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(members.sort()).to.deep.equal([owner.userId, a.userId, b.userId].sort());
+    const history = await client(server, MessageService, "json", relogged.accessToken).getMessageHistory({ conversationId: BigInt(group!.groupId), limit: 10 });
+    const left = history.messages.find((m) => m.body?.content.case === "group" && m.body.content.value.event.case === "memberLeft");
+    expect(left?.body?.content.case === "group" && left.body.content.value.event.case === "memberLeft" && left.body.content.value.event.value.member?.userId).to.equal(agentId);
   });
 });

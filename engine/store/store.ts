@@ -200,6 +200,8 @@ export interface AgentStore {
   getAgent(agentUserId: number): Promise<AgentRecord | undefined>;
   /** The agent whose current token has this hash, or undefined. */
   findByTokenHash(tokenHash: string): Promise<AgentRecord | undefined>;
+  /** DELETED agents still members of a NORMAL group (a deletion cut short), up to `limit`. */
+  listDeletedInGroups(limit: number): Promise<number[]>;
   /** The agents a user created, oldest first. */
   listByCreator(creatorId: number): Promise<AgentRecord[]>;
   /** Up to `limit` public, active agents in random order (a new sample each call). */

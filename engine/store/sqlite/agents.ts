@@ -63,6 +63,11 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
   const byToken = db.prepare<[string], AgentRow>("SELECT * FROM agents WHERE token_hash = ?");
   const featured = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE status = 1 AND visibility = 1 ORDER BY random() LIMIT ?");
   const system = db.prepare<[], AgentRow>("SELECT * FROM agents WHERE is_system = 1 ORDER BY agent_user_id LIMIT 1");
+  const deletedInGroups = db.prepare<[number], { agent_user_id: number }>(
+    `SELECT DISTINCT a.agent_user_id FROM agents a
+     JOIN group_members m ON m.user_id = a.agent_user_id JOIN groups g ON g.group_id = m.group_id AND g.status = 1
+     WHERE a.status = 2 ORDER BY a.agent_user_id LIMIT ?`,
+  );
   const byCreator = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE creator_id = ? ORDER BY created_at, agent_user_id");
   const create = db.transaction((user: Parameters<AgentStore["createAgent"]>[0], agent: Parameters<AgentStore["createAgent"]>[1]) => {
     const { lastInsertRowid } = insertUser.run(user.userId ?? null, AccountType.agent, user.username, user.nickname, user.signature, user.createdAt);
@@ -104,6 +109,9 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     async findSystemAgent() {
       const row = system.get();
       return row && toAgent(row);
+    },
+    async listDeletedInGroups(limit) {
+      return deletedInGroups.all(limit).map((row) => row.agent_user_id);
     },
     async listByCreator(creatorId) {
       return byCreator.all(creatorId).map(toAgent);
