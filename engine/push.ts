@@ -50,13 +50,12 @@ async function offlineRecipientTokens(deps: EngineDeps, ctx: Context, message: N
   const people = (await store.users.getUsers(others)).filter((user) => user.accountType === AccountType.user).map((user) => user.userId);
   if (people.length === 0) return [];
   const online = new Set(await ctx.call<number[], OnlineAmongParams>(PresenceActions.onlineAmong, { userIds: people }));
-  const conversationId = BigInt(message.conversationId);
-  const perUser = await Promise.all(
-    people
-      .filter((userId) => !online.has(userId))
-      .map(async (userId) => ((await store.conversations.getUserState(userId, conversationId)).isMuted ? [] : store.pushTokens.listPushTokens(userId))),
-  );
-  return perUser.flat();
+  // A fixed number of reads per message, whatever the group's size: tokens first (most members
+  // of a large group may have none), then the mute flags of those who have some.
+  const tokens = await store.pushTokens.listPushTokensOf(people.filter((userId) => !online.has(userId)));
+  if (tokens.length === 0) return [];
+  const muted = new Set(await store.conversations.mutedAmong(BigInt(message.conversationId), [...new Set(tokens.map((token) => token.userId))]));
+  return tokens.filter((token) => !muted.has(token.userId));
 }
 
 export function pushService(deps: EngineDeps): ServiceSchema {

@@ -143,6 +143,28 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.pushTokens.deletePushToken(a.userId, "d")).to.equal(true);
         expect(await store.pushTokens.deletePushToken(a.userId, "d")).to.equal(false);
       });
+
+      it("reads the tokens of several users at once", async () => {
+        const [a, b, c] = [await newUser("a@x.io"), await newUser("b@x.io"), await newUser("c@x.io")];
+        for (const [user, device] of [[a, "a1"], [a, "a2"], [b, "b1"], [c, "c1"]] as const) {
+          await store.pushTokens.upsertPushToken({ userId: user.userId, deviceId: device, token: `t-${device}`, platform: 1, isSandbox: false, updatedAt: 1 });
+        }
+        expect((await store.pushTokens.listPushTokensOf([a.userId, b.userId, 99])).map((t) => t.deviceId).sort()).to.deep.equal(["a1", "a2", "b1"]);
+        expect(await store.pushTokens.listPushTokensOf([])).to.deep.equal([]);
+      });
+    });
+
+    describe("conversation state", () => {
+      it("answers which of the users muted a conversation, without creating state", async () => {
+        const conversationId = (2n ** 40n) | 3n;
+        await store.conversations.ensureConversation(conversationId, 1, [1, 2], 10);
+        await store.conversations.setMuted(2, conversationId, true);
+        expect(await store.conversations.mutedAmong(conversationId, [1, 2, 3])).to.deep.equal([2]);
+        expect(await store.conversations.mutedAmong(conversationId + 1n, [2])).to.deep.equal([]);
+        expect(await store.conversations.mutedAmong(conversationId, [])).to.deep.equal([]);
+        await store.conversations.setMuted(2, conversationId, false);
+        expect(await store.conversations.mutedAmong(conversationId, [1, 2])).to.deep.equal([]);
+      });
     });
 
     describe("update log", () => {

@@ -122,6 +122,8 @@ export interface PushTokenStore {
   deletePushToken(userId: number, deviceId: string): Promise<boolean>;
   /** The user's registered push tokens. */
   listPushTokens(userId: number): Promise<PushTokenRecord[]>;
+  /** The registered push tokens of all these users, in one read. */
+  listPushTokensOf(userIds: readonly number[]): Promise<PushTokenRecord[]>;
 }
 
 export interface StoredUpdate {
@@ -395,6 +397,8 @@ export interface ConversationStore {
   getConversation(conversationId: bigint): Promise<ConversationRecord | undefined>;
   /** The user's state in the conversation, created with defaults if missing. */
   getUserState(userId: number, conversationId: bigint): Promise<UserConversationRecord>;
+  /** Those of the users who muted the conversation, in one read (creates no state). */
+  mutedAmong(conversationId: bigint, userIds: readonly number[]): Promise<number[]>;
   /** Sets the mute flag. */
   setMuted(userId: number, conversationId: bigint, muted: boolean): Promise<void>;
   /** Hides the conversation for the user; with clearUpTo > 0 also deletes history up to it. */

@@ -43,6 +43,11 @@ export function conversationStore(db: Database.Database): ConversationStore {
   const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
   const state = db.prepare<[number, bigint], StateRow>("SELECT * FROM user_conversations WHERE user_id = ? AND conversation_id = ?").safeIntegers(true);
   const setMuted = db.prepare("UPDATE user_conversations SET is_muted = ? WHERE user_id = ? AND conversation_id = ?");
+  const mutedAmong = db
+    .prepare<[bigint, string], { user_id: bigint }>(
+      "SELECT user_id FROM user_conversations WHERE conversation_id = ? AND is_muted = 1 AND user_id IN (SELECT value FROM json_each(?))",
+    )
+    .safeIntegers(true);
   const markDeleted = db.prepare(
     "UPDATE user_conversations SET is_deleted = 1, cleared_up_to = MAX(cleared_up_to, ?) WHERE user_id = ? AND conversation_id = ?",
   );
@@ -87,6 +92,10 @@ export function conversationStore(db: Database.Database): ConversationStore {
     },
     async getUserState(userId, conversationId) {
       return getState(userId, conversationId);
+    },
+    async mutedAmong(conversationId, userIds) {
+      if (userIds.length === 0) return [];
+      return mutedAmong.all(conversationId, JSON.stringify(userIds)).map((row) => Number(row.user_id));
     },
     async setMuted(userId, conversationId, muted) {
       insertState.run(userId, conversationId);

@@ -282,6 +282,9 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
       is_sandbox = excluded.is_sandbox, updated_at = excluded.updated_at`);
   const remove = db.prepare("DELETE FROM push_tokens WHERE user_id = ? AND device_id = ?");
   const list = db.prepare<[number], PushTokenRow>("SELECT * FROM push_tokens WHERE user_id = ? ORDER BY device_id");
+  const listOf = db.prepare<[string], PushTokenRow>(
+    "SELECT * FROM push_tokens WHERE user_id IN (SELECT value FROM json_each(?)) ORDER BY user_id, device_id",
+  );
   return {
     async upsertPushToken(r) {
       upsert.run(r.userId, r.deviceId, r.token, r.platform, r.isSandbox ? 1 : 0, r.updatedAt);
@@ -291,6 +294,9 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
     },
     async listPushTokens(userId) {
       return list.all(userId).map(toPushToken);
+    },
+    async listPushTokensOf(userIds) {
+      return userIds.length === 0 ? [] : listOf.all(JSON.stringify(userIds)).map(toPushToken);
     },
   };
 }
