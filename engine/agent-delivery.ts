@@ -22,7 +22,6 @@ import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store, t
 import { groupInfoView, userInfoView } from "./views.js";
 
 const webhookSnKinds = new Set(["messageEnvelope", "contactAdded", "removedFromGroup", "groupDissolved"]);
-const webhookEphemeralKinds = new Set(["cardAction"]);
 const isKindOf = (kinds: Set<string>, wire: WireMessage) => Object.keys(wire).some((key) => kinds.has(key));
 
 /** Users whose delivery route is cached. */
@@ -109,11 +108,6 @@ export class WebhookRouting {
       bodies: entries.flatMap(({ sn, wire }) => (isKindOf(webhookSnKinds, wire) ? [JSON.stringify({ ...related, snUpdate: { sn, ...wire } })] : [])),
       queuedAt: now,
     };
-  }
-
-  /** Whether an ephemeral entry (NonSnUpdate wire form) is of a kind sent by webhook. */
-  sendsEphemeral(entry: WireMessage): boolean {
-    return isKindOf(webhookEphemeralKinds, entry);
   }
 }
 

@@ -42,12 +42,13 @@ import {
   type MessageEnvelope,
   type SendMessageRequest,
 } from "../shared/gen/api/v1/message_pb.js";
+import { CardActionPayloadSchema } from "../shared/gen/api/v1/updates_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
 import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
-import { fanOut, fanOutEphemeral, pushEphemeral } from "./inbox.js";
+import { deliverCardAction, fanOut, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
 import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamStartBody } from "./message-body.js";
@@ -386,7 +387,7 @@ export class ConversationActor {
           createdAt: BigInt(record.createdAt),
           clientMessageId: record.clientMessageId,
         });
-        await fanOutEphemeral(ctx, access.participants, { case: "messageEnvelope", value: envelope });
+        pushEphemeral(ctx, access.participants, { case: "messageEnvelope", value: envelope });
       }
       return {};
     });
@@ -506,11 +507,11 @@ export class ConversationActor {
     const action: CardAction = { conversationId: String(conversationId), messageId: String(messageId), agentUserId: record.senderId, submitterId: caller.userId };
     await this.deps.ephemeral.set(`card-action:${actionId}`, JSON.stringify(action), MessagePolicy.cardActionTtlMs);
     const submitter = await this.store.users.getUser(caller.userId);
-    await pushEphemeral(
+    await deliverCardAction(
       ctx,
       record.senderId,
-      { case: "cardAction", value: { $typeName: "api.v1.CardActionPayload", actionId, conversationId, messageId, senderId: caller.userId, actionData, verb } },
-      submitter ? [userInfoView(submitter)] : [],
+      create(CardActionPayloadSchema, { actionId, conversationId, messageId, senderId: caller.userId, actionData, verb }),
+      submitter ? userInfoView(submitter) : undefined,
     );
     return { actionId };
   }
@@ -522,9 +523,9 @@ export class ConversationActor {
       throw new ParleyError(Errors.cardActionNotFound);
     }
     const agent = await this.store.users.getUser(caller.userId);
-    await pushEphemeral(
+    pushEphemeral(
       ctx,
-      action.submitterId,
+      [action.submitterId],
       { case: "cardActionAnswer", value: { $typeName: "api.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
       agent ? [userInfoView(agent)] : [],
     );

@@ -23,7 +23,7 @@ import {
   GetDifferenceRequestSchema,
   GetDifferenceResponseSchema,
 } from "../shared/gen/api/v1/sync_pb.js";
-import { NonSnUpdateSchema, SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { CardActionPayloadSchema, NonSnUpdateSchema, SnUpdateSchema, type CardActionPayload, type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
@@ -82,12 +82,13 @@ export interface AppendParams {
   groups?: WireMessage[];
 }
 
-export interface PushEphemeralParams {
+export interface CardActionParams {
+  /** The agent that sent the card. */
   userId: number;
-  /** NonSnUpdate wire form. */
-  entry: WireMessage;
+  /** CardActionPayload wire form. */
+  cardAction: WireMessage;
+  /** The submitting user's UserInfo wire form. */
   users?: WireMessage[];
-  groups?: WireMessage[];
 }
 
 /** The `users` and `groups` fields of an Update's wire form (omitted when empty, as proto3 JSON does). */
@@ -152,7 +153,7 @@ export class Inbox {
       const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
       params.entries.forEach((entry, index) => {
-        this.publish({ userId, update: { ...related, snUpdate: { sn: sns[index], ...entry.wire } } });
+        this.publish({ userIds: [userId], update: { ...related, snUpdate: { sn: sns[index], ...entry.wire } } });
       });
       const first = sns[0] ?? latest;
       if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
@@ -163,15 +164,15 @@ export class Inbox {
   }
 
   /**
-   * Pushes an ephemeral entry live to the user's connections; nothing is stored in the stream. A
-   * card action for a WEBHOOK-mode agent is queued for its webhook as well, in the agent's
-   * mailbox: the route is read and the job queued with no mode switch in between.
+   * Delivers a card action to the agent that sent the card: live on its sockets, and for a
+   * WEBHOOK-mode agent queued for its webhook, in the agent's mailbox, so the route is read and
+   * the job queued with no mode switch in between. It is the only ephemeral entry agents get by
+   * webhook; every other one is a plain broadcast (see pushEphemeral below).
    */
-  async pushEphemeral(params: PushEphemeralParams): Promise<void> {
+  async deliverCardAction(params: CardActionParams): Promise<void> {
     const { userId } = params;
-    const update = { ...relatedParts(params), nonSnUpdate: params.entry };
-    this.publish({ userId, update });
-    if (!this.webhooks.sendsEphemeral(params.entry)) return;
+    const update = { ...relatedParts(params), nonSnUpdate: { cardAction: params.cardAction } };
+    this.publish({ userIds: [userId], update });
     await this.mailboxes.run(userId, async () => {
       if (!(await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId)))) return;
       await this.deps.store.webhookJobs.enqueue(userId, JSON.stringify(update), this.deps.clock.now());
@@ -235,26 +236,32 @@ export async function fanOut(
   await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related, groups: relatedGroups } satisfies AppendParams)));
 }
 
-/** Pushes the same ephemeral entry to several users' live connections, encoded once. */
-export async function fanOutEphemeral(
-  ctx: Pick<Context, "call">,
+/**
+ * Pushes an ephemeral entry (a stream delta, a card action answer) live to the users'
+ * connections: nothing is stored and no sn is assigned, so no inbox is involved. One broadcast,
+ * encoded once, reaches every gateway, which picks the connections it holds.
+ */
+export function pushEphemeral(
+  ctx: Pick<Context, "broadcast">,
   userIds: readonly number[],
   entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
   users: UserInfo[] = [],
-): Promise<void> {
-  const wire = toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>);
-  const related = users.map((user) => toWire(UserInfoSchema, user));
-  await Promise.all(userIds.map((userId) => ctx.call("inbox.pushEphemeral", { userId, entry: wire, users: related } satisfies PushEphemeralParams)));
+): void {
+  const update: UpdateJson = {
+    ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
+    nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
+  } as UpdateJson;
+  void ctx.broadcast(BusEvents.push, { userIds: [...userIds], update } satisfies PushEvent);
 }
 
-/** Pushes an ephemeral entry to a user's live connections through the inbox actor. */
-export async function pushEphemeral(ctx: Pick<Context, "call">, userId: number, entry: MessageInitShape<typeof NonSnUpdateSchema>["update"], users: UserInfo[] = []): Promise<void> {
-  const params: PushEphemeralParams = {
-    userId,
-    entry: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
-    users: users.map((user) => toWire(UserInfoSchema, user)),
+/** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
+export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId: number, cardAction: CardActionPayload, submitter: UserInfo | undefined): Promise<void> {
+  const params: CardActionParams = {
+    userId: agentUserId,
+    cardAction: toWire(CardActionPayloadSchema, cardAction),
+    users: submitter ? [toWire(UserInfoSchema, submitter)] : [],
   };
-  await ctx.call("inbox.pushEphemeral", params);
+  await ctx.call("inbox.deliverCardAction", params);
 }
 
 const shardByUser = { strategy: "Shard", strategyOptions: { shardKey: "userId" } };
@@ -282,10 +289,10 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
     },
     actions: {
       append: { ...shardByUser, handler: async (ctx: Context<AppendParams>) => ({ sns: await inbox.append(ctx.params) }) },
-      pushEphemeral: {
+      deliverCardAction: {
         ...shardByUser,
-        handler: async (ctx: Context<PushEphemeralParams>) => {
-          await inbox.pushEphemeral(ctx.params);
+        handler: async (ctx: Context<CardActionParams>) => {
+          await inbox.deliverCardAction(ctx.params);
           return {};
         },
       },

@@ -74,11 +74,15 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       },
       [BusEvents.push]: {
         handler(ctx: { params: PushEvent }) {
-          const connections = byUser.get(ctx.params.userId);
-          if (!connections) return;
-          const frame = new PushFrame(nextPushId(), ctx.params.update as JsonObject);
+          let frame: PushFrame | undefined;
           const sn = ctx.params.update.snUpdate?.sn;
-          for (const connection of connections) connection.push(frame, sn);
+          for (const userId of ctx.params.userIds) {
+            const connections = byUser.get(userId);
+            if (!connections) continue;
+            // Encoded lazily and once, whatever the number of recipients this node holds.
+            frame ??= new PushFrame(nextPushId(), ctx.params.update as JsonObject);
+            for (const connection of connections) connection.push(frame, sn);
+          }
         },
       },
       [BusEvents.agentTokenRevoked]: {

@@ -19,7 +19,8 @@ export const BusEvents = {
 } as const;
 
 export interface PushEvent {
-  userId: number;
+  /** The users whose connections get the update: one for a stream entry (its sn is theirs), several for an ephemeral one. */
+  userIds: number[];
   update: UpdateJson;
 }
 
