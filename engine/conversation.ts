@@ -55,7 +55,7 @@ import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamS
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
-import type { MessageRecord } from "./store/store.js";
+import type { MessageRecord, UserRecord } from "./store/store.js";
 import { userInfoView } from "./views.js";
 
 export const MessagePolicy = {
@@ -169,18 +169,21 @@ export class ConversationActor {
     throw new ParleyError(Errors.unavailable, { reason: "message sequence contention" });
   }
 
-  private async publish(ctx: Context, access: ConversationAccess, record: MessageRecord): Promise<void> {
+  /** Fans the message out to the participants' streams; answers its sender, read for the pushes. */
+  private async publish(ctx: Context, access: ConversationAccess, record: MessageRecord): Promise<UserRecord | undefined> {
     const sender = await this.store.users.getUser(record.senderId);
     const envelope = envelopeOf(record, this.streams.get(streamKey(record.conversationId, record.messageId)));
     await fanOut(ctx, access.participants, { case: "messageEnvelope", value: envelope }, sender ? [userInfoView(sender)] : []);
+    return sender;
   }
 
   /** Alerts offline recipients of a message that now says something (not a stream's empty START). */
-  private offlinePush(ctx: Context, access: ConversationAccess, record: MessageRecord, body: MessageBody): void {
+  private offlinePush(ctx: Context, access: ConversationAccess, record: MessageRecord, body: MessageBody, sender: UserRecord | undefined): void {
     requestOfflinePush(ctx, {
       conversationId: String(record.conversationId),
       messageId: String(record.messageId),
       senderId: record.senderId,
+      senderNickname: sender?.nickname ?? "",
       participants: access.participants,
       preview: contentPreview(body),
     });
@@ -214,8 +217,8 @@ export class ConversationActor {
         this.streams.set(streamKey(record.conversationId, record.messageId), { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType, lastActivityAt: now });
       }
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
-      await this.publish(ctx, access, record);
-      if (!isStream) this.offlinePush(ctx, access, record, body);
+      const sender = await this.publish(ctx, access, record);
+      if (!isStream) this.offlinePush(ctx, access, record, body, sender);
       if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
         tellSystemAgent(ctx, { conversationId: String(record.conversationId), messageId: String(record.messageId), senderId: caller.userId, text: body.content.value.text });
       }
@@ -429,9 +432,9 @@ export class ConversationActor {
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
       await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
       this.streams.delete(streamKey(conversationId, messageId));
-      await this.publish(ctx, access, updated);
+      const sender = await this.publish(ctx, access, updated);
       // END is when a stream has its text; an ERROR is left for the user to find in the chat.
-      if (!failed) this.offlinePush(ctx, access, updated, body);
+      if (!failed) this.offlinePush(ctx, access, updated, body, sender);
       return true;
     });
   }

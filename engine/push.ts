@@ -28,6 +28,8 @@ export interface NewMessagePush {
   conversationId: string;
   messageId: string;
   senderId: number;
+  /** As the conversation actor read it to push the message. */
+  senderNickname: string;
   /** The conversation's participants when the message was sequenced, sender included. */
   participants: number[];
   /** contentPreview of the body. */
@@ -65,11 +67,10 @@ export function pushService(deps: EngineDeps): ServiceSchema {
     events: {
       [PushEvents.newMessage]: {
         async handler(this: { logger: { warn(...args: unknown[]): void } }, ctx: Context<NewMessagePush>) {
-          const { conversationId, messageId, senderId, preview } = ctx.params;
+          const { conversationId, messageId, senderId, senderNickname, preview } = ctx.params;
           try {
             const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
             if (tokens.length === 0) return;
-            const senderNickname = (await store.users.getUser(senderId))?.nickname ?? "";
             // Every recipient gets the same alert (the server keeps no unread count to badge), so
             // one call carries all devices and a provider driver can batch them.
             await deps.pushNotifier.send(tokens, {

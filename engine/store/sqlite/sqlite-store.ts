@@ -23,7 +23,7 @@ import type {
 import { agentStore } from "./agents.js";
 import { conversationStore } from "./conversations.js";
 import { groupStore } from "./groups.js";
-import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
+import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
@@ -301,7 +301,7 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
   };
 }
 
-function updateLogStore(db: Database.Database): UpdateLogStore {
+function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters): UpdateLogStore {
   const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
   const oldest = db.prepare<[number], { sn: number | null }>("SELECT MIN(sn) AS sn FROM updates WHERE user_id = ?");
   const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at) VALUES (?, ?, ?, ?)");
@@ -309,7 +309,6 @@ function updateLogStore(db: Database.Database): UpdateLogStore {
     "SELECT sn, payload, created_at FROM updates WHERE user_id = ? AND sn > ? ORDER BY sn LIMIT ?",
   );
   const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
-  const agentDelivery = agentDeliveryWriters(db);
   const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined) => {
     for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt);
     if (!handoff) return;
@@ -358,18 +357,19 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   }
   const users = userStore(db);
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
+  const agentDelivery = agentDeliveryWriters(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
     social: socialStore(db),
     groups: groupStore(db),
-    webhookJobs: webhookJobStore(db),
+    webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db),
     messages: messageStore(db),
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
-    updates: updateLogStore(db),
+    updates: updateLogStore(db, agentDelivery),
     async close() {
       if (db.open) db.close();
     },

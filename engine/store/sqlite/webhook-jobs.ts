@@ -54,8 +54,10 @@ export function agentDeliveryWriters(db: Database.Database) {
   };
 }
 
-export function webhookJobStore(db: Database.Database): WebhookJobStore {
-  const writers = agentDeliveryWriters(db);
+/** One set per database: the per-agent trim counts must see every insert, from appends and hand-overs alike. */
+export type AgentDeliveryWriters = ReturnType<typeof agentDeliveryWriters>;
+
+export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWriters): WebhookJobStore {
   // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
   const heads = db.prepare<[string, number, number], JobRow>(
     `SELECT j.* FROM webhook_jobs j
