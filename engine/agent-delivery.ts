@@ -27,7 +27,7 @@ const isKindOf = (kinds: Set<string>, wire: WireMessage) => Object.keys(wire).so
 /** Users whose delivery route is cached. */
 const cachedUsers = 100_000;
 /** Entries per page of an agent's WebSocket catch-up. */
-export const backlogPageSize = 100;
+const backlogPageSize = 100;
 
 /** Where an agent's webhook deliveries go, or undefined when it is not an active WEBHOOK-mode agent. */
 export function webhookTarget(agent: AgentRecord | undefined): WebhookTarget | undefined {
@@ -134,7 +134,10 @@ function referencedBy(entry: SnUpdate): { userIds: number[]; groupIds: number[] 
  */
 export async function agentBacklog(store: Store, userId: number, afterSn: number | undefined, limit: number): Promise<AgentBacklog> {
   const from = afterSn ?? (await store.webhookJobs.deliveredSn(userId));
-  const rows = await store.updates.readUpdates(userId, from, Math.min(Math.max(limit, 1), backlogPageSize));
+  const pageSize = Math.min(Math.max(limit, 1), backlogPageSize);
+  // One row more than the page tells whether another page follows, whatever size the caller asked for.
+  const read = await store.updates.readUpdates(userId, from, pageSize + 1);
+  const rows = read.slice(0, pageSize);
   const entries = rows.map((row) => fromBinary(SnUpdateSchema, row.payload));
   const refs = entries.map(referencedBy);
   const users = new Map<number, WireMessage>();
@@ -156,7 +159,7 @@ export async function agentBacklog(store: Store, userId: number, afterSn: number
       snUpdate: toWire(SnUpdateSchema, entry),
     } as UpdateJson;
   });
-  return { afterSn: from, updates };
+  return { afterSn: from, updates, hasMore: read.length > rows.length };
 }
 
 /**
@@ -172,7 +175,7 @@ async function handOverBacklog(store: Store, agentUserId: number, latestSn: numb
   for (;;) {
     const page = await agentBacklog(store, agentUserId, from, backlogPageSize);
     const last = page.updates.at(-1)?.snUpdate?.sn ?? from;
-    const end = page.updates.length < backlogPageSize;
+    const end = !page.hasMore;
     // Past the last page the position goes to the latest sn even when pruning left nothing to read.
     const through = end ? Math.max(last, latestSn) : last;
     const bodies = page.updates.filter((update) => isKindOf(webhookSnKinds, update.snUpdate as WireMessage)).map((update) => JSON.stringify(update));

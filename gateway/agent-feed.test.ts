@@ -38,9 +38,10 @@ class Harness implements FeedSink {
           if (failReads) throw new Error("store down");
           const afterSn = params.afterSn ?? this.delivered;
           // The read sees the stream as it is now; its answer may arrive later.
-          const page = this.stream.filter((sn) => sn > afterSn).slice(0, params.limit);
+          const after = this.stream.filter((sn) => sn > afterSn);
+          const page = after.slice(0, params.limit);
           if (this.hold) await new Promise<void>((resolve) => this.held.push(resolve));
-          return { afterSn, updates: page.map(update) };
+          return { afterSn, updates: page.map(update), hasMore: after.length > page.length };
         },
         markDelivered: async ({ sn }) => {
           this.recorded.push(sn);

@@ -150,7 +150,7 @@ export class AgentFeed {
       // The next page is read once this one is on the network (or the socket is gone).
       if (lastWrite) await Promise.race([lastWrite, this.stoppedSignal]);
       if (this.stopped) return;
-      if (page.updates.length < this.policy.pageSize && this.heard <= afterSn) {
+      if (!page.hasMore && this.heard <= afterSn) {
         // Turning live here, in the tick of the check, leaves no moment for a push to fall between.
         this.replaying = false;
         return;

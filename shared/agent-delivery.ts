@@ -32,6 +32,8 @@ export interface AgentBacklog {
   afterSn: number;
   /** Update wire forms (snUpdate with its sn, plus the users and groups it references), in sn order. */
   updates: UpdateJson[];
+  /** Whether the stream goes on after this page: read again after its last sn. */
+  hasMore: boolean;
 }
 
 export interface MarkDeliveredParams {
