@@ -8,14 +8,12 @@
 import { open } from "node:fs/promises";
 import sharp from "sharp";
 
-export type ImageFormat = "png" | "jpeg" | "gif" | "webp";
+type ImageFormat = "png" | "jpeg" | "gif" | "webp";
 
 export interface MediaFacts {
   width: number;
   height: number;
   durationMs: number;
-  /** Set when the bytes are one of the supported image formats. */
-  imageFormat?: ImageFormat;
   /** Made for images when asked for; absent when the image could not be decoded. */
   thumbnail?: Thumbnail;
 }
@@ -28,13 +26,13 @@ export interface Thumbnail {
 }
 
 /** The longest side of a thumbnail, in pixels. */
-export const thumbnailMaxSide = 320;
+const thumbnailMaxSide = 320;
 
 // Decoding is bounded: a small file can declare a huge canvas (a decompression bomb).
 const maxInputPixels = 100_000_000;
 
 /** The image format of a file's first bytes, if it is one we decode. */
-export function sniffImageFormat(head: Uint8Array): ImageFormat | undefined {
+function sniffImageFormat(head: Uint8Array): ImageFormat | undefined {
   const starts = (...bytes: number[]) => bytes.every((b, i) => head[i] === b);
   if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)) return "png";
   if (starts(0xff, 0xd8, 0xff)) return "jpeg";
@@ -87,12 +85,11 @@ async function playbackFacts(path: string): Promise<{ durationMs: number; width:
 
 /** Dimensions and duration of the file at `path`, declared as `contentType`, and a thumbnail of an image if `withThumbnail`. */
 export async function analyzeMedia(path: string, contentType: string, withThumbnail: boolean): Promise<MediaFacts> {
-  const imageFormat = sniffImageFormat(await readHead(path, 16));
-  if (imageFormat) {
+  if (sniffImageFormat(await readHead(path, 16))) {
     const size = await imageFacts(path);
-    if (!size) return { width: 0, height: 0, durationMs: 0, imageFormat };
+    if (!size) return { width: 0, height: 0, durationMs: 0 };
     const thumbnail = withThumbnail ? await makeThumbnail(path) : undefined;
-    return { ...size, durationMs: 0, imageFormat, ...(thumbnail && { thumbnail }) };
+    return { ...size, durationMs: 0, ...(thumbnail && { thumbnail }) };
   }
   const type = contentType.toLowerCase();
   if (type.startsWith("audio/")) return { ...(await playbackFacts(path)), width: 0, height: 0 };

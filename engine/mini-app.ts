@@ -16,7 +16,7 @@
 // No value may contain a line break (the server refuses such a startParam; JSON escapes its own),
 // and a verifier must accept exactly these fields, each once: otherwise "a=x\nb=y" inside one
 // value would read as two fields and a signed string could be re-cut into forged ones.
-// verifyInitData below is self-contained (node:crypto only) so an agent can copy it as it is.
+// verifyInitData below needs only node:crypto, dataCheckString and initDataKeys: an agent copies the three.
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 
 /** The Mini App permission bitmask. Undefined bits are refused by SetAgentMiniApp. */
@@ -82,12 +82,7 @@ export function verifyInitData(initData: string, secretKey: string, maxAgeSecond
   // to read as several fields of the data-check string, and a signature reused for forged ones.
   if (entries.length !== initDataKeys.length || initDataKeys.some((key) => params.getAll(key).length !== 1)) return undefined;
   if (entries.some(([, value]) => /[\r\n]/.test(value))) return undefined;
-  const sorted = entries
-    .filter(([key]) => key !== "signature")
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    .map(([key, value]) => `${key}=${value}`)
-    .join("\n");
-  const expected = createHmac("sha256", secretKey).update(sorted).digest();
+  const expected = createHmac("sha256", secretKey).update(dataCheckString(entries)).digest();
   if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) return undefined;
   const authDate = Number(params.get("auth_date"));
   if (!Number.isInteger(authDate) || nowSeconds - authDate > maxAgeSeconds || authDate - nowSeconds > 60) return undefined;

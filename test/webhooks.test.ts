@@ -11,7 +11,7 @@ import { expect } from "chai";
 import { fromBinary, fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
-import { verifyWebhookSignature } from "../gateway/webhooks/signing.js";
+import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents } from "../shared/bus.js";
 import { AgentDeliveryMode, AgentService } from "../shared/gen/api/v1/agent_pb.js";

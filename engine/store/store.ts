@@ -208,8 +208,6 @@ export interface AgentStore {
   listByCreator(creatorId: number): Promise<AgentRecord[]>;
   /** Up to `limit` public, active agents in random order (a new sample each call). */
   sampleFeatured(limit: number): Promise<AgentRecord[]>;
-  /** The system agent, if one was created. */
-  findSystemAgent(): Promise<AgentRecord | undefined>;
   /** Replaces the given fields of the agent record. */
   updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>): Promise<AgentRecord>;
 }

@@ -18,9 +18,7 @@ export class WebhookClient {
   private readonly timeoutMs: number;
   private readonly allowPrivateNetworks: boolean;
 
-  /** A bare boolean is the private-network switch alone (the form the first callers used). */
-  constructor(options: WebhookClientOptions | boolean) {
-    const { allowPrivateNetworks, timeoutMs } = typeof options === "boolean" ? { allowPrivateNetworks: options, timeoutMs: undefined } : options;
+  constructor({ allowPrivateNetworks, timeoutMs }: WebhookClientOptions) {
     this.timeoutMs = timeoutMs ?? webhookTimeoutMs;
     this.allowPrivateNetworks = allowPrivateNetworks;
     this.dispatcher = new Agent({

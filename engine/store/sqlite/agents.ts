@@ -62,7 +62,6 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
   const byId = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE agent_user_id = ?");
   const byToken = db.prepare<[string], AgentRow>("SELECT * FROM agents WHERE token_hash = ?");
   const featured = db.prepare<[number], AgentRow>("SELECT * FROM agents WHERE status = 1 AND visibility = 1 ORDER BY random() LIMIT ?");
-  const system = db.prepare<[], AgentRow>("SELECT * FROM agents WHERE is_system = 1 ORDER BY agent_user_id LIMIT 1");
   const deletedInGroups = db.prepare<[number], { agent_user_id: number }>(
     `SELECT DISTINCT a.agent_user_id FROM agents a
      JOIN group_members m ON m.user_id = a.agent_user_id JOIN groups g ON g.group_id = m.group_id AND g.status = 1
@@ -105,10 +104,6 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     },
     async sampleFeatured(limit) {
       return featured.all(limit).map(toAgent);
-    },
-    async findSystemAgent() {
-      const row = system.get();
-      return row && toAgent(row);
     },
     async listDeletedInGroups(limit) {
       return deletedInGroups.all(limit).map((row) => row.agent_user_id);
