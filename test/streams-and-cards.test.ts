@@ -145,6 +145,17 @@ for (const mode of wireModes) {
       await expectError(asAgent().errorStream({ conversationId: conversationId(), messageId, errorMessage: "e".repeat(1001) }), Errors.invalidArgument);
     });
 
+    it("after EndStream, every later stream call is FAILED_PRECONDITION and the ended text stays", async () => {
+      const { messageId } = await startStream();
+      await asAgent().pushStreamDelta({ conversationId: conversationId(), messageId, seq: 1, delta: "done" });
+      await asAgent().endStream({ conversationId: conversationId(), messageId, accumulatedText: "done." });
+      await expectError(asAgent().pushStreamDelta({ conversationId: conversationId(), messageId, seq: 2, delta: "x" }), Errors.streamFinished);
+      await expectError(asAgent().endStream({ conversationId: conversationId(), messageId, accumulatedText: "other" }), Errors.streamFinished);
+      await expectError(asAgent().errorStream({ conversationId: conversationId(), messageId, errorMessage: "late" }), Errors.streamFinished);
+      const { message } = await asUser().getMessage({ conversationId: conversationId(), messageId });
+      expect(streamOf(message)).to.deep.include({ phase: StreamPhase.END, accumulatedText: "done.", errorMessage: "" });
+    });
+
     it("answers NOT_FOUND for a message that is not the agent's stream and PERMISSION_DENIED for user tokens", async () => {
       const { messageId } = await asUser().sendMessage({ conversationId: conversationId(), clientMessageId: clientIds++, body: { type: MessageType.TEXT, content: { case: "text", value: { text: "not a stream" } } } });
       await expectError(asAgent().pushStreamDelta({ conversationId: conversationId(), messageId, seq: 1, delta: "x" }), Errors.streamNotFound);

@@ -63,12 +63,16 @@ describe("WebhookDispatcher", () => {
   /** Agents that are not in WEBHOOK mode, and the hand-backs the dispatcher made. */
   let notWebhook: Set<number>;
   let handedBack: number[];
+  /** The agent's queue as the dispatcher left it when it handed the agent back. */
+  let queuedAtHandBack: string[][];
   let handBack: (agentUserId: number) => Promise<void>;
   beforeEach(() => {
     notWebhook = new Set();
     handedBack = [];
+    queuedAtHandBack = [];
     handBack = async (agentUserId) => {
       handedBack.push(agentUserId);
+      queuedAtHandBack.push((await store.webhookJobs.pending(agentUserId)).map((job) => job.body));
       await store.webhookJobs.clearAgent(agentUserId);
     };
   });
@@ -132,6 +136,8 @@ describe("WebhookDispatcher", () => {
     await settle();
     expect(poster.sent).to.deep.equal(["2a"]);
     expect(handedBack).to.deep.equal([1]);
+    // The dispatcher itself dropped nothing: the inbox got the whole queue to take back.
+    expect(queuedAtHandBack).to.deep.equal([["1a", "1b"]]);
     expect(await store.webhookJobs.pending(1)).to.deep.equal([]);
     poster.answer("2a");
   });
