@@ -2,6 +2,7 @@
 import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { codeFromString } from "@connectrpc/connect/protocol-connect";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors, catalogueEntryForCode, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 
@@ -10,20 +11,35 @@ export function connectErrorOf(entry: CatalogueEntry, metadata: Record<string, s
   return new ConnectError(message ?? entry.message, entry.code, undefined, [{ desc: ErrorDetailSchema, value: detail }]);
 }
 
+/**
+ * The catalogue entry of whatever an engine call threw: its own for business errors, UNAVAILABLE
+ * when the engine cannot be reached, INTERNAL (logged) for anything else.
+ */
+export function errorPartsOf(err: unknown, log: (message: string, err: unknown) => void): { entry: CatalogueEntry; metadata: Record<string, string>; message: string } {
+  const parts = parleyErrorParts(err);
+  if (parts) return parts;
+  const name = (err as { name?: string } | null)?.name;
+  if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError" || name === "RequestTimeoutError") {
+    return { entry: Errors.unavailable, metadata: {}, message: Errors.unavailable.message };
+  }
+  log("unexpected error while serving a request", err);
+  return { entry: Errors.internal, metadata: {}, message: Errors.internal.message };
+}
+
 /** Turns whatever a handler threw into the Connect error the client sees. */
 export function toConnectError(err: unknown, log: (message: string, err: unknown) => void): ConnectError {
-  const parts = parleyErrorParts(err);
-  if (parts) return connectErrorOf(parts.entry, parts.metadata, parts.message);
   if (err instanceof ConnectError) {
     if (err.findDetails(ErrorDetailSchema).length > 0) return err;
     return connectErrorOf(catalogueEntryForCode(err.code), {}, err.rawMessage);
   }
-  const name = (err as { name?: string } | null)?.name;
-  if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError" || name === "RequestTimeoutError") {
-    return connectErrorOf(Errors.unavailable);
-  }
-  log("unexpected error while serving an RPC", err);
-  return connectErrorOf(Errors.internal);
+  const { entry, metadata, message } = errorPartsOf(err, log);
+  return connectErrorOf(entry, metadata, message);
+}
+
+/** The `details` of a Connect error body in JSON: the one ErrorDetail, with its JSON form as `debug`. */
+export function errorDetailsJson(entry: CatalogueEntry, metadata: Record<string, string> = {}): unknown[] {
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  return [{ type: ErrorDetailSchema.typeName, value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"), debug: toJson(ErrorDetailSchema, detail) }];
 }
 
 interface ConnectErrorJson {
@@ -31,12 +47,6 @@ interface ConnectErrorJson {
   message?: string;
   details?: unknown[];
 }
-
-const codeByName = new Map<string, Code>(
-  Object.entries(Code)
-    .filter(([, value]) => typeof value === "number")
-    .map(([key, value]) => [key.replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase()), value as Code]),
-);
 
 /**
  * Connect answers some failures itself before any of our code runs (undecodable bodies, bodies
@@ -56,21 +66,14 @@ export function normalizeErrorBody(status: number, body: Uint8Array): { status: 
     status = 400;
   }
   if (!parsed.code || (parsed.details && parsed.details.length > 0)) return { status, body, code: parsed.code ?? "unknown" };
-  const code = codeByName.get(parsed.code) ?? Code.Internal;
+  const code = codeFromString(parsed.code) ?? Code.Internal;
   const entry =
     code === Code.InvalidArgument
       ? Errors.malformedRequest
       : code === Code.ResourceExhausted
         ? Errors.requestTooLarge
         : catalogueEntryForCode(code);
-  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata: {} });
-  parsed.details = [
-    {
-      type: ErrorDetailSchema.typeName,
-      value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"),
-      debug: toJson(ErrorDetailSchema, detail),
-    },
-  ];
+  parsed.details = errorDetailsJson(entry);
   parsed.message ??= entry.message;
   return { status, body: new TextEncoder().encode(JSON.stringify(parsed)), code: parsed.code };
 }

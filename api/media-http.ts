@@ -6,13 +6,13 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { create, toBinary, toJson } from "@bufbuild/protobuf";
-import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code } from "@connectrpc/connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { ServiceBroker } from "moleculer";
-import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
-import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
+import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
+import { errorDetailsJson, errorPartsOf } from "./errors.js";
 import {
+  fileIdPattern,
   mediaDownloadMetaKey,
   mediaPathPrefix,
   type MediaDownloadHead,
@@ -20,7 +20,6 @@ import {
   type RequestedRange,
 } from "../shared/media-download.js";
 
-const fileIdPattern = /^[A-Za-z0-9_-]{1,128}$/;
 
 /**
  * Reads a Range header into one byte range. Anything else (other units, several ranges, bad
@@ -46,18 +45,9 @@ const httpStatusOf: Partial<Record<Code, number>> = {
   [Code.Unavailable]: 503,
 };
 
-function codeName(code: Code): string {
-  return Code[code].replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
-}
-
 /** The same error body as the Connect API answers, so clients read one shape everywhere. */
 function errorBody(entry: CatalogueEntry, metadata: Record<string, string>, message: string): string {
-  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
-  return JSON.stringify({
-    code: codeName(entry.code),
-    message,
-    details: [{ type: ErrorDetailSchema.typeName, value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"), debug: toJson(ErrorDetailSchema, detail) }],
-  });
+  return JSON.stringify({ code: codeToString(entry.code), message, details: errorDetailsJson(entry, metadata) });
 }
 
 /** RFC 8187 encoding of a header parameter value (filename*), byte by byte over UTF-8. */
@@ -100,17 +90,14 @@ export interface MediaHttpLogger {
 /** Builds the handler for requests whose path starts with /media/. */
 export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLogger): (req: IncomingMessage, res: ServerResponse) => void {
   const fail = (res: ServerResponse, err: unknown) => {
-    const parts = parleyErrorParts(err);
-    const name = (err as { name?: string } | null)?.name;
-    const entry = parts?.entry ?? (name === "ServiceNotAvailableError" || name === "RequestTimeoutError" ? Errors.unavailable : Errors.internal);
-    if (!parts && entry === Errors.internal) logger.error("failed to serve a download", err);
+    const { entry, metadata, message } = errorPartsOf(err, (text, cause) => logger.error(text, cause));
     if (res.headersSent) {
       res.destroy();
       return;
     }
     const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
-    if (entry === Errors.rangeNotSatisfiable && parts?.metadata.size) headers["content-range"] = `bytes */${parts.metadata.size}`;
-    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBody(entry, parts?.metadata ?? {}, parts?.message ?? entry.message));
+    if (entry === Errors.rangeNotSatisfiable && metadata.size) headers["content-range"] = `bytes */${metadata.size}`;
+    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBody(entry, metadata, message));
   };
 
   return (req, res) => {

@@ -6,6 +6,9 @@
 
 export const mediaPathPrefix = "/media/";
 
+/** What a file id (also its blob key) can look like: anything else names no file and no path. */
+export const fileIdPattern = /^[A-Za-z0-9_-]{1,128}$/;
+
 /** A byte range as the client asked for it, before it is checked against the file's size. */
 export type RequestedRange = { start: number; end?: number } | { suffix: number };
 

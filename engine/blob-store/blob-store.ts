@@ -8,6 +8,7 @@
 // a staged upload maps to one object per written part, concatenated into a multipart upload on
 // commit; on disk it is one file written in place.
 import type { Readable } from "node:stream";
+import { fileIdPattern } from "../../shared/media-download.js";
 
 /** Inclusive byte positions, as HTTP ranges count them. */
 export interface ByteRange {
@@ -22,11 +23,10 @@ export class BlobNotFoundError extends Error {
   }
 }
 
-const keyPattern = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** Refuses a key outside the alphabet every adapter can store safely (no paths, no separators). */
 export function checkBlobKey(key: string): string {
-  if (!keyPattern.test(key)) throw new Error(`invalid blob key ${JSON.stringify(key)}`);
+  if (!fileIdPattern.test(key)) throw new Error(`invalid blob key ${JSON.stringify(key)}`);
   return key;
 }
 
