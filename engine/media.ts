@@ -7,7 +7,7 @@
 // and the store moves `uploaded` only from the position the writer saw, so a second writer that
 // slipped past the routing is refused rather than interleaving bytes.
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import {
   CompleteUploadRequestSchema,
@@ -23,16 +23,14 @@ import {
   UploadFileResponseSchema,
   type MediaFileInfoSchema,
 } from "../shared/gen/api/v1/media_pb.js";
-import type { Caller, RpcParams } from "../shared/caller.js";
+import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { toWire, type WireMessage } from "../shared/wire.js";
-import { fromWireWithBytes } from "../shared/wire-bytes.js";
 import { mediaDownloadMetaKey, mediaPathPrefix, type MediaDownloadHead, type MediaDownloadParams, type RequestedRange } from "../shared/media-download.js";
 import type { BlobStore, ByteRange } from "./blob-store/blob-store.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
-import { requireCaller, rpcAction, type RpcCall } from "./rpc-action.js";
+import { requireCaller, rpcAction } from "./rpc-action.js";
 import type { MediaFileRecord, UploadSessionRecord } from "./store/store.js";
 
 export const MediaLimits = {
@@ -387,20 +385,6 @@ function resolveRange(range: RequestedRange, size: number): ByteRange {
   return { start: range.start, end: Math.min(range.end ?? size - 1, size - 1) };
 }
 
-/** rpcAction for requests carrying megabytes in one bytes field, decoded natively (shared/wire-bytes.ts). */
-function bytesRpcAction<Req extends DescMessage, Res extends DescMessage>(
-  requestSchema: Req,
-  responseSchema: Res,
-  field: string,
-  handler: (call: RpcCall<MessageShape<Req>>) => Promise<MessageInitShape<Res>>,
-) {
-  return async (ctx: Context<RpcParams>): Promise<WireMessage> => {
-    const request = fromWireWithBytes(requestSchema, ctx.params.request, field);
-    const response = await handler({ request, caller: ctx.params.caller, clientIp: ctx.params.clientIp ?? "", host: ctx.params.host ?? "", ctx });
-    return toWire(responseSchema, response);
-  };
-}
-
 const shardBySession = { strategy: "Shard", strategyOptions: { shardKey: "request.sessionId" } };
 
 export function mediaService(deps: EngineDeps, blobs: BlobStore): ServiceSchema {
@@ -408,13 +392,13 @@ export function mediaService(deps: EngineDeps, blobs: BlobStore): ServiceSchema 
   return {
     name: "media",
     actions: {
-      uploadFile: bytesRpcAction(UploadFileRequestSchema, UploadFileResponseSchema, "data", ({ request, caller, host }) =>
+      uploadFile: rpcAction(UploadFileRequestSchema, UploadFileResponseSchema, ({ request, caller, host }) =>
         media.uploadFile(requireCaller(caller), request, host),
       ),
       initUpload: rpcAction(InitUploadRequestSchema, InitUploadResponseSchema, ({ request, caller }) => media.initUpload(requireCaller(caller), request)),
       uploadChunk: {
         ...shardBySession,
-        handler: bytesRpcAction(UploadChunkRequestSchema, UploadChunkResponseSchema, "chunk", ({ request, caller }) => media.uploadChunk(requireCaller(caller), request)),
+        handler: rpcAction(UploadChunkRequestSchema, UploadChunkResponseSchema, ({ request, caller }) => media.uploadChunk(requireCaller(caller), request)),
       },
       completeUpload: {
         ...shardBySession,
