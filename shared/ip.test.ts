@@ -28,6 +28,8 @@ describe("IP address lists", () => {
     expect(listContains(list, "not an address")).to.equal(false);
     expect(listContains(list, "")).to.equal(false);
     expect(normalizeAddress("::FFFF:1.2.3.4")).to.equal("1.2.3.4");
+    expect(normalizeAddress("::ffff:7f00:1")).to.equal("127.0.0.1");
+    expect(listContains(addressList(["127.0.0.0/8"]), "::ffff:7f00:1")).to.equal(true);
   });
 
   it("caches matchers per list and answers for each list separately", () => {

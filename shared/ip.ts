@@ -13,11 +13,18 @@ interface AddressRule {
 }
 
 const mappedIpv4 = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i;
+// The same in hex, as URL parsers write it: [::ffff:127.0.0.1] becomes [::ffff:7f00:1].
+const mappedIpv4Hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i;
 
-/** The address in its plain form: an IPv4-mapped IPv6 address becomes the IPv4 address. */
+/** The address in its plain form: an IPv4-mapped IPv6 address (dotted or hex) becomes the IPv4 address. */
 export function normalizeAddress(address: string): string {
   const trimmed = address.trim();
-  return mappedIpv4.exec(trimmed)?.[1] ?? trimmed;
+  const dotted = mappedIpv4.exec(trimmed)?.[1];
+  if (dotted) return dotted;
+  const hex = mappedIpv4Hex.exec(trimmed);
+  if (!hex) return trimmed;
+  const [high, low] = [parseInt(hex[1], 16), parseInt(hex[2], 16)];
+  return `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
 }
 
 function parseRule(raw: string): AddressRule | undefined {

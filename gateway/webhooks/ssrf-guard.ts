@@ -5,6 +5,7 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { BlockList, isIP } from "node:net";
 import { httpsUrlProblem } from "../../shared/https-url.js";
+import { normalizeAddress } from "../../shared/ip.js";
 
 const privateRanges = new BlockList();
 for (const [network, prefix] of [
@@ -38,17 +39,10 @@ for (const [network, prefix] of [
 }
 
 export function isPrivateAddress(address: string): boolean {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return isPrivateAddress(mapped[1]);
-  // The same in hex, as the URL parser writes it: [::ffff:127.0.0.1] becomes [::ffff:7f00:1].
-  const mappedHex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
-  if (mappedHex) {
-    const [high, low] = [parseInt(mappedHex[1], 16), parseInt(mappedHex[2], 16)];
-    return isPrivateAddress(`${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`);
-  }
-  const family = isIP(address);
+  const plain = normalizeAddress(address);
+  const family = isIP(plain);
   if (family === 0) return true;
-  return privateRanges.check(address, family === 4 ? "ipv4" : "ipv6");
+  return privateRanges.check(plain, family === 4 ? "ipv4" : "ipv6");
 }
 
 type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
