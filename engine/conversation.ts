@@ -51,7 +51,7 @@ import type { EngineDeps } from "./deps.js";
 import { deliverCardAction, fanOut, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
-import { checkEntities, checkOutgoingBody, contentPreview, recalledBody, streamStartBody } from "./message-body.js";
+import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, openStreamOf, recalledBody, streamStartBody } from "./message-body.js";
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
@@ -88,6 +88,18 @@ interface LiveStream {
   contentType: string;
   /** Clock time of the START or the latest delta; a stream idle too long is abandoned. */
   lastActivityAt: number;
+  /** Of the message, for the delta envelopes (so a delta reads nothing from the store). */
+  createdAt: number;
+  clientMessageId: bigint;
+}
+
+/**
+ * The in-memory state of a stream message. `nextSeq` 0 means a stream picked up after its owner
+ * changed (restart or reshard): the deltas held in memory are gone, and the stream goes on from
+ * whatever seq the agent sends next. EndStream carries the agent's full text, so END loses nothing.
+ */
+function newLiveStream(record: MessageRecord, contentType: string, nextSeq: number, now: number): LiveStream {
+  return { senderId: record.senderId, nextSeq, text: "", waiting: new Map(), contentType, lastActivityAt: now, createdAt: record.createdAt, clientMessageId: record.clientMessageId };
 }
 
 interface CardAction {
@@ -214,7 +226,7 @@ export class ConversationActor {
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
-        this.streams.set(streamKey(record.conversationId, record.messageId), { senderId: caller.userId, nextSeq: 1, text: "", waiting: new Map(), contentType, lastActivityAt: now });
+        this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now));
       }
       await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
       const sender = await this.publish(ctx, access, record);
@@ -345,28 +357,28 @@ export class ConversationActor {
     return { messages, hasMore: rows.length > pageSize, relatedUsers: users.map(userInfoView) };
   }
 
-  /** The live stream of a message the caller sent, or the reason there is none. */
-  private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ access: ConversationAccess; record: MessageRecord; stream: LiveStream }> {
+  /**
+   * The live stream of a message the caller sent, or the reason there is none. A stream in memory
+   * is open by construction (finishing or recalling removes it), so only a miss reads the message.
+   */
+  private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ access: ConversationAccess; stream: LiveStream }> {
     const access = await requireParticipant(this.store, conversationId, caller.userId);
+    const key = streamKey(conversationId, messageId);
+    const live = this.streams.get(key);
+    if (live && live.senderId === caller.userId) return { access, stream: live };
     const record = await this.store.messages.getMessage(conversationId, messageId);
     const body = record && fromBinary(MessageBodySchema, record.body);
     if (!record || body?.content.case !== "stream" || record.senderId !== caller.userId) throw new ParleyError(Errors.streamNotFound);
-    if (body.content.value.phase === StreamPhase.END || body.content.value.phase === StreamPhase.ERROR) throw new ParleyError(Errors.streamFinished);
-    const key = streamKey(conversationId, messageId);
-    let stream = this.streams.get(key);
-    if (!stream) {
-      // The owner changed (restart or reshard) mid-stream: deltas held in memory are gone, the
-      // stream itself goes on from whatever seq the agent sends next. EndStream carries the
-      // agent's full text, so nothing is lost at END.
-      stream = { senderId: caller.userId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType, lastActivityAt: this.deps.clock.now() };
-      this.streams.set(key, stream);
-    }
-    return { access, record, stream };
+    const open = openStreamOf(body);
+    if (!open) throw new ParleyError(Errors.streamFinished);
+    const stream = newLiveStream(record, open.contentType, 0, this.deps.clock.now());
+    this.streams.set(key, stream);
+    return { access, stream };
   }
 
   async pushDelta(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, seq: number, delta: string) {
     return this.mailboxes.run(String(conversationId), async () => {
-      const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      const { access, stream } = await this.liveStream(caller, conversationId, messageId);
       stream.lastActivityAt = this.deps.clock.now();
       if (stream.nextSeq === 0) stream.nextSeq = seq;
       if (seq < stream.nextSeq || stream.waiting.has(seq)) return {}; // a retry of a delta already taken
@@ -385,10 +397,10 @@ export class ConversationActor {
         const envelope = create(MessageEnvelopeSchema, {
           messageId,
           conversationId,
-          senderId: record.senderId,
+          senderId: stream.senderId,
           body: { type: MessageType.STREAM, content: { case: "stream", value: { phase: StreamPhase.DELTA, seq: readySeq, delta: readyDelta, contentType: stream.contentType } } },
-          createdAt: BigInt(record.createdAt),
-          clientMessageId: record.clientMessageId,
+          createdAt: BigInt(stream.createdAt),
+          clientMessageId: stream.clientMessageId,
         });
         pushEphemeral(ctx, access.participants, { case: "messageEnvelope", value: envelope });
       }
@@ -414,21 +426,14 @@ export class ConversationActor {
     activeSince: number,
   ): Promise<boolean> {
     return this.mailboxes.run(String(conversationId), async () => {
-      const { access, record, stream } = await this.liveStream(caller, conversationId, messageId);
+      const { access, stream } = await this.liveStream(caller, conversationId, messageId);
       if (stream.lastActivityAt > activeSince) return false;
+      const record = (await this.store.messages.getMessage(conversationId, messageId))!;
       const failed = outcome.error !== undefined;
       // The agent's final text is authoritative; without one, what the deltas built up is kept.
       const text = failed ? stream.text : outcome.text || stream.text;
-      const body = create(MessageBodySchema, {
-        type: MessageType.STREAM,
-        content: {
-          case: "stream",
-          value: failed
-            ? { phase: StreamPhase.ERROR, contentType: stream.contentType, accumulatedText: text, errorMessage: outcome.error }
-            : { phase: StreamPhase.END, contentType: stream.contentType, accumulatedText: text, entities: outcome.entities ?? [] },
-        },
-      });
       if (!failed) checkEntities(text, outcome.entities ?? []);
+      const body = finishedStreamBody(stream.contentType, text, failed ? { error: outcome.error! } : { entities: outcome.entities ?? [] });
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
       await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
       this.streams.delete(streamKey(conversationId, messageId));
@@ -478,12 +483,8 @@ export class ConversationActor {
   private async closeOrphanedStream(conversationId: bigint, messageId: bigint, stream: LiveStream): Promise<void> {
     await this.mailboxes.run(String(conversationId), async () => {
       const record = await this.store.messages.getMessage(conversationId, messageId);
-      const phase = record && fromBinary(MessageBodySchema, record.body).content;
-      if (!record || phase?.case !== "stream" || phase.value.phase === StreamPhase.END || phase.value.phase === StreamPhase.ERROR) return;
-      const body = create(MessageBodySchema, {
-        type: MessageType.STREAM,
-        content: { case: "stream", value: { phase: StreamPhase.ERROR, contentType: stream.contentType, accumulatedText: stream.text, errorMessage: abandonedStreamError } },
-      });
+      if (!record || !openStreamOf(fromBinary(MessageBodySchema, record.body))) return;
+      const body = finishedStreamBody(stream.contentType, stream.text, { error: abandonedStreamError });
       await this.store.messages.updateMessage(conversationId, messageId, { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited }, { closesStream: true });
     });
   }
@@ -494,9 +495,8 @@ export class ConversationActor {
       const key = streamKey(conversationId, messageId);
       if (this.streams.has(key)) return;
       const record = await this.store.messages.getMessage(conversationId, messageId);
-      const body = record && fromBinary(MessageBodySchema, record.body);
-      if (body?.content.case !== "stream" || body.content.value.phase === StreamPhase.END || body.content.value.phase === StreamPhase.ERROR) return;
-      this.streams.set(key, { senderId, nextSeq: 0, text: "", waiting: new Map(), contentType: body.content.value.contentType, lastActivityAt: this.deps.clock.now() });
+      const open = record && record.senderId === senderId ? openStreamOf(fromBinary(MessageBodySchema, record.body)) : undefined;
+      if (open) this.streams.set(key, newLiveStream(record!, open.contentType, 0, this.deps.clock.now()));
     });
   }
 

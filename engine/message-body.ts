@@ -9,6 +9,7 @@ import {
   StreamPhase,
   type MessageBody,
   type MessageEntity,
+  type StreamContent,
 } from "../shared/gen/api/v1/message_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 
@@ -98,6 +99,27 @@ export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): vo
       }
       break;
   }
+}
+
+/** The stream content of a body whose stream is still open (START or DELTA), or undefined. */
+export function openStreamOf(body: MessageBody): StreamContent | undefined {
+  if (body.content.case !== "stream") return undefined;
+  const { phase } = body.content.value;
+  return phase === StreamPhase.END || phase === StreamPhase.ERROR ? undefined : body.content.value;
+}
+
+/** The stored body of a finished stream: END with its text and entities, or ERROR with the text so far. */
+export function finishedStreamBody(contentType: string, text: string, outcome: { entities: MessageEntity[] } | { error: string }): MessageBody {
+  return create(MessageBodySchema, {
+    type: MessageType.STREAM,
+    content: {
+      case: "stream",
+      value:
+        "error" in outcome
+          ? { phase: StreamPhase.ERROR, contentType, accumulatedText: text, errorMessage: outcome.error }
+          : { phase: StreamPhase.END, contentType, accumulatedText: text, entities: outcome.entities },
+    },
+  });
 }
 
 /** The stored START body of a new stream: no text yet, only the content type. */
