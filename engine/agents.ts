@@ -43,7 +43,7 @@ import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
-import { isGroupConversationId, privateConversationId } from "../shared/ids.js";
+import { privateConversationId } from "../shared/ids.js";
 import { httpsUrlProblem } from "../shared/https-url.js";
 import { invalidAddressRule } from "../shared/ip.js";
 import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../shared/webhook-check.js";
@@ -51,9 +51,10 @@ import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
 import { appendToStream, fanOut } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
+import { requireParticipant } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AgentStatus, AgentVisibility, ConversationKind, DeliveryMode, GroupStatus, type AgentRecord, type UserRecord } from "./store/store.js";
+import { AgentStatus, AgentVisibility, ConversationKind, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
 import { usernameProblem } from "./users.js";
 import { userInfoView } from "./views.js";
 
@@ -278,17 +279,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
 
   /** PERMISSION_DENIED unless the conversation is the user's PRIVATE one with the agent or a group both are in. */
   async function requireLaunchConversation(userId: number, agentUserId: number, conversationId: bigint): Promise<void> {
-    if (isGroupConversationId(conversationId)) {
-      const group = await store.groups.getGroup(Number(conversationId));
-      const both =
-        group?.status === GroupStatus.normal &&
-        (await store.groups.getMember(group.groupId, userId)) !== undefined &&
-        (await store.groups.getMember(group.groupId, agentUserId)) !== undefined;
-      if (both) return;
-    } else if (conversationId === privateConversationId(userId, agentUserId) && (await store.conversations.getConversation(conversationId))) {
-      return;
-    }
-    throw new ParleyError(Errors.launchConversationMismatch, { conversationId: String(conversationId) });
+    const access = await requireParticipant(store, conversationId, userId).catch(() => undefined);
+    if (!access?.participants.includes(agentUserId)) throw new ParleyError(Errors.launchConversationMismatch, { conversationId: String(conversationId) });
   }
 
   let stopping = false;
@@ -342,7 +334,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
               webhookUrl: "",
               ipWhitelist: [],
               commands: [],
-              miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0 },
+              miniApp: { ...noMiniApp },
               createdAt: now,
               updatedAt: now,
             },
@@ -403,9 +395,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       }),
       updateAgentSelfConfig: rpcAction(UpdateAgentSelfConfigRequestSchema, UpdateAgentSelfConfigResponseSchema, async ({ request, caller, ctx }) => {
         if (!caller || caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
-        const current = await store.agents.getAgent(caller.userId);
-        if (!current) throw new ParleyError(Errors.agentNotFound);
-        if (current.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+        // applyConfig answers NOT_FOUND or FAILED_PRECONDITION (not active) from inside the agent's mailbox.
         const { secretKey } = await applyConfig(
           ctx,
           caller.userId,

@@ -37,12 +37,14 @@ import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, ConversationKind, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
+const maxMembers = 200;
+
 export const GroupPolicy = {
   minMembers: 3,
-  maxMembers: 200,
+  maxMembers,
   maxAgents: 20,
-  /** Ids CreateGroup accepts besides the creator (200 members with the creator). */
-  maxInitialIds: 199,
+  /** Ids CreateGroup accepts besides the creator. */
+  maxInitialIds: maxMembers - 1,
   listPageDefault: 50,
 } as const;
 

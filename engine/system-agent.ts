@@ -16,7 +16,7 @@ import { toWire } from "../shared/wire.js";
 import type { ConfigureWebhookParams } from "./agents.js";
 import { TokenPrefix, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, type Store } from "./store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "./store/store.js";
 
 /** Reserved below the first ordinary user id (10001), so it is the same on every install. */
 export const systemAgentUserId = 10000;
@@ -80,7 +80,7 @@ export async function ensureSystemAgent(store: Store, now: number): Promise<void
         webhookUrl: "",
         ipWhitelist: [],
         commands,
-        miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0 },
+        miniApp: { ...noMiniApp },
         createdAt: now,
         updatedAt: now,
       },

@@ -170,6 +170,9 @@ export interface MiniAppConfig {
   permissions: number;
 }
 
+/** A Mini App that was never set up. */
+export const noMiniApp: Readonly<MiniAppConfig> = Object.freeze({ enabled: false, url: "", allowedOrigins: [], permissions: 0 });
+
 export interface AgentRecord {
   agentUserId: number;
   creatorId: number;

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import { AccountType, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
+import { AccountType, noMiniApp, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
 
 interface AgentRow {
   agent_user_id: number;
@@ -32,7 +32,7 @@ const toAgent = (row: AgentRow): AgentRecord => ({
   webhookUrl: row.webhook_url,
   ipWhitelist: JSON.parse(row.ip_whitelist) as string[],
   commands: JSON.parse(row.commands) as AgentRecord["commands"],
-  miniApp: { enabled: false, url: "", allowedOrigins: [], permissions: 0, ...(JSON.parse(row.mini_app) as Partial<AgentRecord["miniApp"]>) },
+  miniApp: { ...noMiniApp, ...(JSON.parse(row.mini_app) as Partial<AgentRecord["miniApp"]>) },
   createdAt: row.created_at,
   updatedAt: row.updated_at,
 });
