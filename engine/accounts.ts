@@ -37,6 +37,7 @@ import {
 } from "../shared/gen/api/v1/user_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
+import { requestAuthority } from "../shared/public-url.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { AddressListCache } from "../shared/ip.js";
 import type { EngineDeps } from "./deps.js";
@@ -384,7 +385,7 @@ export class Accounts {
 
   clientConfig(requestHost: string) {
     const { config, codeSender } = this.deps;
-    const wsUrl = config.publicWsUrl ?? `ws://${requestHost || `localhost:${config.port}`}/ws`;
+    const wsUrl = config.publicWsUrl ?? `ws://${requestAuthority(requestHost) ?? `localhost:${config.port}`}/ws`;
     return {
       gateway: { wsUrl },
       login: { emailEnabled: codeSender.supports("IDENTITY_TYPE_EMAIL"), phoneEnabled: codeSender.supports("IDENTITY_TYPE_PHONE") },

@@ -25,6 +25,7 @@ import {
 } from "../shared/gen/api/v1/media_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { publicBaseUrl } from "../shared/public-url.js";
 import { mediaDownloadMetaKey, mediaPathPrefix, type MediaDownloadHead, type MediaDownloadParams, type RequestedRange } from "../shared/media-download.js";
 import type { BlobStore, ByteRange } from "./blob-store/blob-store.js";
 import type { EngineDeps } from "./deps.js";
@@ -50,8 +51,6 @@ const publicPurposes: ReadonlySet<number> = new Set([MediaPurpose.AVATAR, MediaP
 // type "/" subtype [";" parameters], with RFC 9110 token characters; parameters in visible ASCII,
 // since the value goes back out as a Content-Type header, which carries nothing else.
 const mimeType = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+\/[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*;[\x20-\x7e]*)?$/;
-// A Host header as a URL authority: a name or IPv4 address, or a bracketed IPv6 address, with an optional port.
-const hostHeader = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/;
 
 /** 128 random bits, hex: file and session ids cannot be guessed or enumerated. */
 function newId(): string {
@@ -98,10 +97,9 @@ class MediaService {
   // ---- links
 
   private baseUrl(host: string): string {
-    const configured = this.deps.config.publicUrl;
-    if (configured) return configured.replace(/\/+$/, "");
-    if (!hostHeader.test(host)) throw new ParleyError(Errors.publicUrlUnknown);
-    return `http://${host}`;
+    const base = publicBaseUrl(this.deps.config, host);
+    if (!base) throw new ParleyError(Errors.publicUrlUnknown);
+    return base;
   }
 
   private sign(fileId: string, expires: string): Buffer {
