@@ -3,6 +3,7 @@
 //
 // Every method is async so that networked adapters fit the same port. Values are plain data. Ids that are int64 in the protocol are bigint here; user ids are int32
 // numbers. Timestamps are Unix milliseconds as numbers.
+import type { QueuedWebhook, WebhookQueue } from "../../shared/agent-delivery.js";
 
 export const AccountType = { user: 1, agent: 2 } as const;
 export type AccountTypeValue = (typeof AccountType)[keyof typeof AccountType];
@@ -215,14 +216,8 @@ export interface AgentStore {
   updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>): Promise<AgentRecord>;
 }
 
-export interface WebhookJob {
-  jobId: number;
-  agentUserId: number;
-  /** The exact JSON body to POST (the Update). */
-  body: string;
-  attempts: number;
-  nextAttemptAt: number;
-}
+/** A queued webhook delivery; the dispatcher's view of the queue is shared/agent-delivery.ts. */
+export type WebhookJob = QueuedWebhook;
 
 /**
  * The most jobs one agent's queue keeps: a dead endpoint under steady traffic would otherwise
@@ -231,18 +226,12 @@ export interface WebhookJob {
  */
 export const maxQueuedWebhooksPerAgent = 10_000;
 
-export interface WebhookJobStore {
+export interface WebhookJobStore extends WebhookQueue {
   /**
    * Queues a delivery for the agent; jobs of one agent are delivered in queue order. Beyond
    * maxQueuedWebhooksPerAgent the agent's oldest jobs are dropped.
    */
   enqueue(agentUserId: number, body: string, now: number): Promise<void>;
-  /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
-  due(now: number, busyAgents: readonly number[], limit: number): Promise<WebhookJob[]>;
-  /** Removes a delivered (or abandoned) job. */
-  remove(jobId: number): Promise<void>;
-  /** Records a failed attempt and when to try again. */
-  reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
   /** The agent's queued jobs, oldest first. */
   pending(agentUserId: number): Promise<WebhookJob[]>;
   /** Drops every queued job of the agent (it left webhook mode); answers how many there were. */
