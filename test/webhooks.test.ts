@@ -327,11 +327,24 @@ describe("agent event delivery by webhook", () => {
   });
 
   it("sends nothing for people and for agents in WEBSOCKET mode", async () => {
-    const agent = await createAgent(server, owner);
-    await say(agent, "hello socket agent");
-    await client(server, ContactService, "json", other.accessToken).sendFriendRequest({ targetUserId: owner.userId, message: "hi" });
-    expect(await pending(agent)).to.deep.equal([]);
-    expect(await inspect.webhookJobs.pending(owner.userId)).to.deep.equal([]);
+    // Every queued job is announced on the bus; a job queued by mistake could be taken back by the
+    // dispatcher before the queue is inspected, but not unannounced.
+    const queuedFor: number[] = [];
+    const spy = server.broker.createService({
+      name: `webhook-queue-spy-${Date.now()}`,
+      events: { [BusEvents.webhookQueued]: { handler: (ctx: { params: { agentUserId: number } }) => void queuedFor.push(ctx.params.agentUserId) } },
+    });
+    await server.broker.waitForServices([spy.name], 5000, 10);
+    try {
+      const agent = await createAgent(server, owner);
+      await say(agent, "hello socket agent");
+      await client(server, ContactService, "json", other.accessToken).sendFriendRequest({ targetUserId: owner.userId, message: "hi" });
+      expect(await pending(agent)).to.deep.equal([]);
+      expect(await inspect.webhookJobs.pending(owner.userId)).to.deep.equal([]);
+      expect(queuedFor.filter((id) => id === agent.userId || id === owner.userId)).to.deep.equal([]);
+    } finally {
+      await server.broker.destroyService(spy);
+    }
   });
 });
 
