@@ -20,11 +20,13 @@ import { createCodeSender } from "./engine/code-delivery/code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
+import { FanOuts } from "./engine/fan-out.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
 import { pushService } from "./engine/push.js";
 import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
+import type { Store } from "./engine/store/store.js";
 import { usersService } from "./engine/users.js";
 import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
@@ -49,8 +51,8 @@ export interface ParleyOptions {
   gateway?: Partial<ConnectionPolicy>;
   /** Webhook dispatch timing (retry base, answer limit, polling); defaults follow the spec. */
   webhooks?: Partial<DispatcherPolicy>;
-  /** Adapters to use instead of the configured ones (tests record what leaves the engine). */
-  adapters?: Partial<Pick<EngineDeps, "pushNotifier">>;
+  /** Adapters to use instead of the configured ones (tests record what leaves the engine, or make the store fail). */
+  adapters?: Partial<Pick<EngineDeps, "pushNotifier">> & { store?: (opened: Store) => Store };
 }
 
 export interface Parley {
@@ -70,14 +72,17 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const clock = options.clock ?? systemClock;
   const broker = new moleculer.ServiceBroker(brokerOptions({ logLevel: config.logLevel, ...options.broker }));
   const cleanups: (() => Promise<void>)[] = [];
+  let fanOuts: FanOuts | undefined;
 
   if (roles.includes("engine")) {
     const logger = broker.getLogger("engine");
-    const store = await openSqliteStore(config.dataDir);
+    const opened = await openSqliteStore(config.dataDir);
+    const store = options.adapters?.store ? options.adapters.store(opened) : opened;
     const ephemeral = new MemoryEphemeralState(clock);
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close(), () => ephemeral.close(), () => store.close());
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger) };
+    fanOuts = new FanOuts(store, clock);
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
@@ -135,6 +140,12 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   }
 
   await broker.start();
+  // Events a crash cut short reach their streams before anything new is served, so they keep
+  // their place in front of every later event.
+  if (fanOuts) {
+    const finished = await fanOuts.finishRecorded(broker);
+    if (finished > 0) broker.logger.info(`finished ${finished} event fan-out(s) cut short before the last stop`);
+  }
   let port = 0;
   if (server) {
     await broker.waitForServices(engineServices, 30_000);

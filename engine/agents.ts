@@ -49,7 +49,7 @@ import { invalidAddressRule } from "../shared/ip.js";
 import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../shared/webhook-check.js";
 import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
-import { appendToStream, fanOut } from "./inbox.js";
+import { accountScope } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireParticipant } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
@@ -251,8 +251,9 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     const steps = async () => {
       await leaveAllGroups(ctx, agentUserId);
       const contactOwners = await store.social.listContactOwners(agentUserId);
-      await fanOut(
+      await deps.fanOuts.emit(
         ctx,
+        accountScope(agentUserId),
         contactOwners,
         { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } },
         [userInfoView(user)],
@@ -348,7 +349,9 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         await store.social.addContact(creator.userId, user.userId, now);
         await store.social.addContact(user.userId, creator.userId, now);
         await store.conversations.ensureConversation(privateConversationId(creator.userId, user.userId), ConversationKind.private, [creator.userId, user.userId], now);
-        await appendToStream(ctx, creator.userId, [{ case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }], [userInfoView(user)]);
+        await deps.fanOuts.emit(ctx, accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [
+          userInfoView(user),
+        ]);
         return { profile: agentProfileView(agent, user), token, secretKey };
       }),
       listMyAgents: rpcAction(ListMyAgentsRequestSchema, ListMyAgentsResponseSchema, async ({ caller }) => {

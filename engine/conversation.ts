@@ -48,7 +48,8 @@ import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
 import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
-import { deliverCardAction, fanOut, pushEphemeral } from "./inbox.js";
+import { FanOutPolicy, prepareFanOut, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
+import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
 import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, openStreamOf, recalledBody, streamStartBody } from "./message-body.js";
@@ -165,14 +166,32 @@ export class ConversationActor {
     return latest + 1n;
   }
 
-  /** Stores a new message at the next id; a stale sequence (another owner wrote) is reloaded. */
-  private async insert(record: Omit<MessageRecord, "messageId">, opensStream = false): Promise<{ record: MessageRecord; duplicate: boolean }> {
+  /** The event of a message written or changed, to the given recipients. */
+  private messageFanOut(record: MessageRecord, recipients: readonly number[], sender: UserRecord | undefined): PreparedFanOut {
+    return prepareFanOut(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, this.deps.clock.now(), sender ? [userInfoView(sender)] : []);
+  }
+
+  /**
+   * Stores a new message at the next id, as the conversation's last message, together with its
+   * event to `recipients`, then delivers the event. A stale sequence (another owner wrote) is reloaded.
+   */
+  private async insert(
+    ctx: Context,
+    record: Omit<MessageRecord, "messageId">,
+    options: { participants: readonly number[]; recipients: readonly number[]; sender: UserRecord | undefined; opensStream?: boolean },
+  ): Promise<{ record: MessageRecord; duplicate: boolean }> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
       const candidate = { ...record, messageId };
-      const result = await this.store.messages.insertMessage(candidate, { opensStream });
+      const fanOut = this.messageFanOut(candidate, options.recipients, options.sender);
+      const result = await this.store.messages.insertMessage(candidate, {
+        opensStream: options.opensStream,
+        recordAsLast: { participants: options.participants },
+        fanOut: fanOut.record,
+      });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
+        await this.deps.fanOuts.deliver(ctx, result.fanOutId!, fanOut);
         return { record: candidate, duplicate: false };
       }
       if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
@@ -181,11 +200,16 @@ export class ConversationActor {
     throw new ParleyError(Errors.unavailable, { reason: "message sequence contention" });
   }
 
-  /** Fans the message out to the participants' streams; answers its sender, read for the pushes. */
-  private async publish(ctx: Context, access: ConversationAccess, record: MessageRecord): Promise<UserRecord | undefined> {
-    const sender = await this.store.users.getUser(record.senderId);
-    const envelope = envelopeOf(record, this.streams.get(streamKey(record.conversationId, record.messageId)));
-    await fanOut(ctx, access.participants, { case: "messageEnvelope", value: envelope }, sender ? [userInfoView(sender)] : []);
+  /**
+   * Stores a change of a message together with its event to the participants, then delivers the
+   * event; answers the sender. A change that closes a stream also ends it in memory once stored.
+   */
+  private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { closesStream?: boolean } = {}): Promise<UserRecord | undefined> {
+    const sender = await this.store.users.getUser(updated.senderId);
+    const fanOut = this.messageFanOut(updated, access.participants, sender);
+    const { fanOutId } = await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
+    if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
+    await this.deps.fanOuts.deliver(ctx, fanOutId!, fanOut);
     return sender;
   }
 
@@ -205,6 +229,7 @@ export class ConversationActor {
     const access = await requireParticipant(this.store, request.conversationId, caller.userId);
     checkOutgoingBody(request.body!, caller.kind === "agent");
     return this.mailboxes.run(String(request.conversationId), async () => {
+      await this.deps.fanOuts.settle(ctx, String(request.conversationId));
       // A retry of a message already accepted answers it again, whatever changed since.
       const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
       if (existing) return { messageId: existing.messageId, createdAt: BigInt(existing.createdAt) };
@@ -212,7 +237,8 @@ export class ConversationActor {
       const isStream = request.body!.content.case === "stream";
       const body = isStream ? streamStartBody(request.body!) : request.body!;
       const now = this.deps.clock.now();
-      const { record, duplicate } = await this.insert({
+      const sender = await this.store.users.getUser(caller.userId);
+      const { record, duplicate } = await this.insert(ctx, {
         conversationId: request.conversationId,
         senderId: caller.userId,
         clientMessageId: request.clientMessageId,
@@ -222,14 +248,12 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, isStream);
+      }, { participants: access.participants, recipients: access.participants, sender, opensStream: isStream });
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
         this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now));
       }
-      await this.store.conversations.recordMessage(record.conversationId, record.messageId, now, access.participants);
-      const sender = await this.publish(ctx, access, record);
       if (!isStream) this.offlinePush(ctx, access, record, body, sender);
       if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
         tellSystemAgent(ctx, { conversationId: String(record.conversationId), messageId: String(record.messageId), senderId: caller.userId, text: body.content.value.text });
@@ -244,8 +268,11 @@ export class ConversationActor {
    */
   async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[] = []) {
     return this.mailboxes.run(String(conversationId), async () => {
+      await this.deps.fanOuts.settle(ctx, String(conversationId));
       const now = this.deps.clock.now();
-      const { record } = await this.insert({
+      const members = isGroupConversationId(conversationId) ? (await this.store.groups.listMembers(Number(conversationId))).map((m) => m.userId) : [];
+      const recipients = [...new Set([...members, ...extraRecipients])];
+      const { record } = await this.insert(ctx, {
         conversationId,
         senderId: 0,
         clientMessageId: 0n,
@@ -255,11 +282,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      });
-      const members = isGroupConversationId(conversationId) ? (await this.store.groups.listMembers(Number(conversationId))).map((m) => m.userId) : [];
-      const recipients = [...new Set([...members, ...extraRecipients])];
-      await this.store.conversations.recordMessage(conversationId, record.messageId, now, members);
-      await fanOut(ctx, recipients, { case: "messageEnvelope", value: envelopeOf(record) });
+      }, { participants: members, recipients, sender: undefined });
       return { messageId: record.messageId };
     });
   }
@@ -306,25 +329,24 @@ export class ConversationActor {
 
   async edit(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, newBody: MessageBody) {
     return this.mailboxes.run(String(conversationId), async () => {
+      await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, record, body } = await this.ownChange(caller, conversationId, messageId);
       if (newBody.type !== body.type) throw new ParleyError(Errors.bodyTypeChanged);
       if (body.type === MessageType.STREAM) throw new ParleyError(Errors.invalidBody, {}, "a stream is finished with EndStream, not edited");
       checkOutgoingBody(newBody, caller.kind === "agent");
       const updatedAt = this.deps.clock.now();
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, newBody), updatedAt, edited: true };
-      await this.store.messages.updateMessage(conversationId, messageId, updated);
-      await this.publish(ctx, access, updated);
+      await this.update(ctx, access, updated);
       return { updatedAt: BigInt(updatedAt) };
     });
   }
 
   async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
     return this.mailboxes.run(String(conversationId), async () => {
+      await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, record } = await this.ownChange(caller, conversationId, messageId);
-      this.streams.delete(streamKey(conversationId, messageId));
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
-      await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
-      await this.publish(ctx, access, updated);
+      await this.update(ctx, access, updated, { closesStream: true });
       return {};
     });
   }
@@ -426,6 +448,7 @@ export class ConversationActor {
     activeSince: number,
   ): Promise<boolean> {
     return this.mailboxes.run(String(conversationId), async () => {
+      await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, stream } = await this.liveStream(caller, conversationId, messageId);
       if (stream.lastActivityAt > activeSince) return false;
       const record = (await this.store.messages.getMessage(conversationId, messageId))!;
@@ -435,9 +458,7 @@ export class ConversationActor {
       if (!failed) checkEntities(text, outcome.entities ?? []);
       const body = finishedStreamBody(stream.contentType, text, failed ? { error: outcome.error! } : { entities: outcome.entities ?? [] });
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
-      await this.store.messages.updateMessage(conversationId, messageId, updated, { closesStream: true });
-      this.streams.delete(streamKey(conversationId, messageId));
-      const sender = await this.publish(ctx, access, updated);
+      const sender = await this.update(ctx, access, updated, { closesStream: true });
       // END is when a stream has its text; an ERROR is left for the user to find in the chat.
       if (!failed) this.offlinePush(ctx, access, updated, body, sender);
       return true;
@@ -487,6 +508,11 @@ export class ConversationActor {
       const body = finishedStreamBody(stream.contentType, stream.text, { error: abandonedStreamError });
       await this.store.messages.updateMessage(conversationId, messageId, { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited }, { closesStream: true });
     });
+  }
+
+  /** Finishes the conversation's recorded fan-outs (the sweep found some cut short), in its mailbox. */
+  async finishFanOuts(ctx: Context, conversationId: bigint): Promise<void> {
+    await this.mailboxes.run(String(conversationId), () => this.deps.fanOuts.finishRecorded(ctx, { scope: String(conversationId) }));
   }
 
   /** Takes a persisted open stream into memory (the owner restarted since it started). */
@@ -558,6 +584,7 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
   const actor = new ConversationActor(deps);
   const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
   let sweep: NodeJS.Timeout | undefined;
+  let fanOutSweep: NodeJS.Timeout | undefined;
   return {
     name: "conversation",
     started() {
@@ -567,15 +594,27 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
         broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => broker.logger.warn(`ending abandoned streams failed: ${String(err)}`));
       }, MessagePolicy.streamSweepIntervalMs);
       sweep.unref();
+      fanOutSweep = setInterval(() => {
+        deps.fanOuts.sweep(broker).catch((err: unknown) => broker.logger.warn(`finishing recorded fan-outs failed: ${String(err)}`));
+      }, FanOutPolicy.sweepIntervalMs);
+      fanOutSweep.unref();
     },
     stopped() {
       clearInterval(sweep);
+      clearInterval(fanOutSweep);
     },
     actions: {
       adoptStream: {
         ...shardByConversation,
         handler: async (ctx: Context<AdoptStreamParams>) => {
           await actor.adoptStream(BigInt(ctx.params.request.conversationId), BigInt(ctx.params.messageId), ctx.params.senderId);
+          return {};
+        },
+      },
+      finishFanOuts: {
+        ...shardByConversation,
+        handler: async (ctx: Context<FinishFanOutsParams>) => {
+          await actor.finishFanOuts(ctx, BigInt(ctx.params.request.conversationId));
           return {};
         },
       },

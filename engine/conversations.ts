@@ -28,7 +28,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { privateParticipants } from "../shared/ids.js";
 import { envelopeOf } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
-import { appendToStream } from "./inbox.js";
+import { accountScope } from "./fan-out.js";
 import { requireParticipant, type ConversationAccess } from "./membership.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { ConversationKind, type UserConversationRecord } from "./store/store.js";
@@ -50,7 +50,8 @@ function infoOf(access: Pick<ConversationAccess, "conversation" | "peerId">, sta
 
 export function conversationsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
-  const emit = (ctx: Context, userId: number, event: SnUpdate["update"]) => appendToStream(ctx, userId, [event]);
+  /** Tells the user's devices of a change the user made to their own conversation state. */
+  const emit = (ctx: Context, userId: number, event: SnUpdate["update"]) => deps.fanOuts.emit(ctx, accountScope(userId), [userId], event);
 
   return {
     name: "conversations",

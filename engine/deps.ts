@@ -3,6 +3,7 @@ import type { ParleyConfig } from "../shared/config.js";
 import type { Clock } from "./clock.js";
 import type { CodeSender } from "./code-delivery/code-sender.js";
 import type { EphemeralState } from "./ephemeral/ephemeral-state.js";
+import type { FanOuts } from "./fan-out.js";
 import type { PushNotifier } from "./push-notifier/push-notifier.js";
 import type { Store } from "./store/store.js";
 
@@ -13,4 +14,6 @@ export interface EngineDeps {
   ephemeral: EphemeralState;
   codeSender: CodeSender;
   pushNotifier: PushNotifier;
+  /** Delivers recorded events to the update streams (the outbox's engine side). */
+  fanOuts: FanOuts;
 }

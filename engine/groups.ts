@@ -31,7 +31,7 @@ import type { Caller } from "../shared/caller.js";
 import { toWire } from "../shared/wire.js";
 import type { SystemMessageParams } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
-import { fanOut } from "./inbox.js";
+import { accountScope } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, ConversationKind, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
@@ -142,7 +142,14 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const group = await requireOwnedGroup(owner, request.groupId);
           const removed = await groups.dissolveGroup(group.groupId);
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
-          await fanOut(ctx, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]);
+          await deps.fanOuts.emit(
+            ctx,
+            accountScope(owner.userId),
+            removed,
+            { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } },
+            [],
+            [info],
+          );
           return {};
         });
       }),
@@ -190,7 +197,14 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
             case: "memberRemoved",
             value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
           });
-          await fanOut(ctx, [request.targetId], { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } }, [], [groupInfoView(group)]);
+          await deps.fanOuts.emit(
+            ctx,
+            accountScope(owner.userId),
+            [request.targetId],
+            { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } },
+            [],
+            [groupInfoView(group)],
+          );
           return {};
         });
       }),

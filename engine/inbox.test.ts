@@ -9,6 +9,7 @@ import type { PushEvent } from "../shared/bus.js";
 import { AdjustableClock } from "./clock.js";
 import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
+import { FanOuts } from "./fan-out.js";
 import { Inbox, encodeEntry } from "./inbox.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
@@ -28,6 +29,7 @@ describe("Inbox actor", () => {
       ephemeral: new MemoryEphemeralState(clock),
       codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
       pushNotifier: { send: async () => {} },
+      fanOuts: new FanOuts(store, clock),
     };
   });
   after(async () => {

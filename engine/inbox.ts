@@ -15,7 +15,6 @@
 // stream: the stale owner reloads the latest sn and retries.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
 import {
   GetCurrentStateRequestSchema,
@@ -80,6 +79,8 @@ export interface AppendParams {
   users?: WireMessage[];
   /** GroupInfo wire forms referenced by the entries. */
   groups?: WireMessage[];
+  /** The recorded fan-out the one entry comes from (decimal); a stream takes each fan-out once. */
+  fanOutId?: string;
 }
 
 export interface CardActionParams {
@@ -125,9 +126,9 @@ export class Inbox {
    * Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded.
    * With `webhookRelated` (the user is a WEBHOOK-mode agent) the webhook bodies, which carry the
    * sn, are queued in the same write (see agent-delivery.ts). Answers the sn values and how many
-   * bodies were queued.
+   * bodies were queued; no sn values when the stream already took the fan-out `fanOutId`.
    */
-  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined): Promise<{ sns: number[]; queued: number }> {
+  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined, fanOutId: bigint | undefined): Promise<{ sns: number[]; queued: number }> {
     const bodies = entries.map((entry) => Buffer.from(entry.binary, "base64"));
     for (let attempt = 0; attempt < 4; attempt++) {
       const base = await this.currentSn(userId);
@@ -135,7 +136,9 @@ export class Inbox {
       const sns = entries.map((_, index) => base + index + 1);
       const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
       const handoff = webhookRelated && this.webhooks.handoff(entries.map((entry, index) => ({ sn: sns[index], wire: entry.wire })), webhookRelated, now);
-      if ((await this.deps.store.updates.appendUpdates(userId, rows, handoff)) === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
+      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOutId);
+      if (outcome === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
+      if (outcome === "duplicate") return { sns: [], queued: 0 };
       this.latestSn.delete(userId);
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
@@ -148,12 +151,13 @@ export class Inbox {
       // The Update's wire form is assembled directly: every part already is proto3 JSON.
       const related = relatedParts(params);
       const byWebhook = await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId));
-      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined);
+      const fanOutId = params.fanOutId === undefined ? undefined : BigInt(params.fanOutId);
+      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOutId);
       if (queued > 0) this.webhookQueued(userId);
       const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
-      params.entries.forEach((entry, index) => {
-        this.publish({ userIds: [userId], update: { ...related, snUpdate: { sn: sns[index], ...entry.wire } } });
+      sns.forEach((sn, index) => {
+        this.publish({ userIds: [userId], update: { ...related, snUpdate: { sn, ...params.entries[index].wire } } });
       });
       const first = sns[0] ?? latest;
       if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
@@ -201,39 +205,6 @@ export class Inbox {
     const last = updates[updates.length - 1]?.sn ?? sn;
     return { updates, sn: last, hasMore: last < latest, updateTooLong: false };
   }
-}
-
-/** Appends entries to a user's update stream through the inbox actor that owns it. */
-export async function appendToStream(
-  ctx: Pick<Context, "call">,
-  userId: number,
-  entries: MessageInitShape<typeof SnUpdateSchema>["update"][],
-  users: UserInfo[] = [],
-): Promise<number[]> {
-  const params: AppendParams = {
-    userId,
-    entries: entries.map(encodeEntry),
-    users: users.map((user) => toWire(UserInfoSchema, user)),
-  };
-  const { sns } = (await ctx.call("inbox.append", params)) as { sns: number[] };
-  return sns;
-}
-
-/**
- * Appends the same entry to several users' streams. The entry is encoded once for all of them;
- * each user's inbox actor assigns its own sn. Resolves when every stream has it.
- */
-export async function fanOut(
-  ctx: Pick<Context, "call">,
-  userIds: readonly number[],
-  entry: MessageInitShape<typeof SnUpdateSchema>["update"],
-  users: UserInfo[] = [],
-  groups: GroupInfo[] = [],
-): Promise<void> {
-  const entries = [encodeEntry(entry)];
-  const related = users.map((user) => toWire(UserInfoSchema, user));
-  const relatedGroups = groups.map((group) => toWire(GroupInfoSchema, group));
-  await Promise.all(userIds.map((userId) => ctx.call("inbox.append", { userId, entries, users: related, groups: relatedGroups } satisfies AppendParams)));
 }
 
 /**

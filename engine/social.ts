@@ -35,7 +35,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
-import { appendToStream } from "./inbox.js";
+import { accountScope, prepareFanOut, type PreparedFanOut } from "./fan-out.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, ConversationKind, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
 import { normalizeIdentity } from "./accounts.js";
@@ -71,8 +71,10 @@ export function socialService(deps: EngineDeps): ServiceSchema {
     return target;
   }
 
-  const emit = (ctx: Context, userId: number, event: Event, users: UserRecord[] = []) =>
-    appendToStream(ctx, userId, [event], users.map(userInfoView));
+  /** The event of a change `actorId` made, to `recipients`. */
+  const event = (actorId: number, recipients: number[], update: Event, users: UserRecord[] = []): PreparedFanOut =>
+    prepareFanOut(accountScope(actorId), recipients, update, clock.now(), users.map(userInfoView));
+  const emit = (ctx: Context, ...events: PreparedFanOut[]) => deps.fanOuts.recordAndDeliver(ctx, events);
 
   /** Both sides become contacts and their PRIVATE conversation exists. */
   async function connect(a: number, b: number): Promise<void> {
@@ -85,7 +87,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
   /** Removes the caller's side of a contact, telling the caller's devices. */
   async function removeContactSide(ctx: Context, ownerId: number, peer: UserRecord): Promise<boolean> {
     if (!(await social.removeContact(ownerId, peer.userId))) return false;
-    await emit(ctx, ownerId, { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
+    await emit(ctx, event(ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]));
     return true;
   }
 
@@ -98,16 +100,14 @@ export function socialService(deps: EngineDeps): ServiceSchema {
     const users = await store.users.getUsers([request.fromUserId, request.toUserId]);
     if (status === FriendRequestStatus.accepted) {
       await connect(request.fromUserId, request.toUserId);
-      const event: Event = { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } };
-      await emit(ctx, request.fromUserId, event, users);
-      await emit(ctx, request.toUserId, event, users);
+      const accepted: Event = { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } };
+      await emit(ctx, event(caller.userId, [request.fromUserId, request.toUserId], accepted, users));
     } else {
-      const event: Event = {
+      const rejected: Event = {
         case: "friendRequestRejected",
         value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId },
       };
-      await emit(ctx, request.fromUserId, event, users);
-      await emit(ctx, request.toUserId, event, users);
+      await emit(ctx, event(caller.userId, [request.fromUserId, request.toUserId], rejected, users));
     }
     return {};
   }
@@ -126,12 +126,15 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
         const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now());
         const senderRecord = (await store.users.getUser(sender.userId))!;
-        await emit(ctx, target.userId, { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(created) } }, [senderRecord]);
         await emit(
           ctx,
-          sender.userId,
-          { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(created.requestId), targetUserId: target.userId } },
-          [target],
+          event(sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(created) } }, [senderRecord]),
+          event(
+            sender.userId,
+            [sender.userId],
+            { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(created.requestId), targetUserId: target.userId } },
+            [target],
+          ),
         );
         return { requestId: BigInt(created.requestId) };
       }),
@@ -161,10 +164,13 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (await social.isBlockedEitherWay(owner.userId, target.userId)) throw new ParleyError(Errors.blocked);
         if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
         await connect(owner.userId, target.userId);
-        await emit(ctx, owner.userId, { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]);
         // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
         const ownerRecord = (await store.users.getUser(owner.userId))!;
-        await emit(ctx, target.userId, { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]);
+        await emit(
+          ctx,
+          event(owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
+          event(owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
+        );
         return {};
       }),
       listContacts: rpcAction(ListContactsRequestSchema, ListContactsResponseSchema, async ({ request, caller }) => {
@@ -201,9 +207,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (!(await social.setAlias(owner.userId, peer.userId, alias))) throw new ParleyError(Errors.contactNotFound);
         await emit(
           ctx,
-          owner.userId,
-          { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } },
-          [peer],
+          event(owner.userId, [owner.userId], { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } }, [peer]),
         );
         return {};
       }),
@@ -230,14 +234,14 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (!(await social.block(blocker.userId, target.userId, clock.now()))) throw new ParleyError(Errors.alreadyBlocked);
         await removeContactSide(ctx, blocker.userId, target);
         await social.cancelPendingBetween(blocker.userId, target.userId);
-        await emit(ctx, blocker.userId, { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } }, [target]);
+        await emit(ctx, event(blocker.userId, [blocker.userId], { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } }, [target]));
         return {};
       }),
       unblockUser: rpcAction(UnblockUserRequestSchema, UnblockUserResponseSchema, async ({ request, caller, ctx }) => {
         const blocker = requireCaller(caller);
         const target = await store.users.getUser(request.targetUserId);
         if (!target || !(await social.unblock(blocker.userId, target.userId))) throw new ParleyError(Errors.notBlocked);
-        await emit(ctx, blocker.userId, { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } }, [target]);
+        await emit(ctx, event(blocker.userId, [blocker.userId], { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } }, [target]));
         return {};
       }),
       listBlocked: rpcAction(ListBlockedRequestSchema, ListBlockedResponseSchema, async ({ caller }) => {

@@ -15,7 +15,7 @@ import {
 import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { EngineDeps } from "./deps.js";
-import { appendToStream } from "./inbox.js";
+import { accountScope } from "./fan-out.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import type { ProfileChange, UserRecord } from "./store/store.js";
 import { selfView, userInfoView } from "./views.js";
@@ -61,7 +61,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
             newSignature: change.signature,
           },
         };
-        await appendToStream(ctx, after.userId, [event], [userInfoView(after)]);
+        await deps.fanOuts.emit(ctx, accountScope(after.userId), [after.userId], event, [userInfoView(after)]);
         return { profile: selfView(after) };
       }),
       setUsername: rpcAction(SetUsernameRequestSchema, SetUsernameResponseSchema, async ({ request, caller, ctx }) => {
@@ -73,10 +73,11 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         if (outcome === "already-set") throw new ParleyError(Errors.usernameAlreadySet);
         if (outcome === "taken") throw new ParleyError(Errors.usernameTaken);
         const after = await requireRecord(user.userId);
-        await appendToStream(
+        await deps.fanOuts.emit(
           ctx,
-          after.userId,
-          [{ case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: after.userId, newUsername: after.username } }],
+          accountScope(after.userId),
+          [after.userId],
+          { case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: after.userId, newUsername: after.username } },
           [userInfoView(after)],
         );
         return { profile: selfView(after) };

@@ -199,6 +199,79 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.updates.latestSn(7)).to.equal(0);
         expect(await store.updates.appendUpdates(7, [row(1)])).to.equal("ok");
       });
+
+      it("takes a fan-out once per user: a repeat is a duplicate that writes nothing, even at a free sn", async () => {
+        expect(await store.updates.appendUpdates(7, [row(1)], undefined, 41n)).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(2)], undefined, 41n)).to.equal("duplicate");
+        expect(await store.updates.latestSn(7)).to.equal(1);
+        // Another user takes the same fan-out; entries without a fan-out never collide.
+        expect(await store.updates.appendUpdates(8, [row(1)], undefined, 41n)).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(2)])).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(3)])).to.equal("ok");
+        // A taken sn is still a conflict for a new fan-out, and the fan-out stays free.
+        expect(await store.updates.appendUpdates(7, [row(3)], undefined, 42n)).to.equal("conflict");
+        expect(await store.updates.appendUpdates(7, [row(4)], undefined, 42n)).to.equal("ok");
+      });
+
+      it("a duplicate fan-out queues no webhook and leaves the delivered position alone", async () => {
+        const handoff = { bodies: ["b1"], queuedAt: 10 };
+        expect(await store.updates.appendUpdates(7, [row(1)], handoff, 5n)).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(2)], { bodies: ["b2"], queuedAt: 20 }, 5n)).to.equal("duplicate");
+        expect((await store.webhookJobs.pending(7)).map((job) => job.body)).to.deep.equal(["b1"]);
+        expect(await store.webhookJobs.deliveredSn(7)).to.equal(1);
+      });
+    });
+
+    describe("fan-outs", () => {
+      const fanOut = (scope: string, createdAt: number, recipients = [7, 8]) => ({
+        scope,
+        recipients,
+        entry: new Uint8Array([1, createdAt % 256]),
+        related: JSON.stringify({ users: [{ userId: 7 }] }),
+        createdAt,
+      });
+
+      it("records in order with increasing ids, lists oldest first, by scope too, and forgets finished ones", async () => {
+        const [a, b] = await store.fanOuts.record([fanOut("1", 10), fanOut("user:7", 20, [9])]);
+        const [c] = await store.fanOuts.record([fanOut("1", 30)]);
+        expect(a < b && b < c).to.equal(true);
+        expect(await store.fanOuts.pending(10)).to.deep.equal([
+          { fanOutId: a, ...fanOut("1", 10) },
+          { fanOutId: b, ...fanOut("user:7", 20, [9]) },
+          { fanOutId: c, ...fanOut("1", 30) },
+        ]);
+        expect((await store.fanOuts.pending(1)).map((f) => f.fanOutId)).to.deep.equal([a]);
+        expect((await store.fanOuts.pending(10, "1")).map((f) => f.fanOutId)).to.deep.equal([a, c]);
+        await store.fanOuts.finish(a);
+        await store.fanOuts.finish(a);
+        expect((await store.fanOuts.pending(10)).map((f) => f.fanOutId)).to.deep.equal([b, c]);
+        expect(await store.fanOuts.pending(10, "2")).to.deep.equal([]);
+      });
+
+      it("records a message's fan-out and its place as the last message with the message, in one write", async () => {
+        const conversationId = 2n ** 33n + 3n;
+        await store.conversations.ensureConversation(conversationId, 1, [7, 8], 500);
+        await store.conversations.markDeleted(8, conversationId, 0n);
+        const message = { conversationId, messageId: 1n, senderId: 7, clientMessageId: 1n, body: new Uint8Array([1]), replyTo: null, metadata: {}, createdAt: 1000, updatedAt: null, edited: false };
+        const inserted = await store.messages.insertMessage(message, { recordAsLast: { participants: [7, 8] }, fanOut: fanOut(String(conversationId), 1000) });
+        expect(inserted.outcome).to.equal("ok");
+        const insertedId = inserted.outcome === "ok" ? inserted.fanOutId : undefined;
+        expect((await store.fanOuts.pending(10)).map((f) => f.fanOutId)).to.deep.equal([insertedId]);
+        const conversation = await store.conversations.getConversation(conversationId);
+        expect([conversation?.lastMessageId, conversation?.lastMessageTime]).to.deep.equal([1n, 1000]);
+        expect((await store.conversations.getUserState(8, conversationId)).isDeleted).to.equal(false);
+        // A refused insert records nothing.
+        expect((await store.messages.insertMessage({ ...message, clientMessageId: 2n }, { fanOut: fanOut(String(conversationId), 1001) })).outcome).to.equal("conflict");
+        const { fanOutId: updatedId } = await store.messages.updateMessage(conversationId, 1n, { body: new Uint8Array([2]), updatedAt: 1100, edited: true }, { fanOut: fanOut(String(conversationId), 1100) });
+        expect((await store.fanOuts.pending(10)).map((f) => f.fanOutId)).to.deep.equal([insertedId, updatedId]);
+      });
+
+      it("keeps recorded fan-outs across close and reopen", async function () {
+        if (!subject.reopen) this.skip();
+        const [id] = await store.fanOuts.record([fanOut("1", 10)]);
+        store = await subject.reopen!();
+        expect(await store.fanOuts.pending(10)).to.deep.equal([{ fanOutId: id, ...fanOut("1", 10) }]);
+      });
     });
 
     describe("agents", () => {

@@ -142,6 +142,37 @@ export interface WebhookHandoff {
   queuedAt: number;
 }
 
+/**
+ * An event waiting to reach its recipients' update streams (the outbox). It is written in the same
+ * transaction as the change it reports, so a change is never durable without its event; the
+ * engine then appends it to each recipient's stream and finishes it. A fan-out cut short (a crash,
+ * a failed append) is finished again, at start-up or by the next write of its scope, and every
+ * stream takes a given fan-out at most once (appendUpdates' `fanOutId`), so a repeat is harmless.
+ */
+export interface FanOutRecord {
+  /** Assigned by the store, increasing in the order fan-outs were recorded. */
+  fanOutId: bigint;
+  /** What orders it: a conversation's events (its id), or the acting account's ("user:<id>"). */
+  scope: string;
+  recipients: number[];
+  /** The protobuf binary form of the api.v1.SnUpdate, without sn. */
+  entry: Uint8Array;
+  /** The UserInfo and GroupInfo wire forms pushed along with the entry: JSON `{users?, groups?}`. */
+  related: string;
+  createdAt: number;
+}
+
+export type NewFanOut = Omit<FanOutRecord, "fanOutId">;
+
+export interface FanOutStore {
+  /** Records fan-outs of a change made by other writes, in order; answers their ids. */
+  record(fanOuts: readonly NewFanOut[]): Promise<bigint[]>;
+  /** Unfinished fan-outs, oldest first, at most `limit`; of one scope only when given. */
+  pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
+  /** Marks the fan-out finished: every recipient's stream has it. */
+  finish(fanOutId: bigint): Promise<void>;
+}
+
 export interface UpdateLogStore {
   /** The highest sn stored for the user, 0 when none. */
   latestSn(userId: number): Promise<number>;
@@ -151,9 +182,11 @@ export interface UpdateLogStore {
    * Appends entries at exactly the given sn values, atomically. Fails with "conflict" (writing
    * nothing) when any of those sn values is already taken: the caller's sequence is stale.
    * With `handoff` (the user is a WEBHOOK-mode agent) the same transaction queues its webhook
-   * bodies and moves the agent's delivered position to the last appended sn.
+   * bodies and moves the agent's delivered position to the last appended sn. With `fanOutId` (the
+   * one entry of that fan-out) it answers "duplicate", writing nothing, when the user's stream
+   * already took that fan-out.
    */
-  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff): Promise<"ok" | "conflict">;
+  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff, fanOutId?: bigint): Promise<"ok" | "conflict" | "duplicate">;
   /** Entries with sn > afterSn in ascending order, at most `limit`. */
   readUpdates(userId: number, afterSn: number, limit: number): Promise<StoredUpdate[]>;
   /** Deletes the user's entries with sn <= upToSn (retention). */
@@ -428,13 +461,21 @@ export interface OpenStreamRecord {
   startedAt: number;
 }
 
+/** What a message write does in the same transaction besides the message itself. */
+export interface MessageWriteOptions {
+  /** Records the message as the conversation's last (ConversationStore.recordMessage). */
+  recordAsLast?: { participants: readonly number[] };
+  /** Records the event reporting the write; its id is answered. */
+  fanOut?: NewFanOut;
+}
+
 export interface MessageStore {
   /**
    * Stores a new message. Answers "conflict" when its id is taken (the writer's sequence is
    * stale) and "duplicate" with the stored message when (conversation, sender, clientMessageId)
    * already exists.
    */
-  insertMessage(message: MessageRecord, options?: { opensStream?: boolean }): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
+  insertMessage(message: MessageRecord, options?: MessageWriteOptions & { opensStream?: boolean }): Promise<{ outcome: "ok"; fanOutId?: bigint } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
   /** The highest message id of the conversation, 0n when none. */
   latestMessageId(conversationId: bigint): Promise<bigint>;
   /** The message, or undefined. */
@@ -442,7 +483,12 @@ export interface MessageStore {
   /** The message the sender sent with this client id, or undefined. */
   findByClientMessageId(conversationId: bigint, senderId: number, clientMessageId: bigint): Promise<MessageRecord | undefined>;
   /** Replaces body and edit fields of a stored message; `closesStream` ends its open-stream entry in the same write. */
-  updateMessage(conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, options?: { closesStream?: boolean }): Promise<void>;
+  updateMessage(
+    conversationId: bigint,
+    messageId: bigint,
+    change: Pick<MessageRecord, "body" | "updatedAt" | "edited">,
+    options?: Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean },
+  ): Promise<{ fanOutId?: bigint }>;
   /**
    * Stream messages still open (inserted with `opensStream`, not yet closed) that started at or
    * before `startedBefore`, oldest first: the ones an owner that restarted no longer holds.
@@ -528,6 +574,7 @@ export interface Store {
   webhookJobs: WebhookJobStore;
   conversations: ConversationStore;
   messages: MessageStore;
+  fanOuts: FanOutStore;
   media: MediaStore;
   close(): Promise<void>;
 }

@@ -37,7 +37,26 @@ const toState = (row: StateRow): UserConversationRecord => ({
   clearedUpTo: row.cleared_up_to,
 });
 
-export function conversationStore(db: Database.Database): ConversationStore {
+/**
+ * Records a conversation's new last message: shared with the message store, so that a message
+ * and its place in the conversation list commit in one transaction.
+ */
+export function lastMessageWriter(db: Database.Database) {
+  const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
+  const restore = db.prepare("UPDATE user_conversations SET is_deleted = 0 WHERE conversation_id = ? AND user_id = ? AND is_deleted = 1");
+  const recordMessage = db.prepare("UPDATE conversations SET last_message_id = ?, last_message_time = ? WHERE conversation_id = ? AND last_message_id < ?");
+  return db.transaction((conversationId: bigint, messageId: bigint, at: number, participants: readonly number[]) => {
+    recordMessage.run(messageId, at, conversationId, messageId);
+    for (const userId of participants) {
+      insertState.run(userId, conversationId);
+      restore.run(conversationId, userId);
+    }
+  });
+}
+
+export type LastMessageWriter = ReturnType<typeof lastMessageWriter>;
+
+export function conversationStore(db: Database.Database, record: LastMessageWriter): ConversationStore {
   const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
   const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
   const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
@@ -55,8 +74,6 @@ export function conversationStore(db: Database.Database): ConversationStore {
   const advanceRead = db.prepare(
     "UPDATE user_conversations SET last_read_message_id = MAX(last_read_message_id, ?) WHERE user_id = ? AND conversation_id = ?",
   );
-  const recordMessage = db.prepare("UPDATE conversations SET last_message_id = ?, last_message_time = ? WHERE conversation_id = ? AND last_message_id < ?");
-  const restore = db.prepare("UPDATE user_conversations SET is_deleted = 0 WHERE conversation_id = ? AND user_id = ? AND is_deleted = 1");
   const list = db
     .prepare<[number, number, number], ConversationRow & { s_user_id: bigint; is_muted: bigint; is_deleted: bigint; last_read_message_id: bigint; cleared_up_to: bigint }>(
       `SELECT c.*, s.user_id AS s_user_id, s.is_muted, s.is_deleted, s.last_read_message_id, s.cleared_up_to
@@ -69,13 +86,6 @@ export function conversationStore(db: Database.Database): ConversationStore {
   const ensure = db.transaction((conversationId: bigint, type: number, participants: readonly number[], createdAt: number) => {
     insertConversation.run(conversationId, type, createdAt, createdAt);
     for (const userId of participants) insertState.run(userId, conversationId);
-  });
-  const record = db.transaction((conversationId: bigint, messageId: bigint, at: number, participants: readonly number[]) => {
-    recordMessage.run(messageId, at, conversationId, messageId);
-    for (const userId of participants) {
-      insertState.run(userId, conversationId);
-      restore.run(conversationId, userId);
-    }
   });
   const getState = (userId: number, conversationId: bigint) => {
     insertState.run(userId, conversationId);

@@ -1,5 +1,7 @@
 import type Database from "better-sqlite3";
-import type { MessageRecord, MessageStore } from "../store.js";
+import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
+import type { LastMessageWriter } from "./conversations.js";
+import type { FanOutWriter } from "./fan-outs.js";
 
 interface MessageRow {
   conversation_id: bigint;
@@ -31,7 +33,7 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(db: Database.Database): MessageStore {
+export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, writeFanOut: FanOutWriter): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -47,7 +49,12 @@ export function messageStore(db: Database.Database): MessageStore {
       "SELECT * FROM open_streams WHERE started_at <= ? ORDER BY started_at, conversation_id, message_id LIMIT ?",
     )
     .safeIntegers(true);
-  const insertWithStream = db.transaction((m: MessageRecord, opensStream: boolean) => {
+  /** The writes that travel with a message write; answers the fan-out's id. */
+  const alongside = (conversationId: bigint, messageId: bigint, at: number, options: MessageWriteOptions | undefined): bigint | undefined => {
+    if (options?.recordAsLast) recordAsLast(conversationId, messageId, at, options.recordAsLast.participants);
+    return options?.fanOut && writeFanOut(options.fanOut);
+  };
+  const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
     insert.run(
       m.conversationId,
       m.messageId,
@@ -60,12 +67,16 @@ export function messageStore(db: Database.Database): MessageStore {
       m.updatedAt,
       m.edited ? 1 : 0,
     );
-    if (opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
+    if (options?.opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
+    return alongside(m.conversationId, m.messageId, m.createdAt, options);
   });
-  const updateWithStream = db.transaction((conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, closesStream: boolean) => {
-    update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
-    if (closesStream) closeStream.run(conversationId, messageId);
-  });
+  const updateWithStream = db.transaction(
+    (conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, options: (Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean }) | undefined) => {
+      update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
+      if (options?.closesStream) closeStream.run(conversationId, messageId);
+      return alongside(conversationId, messageId, change.updatedAt ?? 0, options);
+    },
+  );
   const visibleBefore = db
     .prepare<[bigint, bigint, bigint, number, bigint, number], MessageRow>(
       `SELECT m.* FROM messages m WHERE m.conversation_id = ? AND m.message_id < ? AND m.message_id > ?
@@ -97,8 +108,8 @@ export function messageStore(db: Database.Database): MessageStore {
   return {
     async insertMessage(m, options) {
       try {
-        insertWithStream(m, options?.opensStream ?? false);
-        return { outcome: "ok" };
+        const fanOutId = insertWithStream(m, options);
+        return fanOutId === undefined ? { outcome: "ok" } : { outcome: "ok", fanOutId };
       } catch (err) {
         const code = constraintCode(err);
         if (code === "SQLITE_CONSTRAINT_PRIMARYKEY") return { outcome: "conflict" };
@@ -121,7 +132,8 @@ export function messageStore(db: Database.Database): MessageStore {
       return row && toMessage(row);
     },
     async updateMessage(conversationId, messageId, change, options) {
-      updateWithStream(conversationId, messageId, change, options?.closesStream ?? false);
+      const fanOutId = updateWithStream(conversationId, messageId, change, options);
+      return fanOutId === undefined ? {} : { fanOutId };
     },
     async listOpenStreams(startedBefore, limit) {
       return openStreams.all(startedBefore, limit).map((row) => ({

@@ -261,6 +261,24 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX open_streams_by_start ON open_streams (started_at);
     `,
   },
+  {
+    version: 8,
+    // The outbox: events recorded with the change they report, until every recipient's stream has
+    // them. An update carries the fan-out it came from, so a repeated fan-out is taken once.
+    up: `
+      CREATE TABLE fan_outs (
+        fan_out_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope TEXT NOT NULL,
+        recipients TEXT NOT NULL,
+        entry BLOB NOT NULL,
+        related TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX fan_outs_by_scope ON fan_outs (scope, fan_out_id);
+      ALTER TABLE updates ADD COLUMN fan_out_id INTEGER;
+      CREATE UNIQUE INDEX updates_by_fan_out ON updates (user_id, fan_out_id) WHERE fan_out_id IS NOT NULL;
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

@@ -21,10 +21,11 @@ import type {
   WebhookHandoff,
 } from "../store.js";
 import { agentStore } from "./agents.js";
-import { conversationStore } from "./conversations.js";
+import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
+import { fanOutStore, fanOutWriter } from "./fan-outs.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -304,17 +305,20 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
 function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters): UpdateLogStore {
   const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
   const oldest = db.prepare<[number], { sn: number | null }>("SELECT MIN(sn) AS sn FROM updates WHERE user_id = ?");
-  const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at) VALUES (?, ?, ?, ?)");
   const read = db.prepare<[number, number, number], { sn: number; payload: Buffer; created_at: number }>(
     "SELECT sn, payload, created_at FROM updates WHERE user_id = ? AND sn > ? ORDER BY sn LIMIT ?",
   );
   const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
-  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined) => {
-    for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt);
-    if (!handoff) return;
+  const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at, fan_out_id) VALUES (?, ?, ?, ?, ?)");
+  const tookFanOut = db.prepare<[number, bigint], { sn: number }>("SELECT sn FROM updates WHERE user_id = ? AND fan_out_id = ?");
+  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOutId: bigint | undefined): "ok" | "duplicate" => {
+    if (fanOutId !== undefined && tookFanOut.get(userId, fanOutId)) return "duplicate";
+    for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt, fanOutId ?? null);
+    if (!handoff) return "ok";
     for (const body of handoff.bodies) agentDelivery.enqueue(userId, body, handoff.queuedAt);
     const last = updates[updates.length - 1];
     if (last) agentDelivery.advanceDelivered(userId, last.sn);
+    return "ok";
   });
   return {
     async latestSn(userId) {
@@ -323,10 +327,9 @@ function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWrite
     async oldestRetainedSn(userId) {
       return oldest.get(userId)?.sn ?? undefined;
     },
-    async appendUpdates(userId, updates, handoff) {
+    async appendUpdates(userId, updates, handoff, fanOutId) {
       try {
-        appendAll(userId, updates, handoff);
-        return "ok";
+        return appendAll(userId, updates, handoff, fanOutId);
       } catch (err) {
         if (isConstraintError(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) return "conflict";
         throw err;
@@ -358,14 +361,17 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const users = userStore(db);
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   const agentDelivery = agentDeliveryWriters(db);
+  const recordAsLast = lastMessageWriter(db);
+  const writeFanOut = fanOutWriter(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
     social: socialStore(db),
     groups: groupStore(db),
     webhookJobs: webhookJobStore(db, agentDelivery),
-    conversations: conversationStore(db),
-    messages: messageStore(db),
+    conversations: conversationStore(db, recordAsLast),
+    messages: messageStore(db, recordAsLast, writeFanOut),
+    fanOuts: fanOutStore(db, writeFanOut),
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),

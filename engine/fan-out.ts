@@ -1,0 +1,158 @@
+// Acknowledged means complete. A change that produces an event records the event (a fan-out: one
+// entry for a list of recipients) in the same transaction as the change itself, and only then
+// appends it to the recipients' update streams. So once a call has answered success, its events
+// are durable; if the appends are cut short (a crash, a failed append), the fan-out is still
+// recorded and is finished again:
+// - at start-up, before the server serves anything, every recorded fan-out is finished;
+// - within a running process, a scope (a conversation) whose fan-out failed is settled before
+//   its next write, so a client's retry (SendMessage with the same clientMessageId) finishes it
+//   and later events of the scope still follow it in every stream;
+// - a periodic sweep finishes what neither reached.
+// Each stream takes a given fan-out at most once (the store refuses a second append of the same
+// fan-out id), so finishing one again can never duplicate an entry.
+import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import type { Context } from "moleculer";
+import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
+import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { toWire, type WireMessage } from "../shared/wire.js";
+import { encodeEntry, type AppendParams, type EncodedEntry } from "./inbox.js";
+import type { Clock } from "./clock.js";
+import type { FanOutRecord, NewFanOut, Store } from "./store/store.js";
+
+type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
+
+export const FanOutPolicy = {
+  /** Recorded fan-outs read per page when finishing them. */
+  pageSize: 100,
+  /** A fan-out older than this that is still recorded was cut short; the sweep finishes it. */
+  sweepAfterMs: 30_000,
+  /** How often each engine looks for fan-outs cut short. */
+  sweepIntervalMs: 30_000,
+} as const;
+
+/** The scope of an event that belongs to no conversation: the account whose action caused it. */
+export const accountScope = (userId: number) => `user:${userId}`;
+
+/** A conversation's scope is its id; its fan-outs are finished in its actor's mailbox. */
+const isConversationScope = (scope: string) => /^\d+$/.test(scope);
+
+export interface FinishFanOutsParams {
+  /** Shaped like an RPC request so the conversation's shard key routes it. */
+  request: { conversationId: string };
+}
+
+/** A fan-out ready to record and deliver: the entry encoded once for every recipient. */
+export interface PreparedFanOut {
+  record: NewFanOut;
+  entry: EncodedEntry;
+  users: WireMessage[];
+  groups: WireMessage[];
+}
+
+interface RelatedJson {
+  users?: WireMessage[];
+  groups?: WireMessage[];
+}
+
+export function prepareFanOut(scope: string, recipients: readonly number[], update: Update, now: number, users: UserInfo[] = [], groups: GroupInfo[] = []): PreparedFanOut {
+  const entry = encodeEntry(update);
+  const related: RelatedJson = {
+    users: users.map((user) => toWire(UserInfoSchema, user)),
+    groups: groups.map((group) => toWire(GroupInfoSchema, group)),
+  };
+  return {
+    record: { scope, recipients: [...new Set(recipients)], entry: Buffer.from(entry.binary, "base64"), related: JSON.stringify(related), createdAt: now },
+    entry,
+    users: related.users!,
+    groups: related.groups!,
+  };
+}
+
+/** The prepared form of a recorded fan-out (the entry decoded once to get its wire form). */
+function preparedOf(record: FanOutRecord): PreparedFanOut {
+  const related = JSON.parse(record.related) as RelatedJson;
+  const entry = fromBinary(SnUpdateSchema, record.entry);
+  return {
+    record,
+    entry: { wire: toWire(SnUpdateSchema, create(SnUpdateSchema, entry)), binary: Buffer.from(record.entry).toString("base64") },
+    users: related.users ?? [],
+    groups: related.groups ?? [],
+  };
+}
+
+export class FanOuts {
+  /** Scopes with a fan-out that failed in this process and is still recorded. */
+  private readonly unfinishedScopes = new Set<string>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Records and delivers one event of a change that has no write of its own to carry it (see recordAndDeliver). */
+  emit(ctx: Pick<Context, "call">, scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): Promise<void> {
+    return this.recordAndDeliver(ctx, [prepareFanOut(scope, recipients, update, this.clock.now(), users, groups)]);
+  }
+
+  /**
+   * Appends a recorded fan-out to every recipient's stream, then marks it finished. When an
+   * append fails the fan-out stays recorded (to be finished later) and the error is thrown.
+   */
+  async deliver(ctx: Pick<Context, "call">, fanOutId: bigint, fanOut: PreparedFanOut): Promise<void> {
+    try {
+      const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId) };
+      await Promise.all(fanOut.record.recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
+      await this.store.fanOuts.finish(fanOutId);
+    } catch (err) {
+      this.unfinishedScopes.add(fanOut.record.scope);
+      throw err;
+    }
+  }
+
+  /**
+   * Records and delivers the events of a change that has no write of its own to carry them (the
+   * change is made by several writes, or by none): they are durable before the call answers.
+   */
+  async recordAndDeliver(ctx: Pick<Context, "call">, fanOuts: readonly PreparedFanOut[]): Promise<void> {
+    if (fanOuts.length === 0) return;
+    const ids = await this.store.fanOuts.record(fanOuts.map((fanOut) => fanOut.record));
+    for (const [index, fanOut] of fanOuts.entries()) await this.deliver(ctx, ids[index], fanOut);
+  }
+
+  /** Finishes the scope's fan-outs that failed earlier in this process, so a new event of the scope follows them. */
+  async settle(ctx: Pick<Context, "call">, scope: string): Promise<void> {
+    if (!this.unfinishedScopes.has(scope)) return;
+    this.unfinishedScopes.delete(scope);
+    await this.finishRecorded(ctx, { scope });
+  }
+
+  /**
+   * Finishes the fan-outs recorded long enough ago that they were cut short: a conversation's in
+   * its actor's mailbox, so they keep their place before its later events.
+   */
+  async sweep(ctx: Pick<Context, "call">): Promise<void> {
+    const recordedBefore = this.clock.now() - FanOutPolicy.sweepAfterMs;
+    const stale = (await this.store.fanOuts.pending(FanOutPolicy.pageSize)).filter((record) => record.createdAt < recordedBefore);
+    for (const scope of new Set(stale.map((record) => record.scope))) {
+      if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
+      else await this.finishRecorded(ctx, { scope, recordedBefore });
+    }
+  }
+
+  /**
+   * Finishes recorded fan-outs in the order they were recorded: all of them, one scope's, or
+   * those recorded before `recordedBefore`. Answers how many it finished.
+   */
+  async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number } = {}): Promise<number> {
+    let finished = 0;
+    for (;;) {
+      const page = (await this.store.fanOuts.pending(FanOutPolicy.pageSize, filter.scope)).filter(
+        (record) => filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore,
+      );
+      for (const record of page) await this.deliver(ctx, record.fanOutId, preparedOf(record));
+      finished += page.length;
+      if (page.length < FanOutPolicy.pageSize) return finished;
+    }
+  }
+}
