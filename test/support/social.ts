@@ -6,7 +6,7 @@ import type { SignedIn } from "./accounts.js";
 import { client, type TestServer, type WireMode } from "./harness.js";
 
 /** Makes two users mutual contacts; answers their PRIVATE conversation id. */
-export async function befriend(server: TestServer, a: SignedIn, b: SignedIn, mode: WireMode = "json"): Promise<bigint> {
+export async function befriend(server: { url: string }, a: SignedIn, b: SignedIn, mode: WireMode = "json"): Promise<bigint> {
   const { requestId } = await client(server, ContactService, mode, a.accessToken).sendFriendRequest({ targetUserId: b.userId, message: "hi" });
   await client(server, ContactService, mode, b.accessToken).acceptFriendRequest({ requestId });
   return privateConversationId(a.userId, b.userId);
