@@ -53,7 +53,6 @@ import {
   passwordWeakness,
   verifyPassword,
 } from "./credentials.js";
-import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, type UserRecord } from "./store/store.js";
 import { deviceView, selfView } from "./views.js";
@@ -79,7 +78,6 @@ interface VerificationSession {
   identityType: IdentityName;
   identityValue: string;
   codeHash: string;
-  failedAttempts: number;
   expiresAt: number;
 }
 
@@ -104,6 +102,9 @@ export function normalizeIdentity(type: IdentityType, raw: string): Identity {
   throw new ParleyError(Errors.invalidIdentity);
 }
 
+/** Password attempts since the last successful login; above the maximum the account is locked. */
+const loginAttemptsKey = (userId: number) => `login-attempts:${userId}`;
+
 export interface AuthenticatedToken {
   kind: "user" | "agent";
   userId: number;
@@ -111,7 +112,6 @@ export interface AuthenticatedToken {
 }
 
 export class Accounts {
-  private readonly verifyMailboxes = new Mailboxes();
   private readonly whitelists = new AddressListCache();
 
   constructor(
@@ -142,7 +142,6 @@ export class Accounts {
       const retryAfterSeconds = Math.max(1, Math.ceil((allowedAt - this.now) / 1000));
       throw new ParleyError(Errors.codeRateLimited, { retryAfterSeconds: String(retryAfterSeconds) });
     }
-
     const verifyToken = newToken(TokenPrefix.verify);
     const sessionKey = `verify:${hashToken(verifyToken)}`;
     const code = newVerificationCode();
@@ -152,7 +151,6 @@ export class Accounts {
       identityType: identity.type,
       identityValue: identity.value,
       codeHash: hashCode(sessionKey, code),
-      failedAttempts: 0,
       expiresAt: this.now + ttlMs,
     };
     await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), ttlMs);
@@ -167,28 +165,29 @@ export class Accounts {
   }
 
   /**
-   * Checks a code against its session and consumes the session on success. Each wrong code
-   * counts; after the maximum the session answers RESOURCE_EXHAUSTED even to the right code.
+   * Checks a code against its session and consumes the session on success. Each attempt reserves
+   * its number in one atomic increment before the code is compared, so concurrent guesses are
+   * counted one by one: after the maximum the session answers RESOURCE_EXHAUSTED even to the
+   * right code, and no two wrong answers report the same remainingAttempts.
    */
   async consumeCode(verifyToken: string, code: string, purpose: Purpose): Promise<Identity> {
     if (!isWellFormedToken(verifyToken, TokenPrefix.verify)) throw new ParleyError(Errors.malformedVerifyToken);
-    const sessionKey = `verify:${hashToken(verifyToken)}`;
-    return this.verifyMailboxes.run(sessionKey, async () => {
-      const raw = await this.deps.ephemeral.get(sessionKey);
-      const session = raw ? (JSON.parse(raw) as VerificationSession) : undefined;
-      // A login session cannot serve a reset, nor the reverse: to the caller it does not exist.
-      if (!session || session.purpose !== purpose) throw new ParleyError(Errors.verifySessionNotFound);
-      if (session.failedAttempts >= AuthPolicy.maxFailedCodeAttempts) throw new ParleyError(Errors.tooManyCodeAttempts);
-      if (!equalHashes(session.codeHash, hashCode(sessionKey, code))) {
-        session.failedAttempts += 1;
-        await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), Math.max(1, session.expiresAt - this.now));
-        throw new ParleyError(Errors.wrongCode, {
-          remainingAttempts: String(AuthPolicy.maxFailedCodeAttempts - session.failedAttempts),
-        });
-      }
-      if ((await this.deps.ephemeral.take(sessionKey)) === undefined) throw new ParleyError(Errors.verifySessionNotFound);
-      return { type: session.identityType, value: session.identityValue };
-    });
+    const tokenHash = hashToken(verifyToken);
+    const sessionKey = `verify:${tokenHash}`;
+    const raw = await this.deps.ephemeral.get(sessionKey);
+    const session = raw ? (JSON.parse(raw) as VerificationSession) : undefined;
+    // A login session cannot serve a reset, nor the reverse: to the caller it does not exist.
+    if (!session || session.purpose !== purpose) throw new ParleyError(Errors.verifySessionNotFound);
+    // The count outlives a consumed session until the session would have expired, so a straggler
+    // that read the session before it was consumed still gets a number of its own.
+    const attemptsKey = `verify-attempts:${tokenHash}`;
+    const { count: attempt } = await this.deps.ephemeral.increment(attemptsKey, Math.max(1, session.expiresAt - this.now));
+    if (attempt > AuthPolicy.maxFailedCodeAttempts) throw new ParleyError(Errors.tooManyCodeAttempts);
+    if (!equalHashes(session.codeHash, hashCode(sessionKey, code))) {
+      throw new ParleyError(Errors.wrongCode, { remainingAttempts: String(AuthPolicy.maxFailedCodeAttempts - attempt) });
+    }
+    if ((await this.deps.ephemeral.take(sessionKey)) === undefined) throw new ParleyError(Errors.verifySessionNotFound);
+    return { type: session.identityType, value: session.identityValue };
   }
 
   private async createSession(user: UserRecord, device: DeviceInput, clientIp: string) {
@@ -246,23 +245,22 @@ export class Accounts {
     const identity = normalizeIdentity(identityType, rawValue);
     const user = await this.findByIdentity(identity);
     if (!user || user.accountType !== AccountType.user) throw new ParleyError(Errors.accountNotFound);
-    const lockKey = `login-lock:${user.userId}`;
-    const lockedUntil = await this.deps.ephemeral.get(lockKey);
-    if (lockedUntil) {
-      const retryAfterSeconds = Math.max(1, Math.ceil((Number(lockedUntil) - this.now) / 1000));
-      throw new ParleyError(Errors.accountLocked, { retryAfterSeconds: String(retryAfterSeconds) });
+    // The attempt is reserved before the password is checked, so a burst of concurrent guesses
+    // cannot all pass a lock check that none of them has yet tripped.
+    const attemptsKey = loginAttemptsKey(user.userId);
+    const lockoutMs = AuthPolicy.lockoutSeconds * 1000;
+    const attempt = await this.deps.ephemeral.increment(attemptsKey, lockoutMs);
+    if (attempt.count > AuthPolicy.maxFailedLogins) {
+      throw new ParleyError(Errors.accountLocked, { retryAfterSeconds: String(Math.ceil(attempt.ttlMs / 1000)) });
     }
-    const failuresKey = `login-failures:${user.userId}`;
     if (!user.passwordHash || !(await verifyPassword(password, user.passwordHash))) {
-      const lockoutMs = AuthPolicy.lockoutSeconds * 1000;
-      const failures = await this.deps.ephemeral.increment(failuresKey, lockoutMs);
-      if (failures >= AuthPolicy.maxFailedLogins) {
-        await this.deps.ephemeral.set(lockKey, String(this.now + lockoutMs), lockoutMs);
-        await this.deps.ephemeral.delete(failuresKey);
-      }
-      throw new ParleyError(Errors.wrongPassword, { remainingAttempts: String(Math.max(0, AuthPolicy.maxFailedLogins - failures)) });
+      // The last allowed failure starts the lockout: the counter now lives a full lockout from here.
+      if (attempt.count === AuthPolicy.maxFailedLogins) await this.deps.ephemeral.expire(attemptsKey, lockoutMs);
+      throw new ParleyError(Errors.wrongPassword, { remainingAttempts: String(AuthPolicy.maxFailedLogins - attempt.count) });
     }
-    await this.deps.ephemeral.delete(failuresKey);
+    // Success clears the count, unless attempts were reserved since this one: those may be a
+    // burst of guesses, and the count must keep refusing them.
+    await this.deps.ephemeral.deleteIfEquals(attemptsKey, String(attempt.count));
     const session = await this.createSession(user, device, clientIp);
     return { ...session, user: selfView(user) };
   }
@@ -371,8 +369,7 @@ export class Accounts {
     const userId = Number(await this.deps.ephemeral.take(key));
     if (!userId) throw new ParleyError(Errors.resetTokenNotFound);
     await this.deps.store.users.setPasswordHash(userId, await hashPassword(newPassword));
-    await this.deps.ephemeral.delete(`login-lock:${userId}`);
-    await this.deps.ephemeral.delete(`login-failures:${userId}`);
+    await this.deps.ephemeral.delete(loginAttemptsKey(userId));
     const removed = await this.deps.store.sessions.deleteSessionsExcept(userId, null);
     await this.revokeDevices(userId, removed);
   }
