@@ -40,6 +40,7 @@ import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
 import { requestAuthority } from "../shared/public-url.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { AddressListCache } from "../shared/ip.js";
+import { AbuseLimits } from "./abuse-limits.js";
 import type { EngineDeps } from "./deps.js";
 import {
   TokenPrefix,
@@ -113,11 +114,14 @@ export interface AuthenticatedToken {
 
 export class Accounts {
   private readonly whitelists = new AddressListCache();
+  private readonly limits: AbuseLimits;
 
   constructor(
     private readonly deps: EngineDeps,
     private readonly revoke: (event: SessionsRevokedEvent) => void,
-  ) {}
+  ) {
+    this.limits = new AbuseLimits(deps.ephemeral, deps.config.abuseLimits);
+  }
 
   private get now(): number {
     return this.deps.clock.now();
@@ -128,10 +132,15 @@ export class Accounts {
     return identity.type === "IDENTITY_TYPE_EMAIL" ? users.findByEmail(identity.value) : users.findByPhone(identity.value);
   }
 
-  /** Starts a verification session and sends its code; one code per identity per interval. */
-  async requestCode(identityType: IdentityType, rawValue: string, purpose: Purpose): Promise<{ verifyToken: string; expiresIn: number }> {
+  /**
+   * Starts a verification session and sends its code: one code per identity per interval, and
+   * per minute a bounded number per client address and for the whole server.
+   */
+  async requestCode(identityType: IdentityType, rawValue: string, purpose: Purpose, clientIp: string): Promise<{ verifyToken: string; expiresIn: number }> {
     const identity = normalizeIdentity(identityType, rawValue);
     if (!this.deps.codeSender.supports(identity.type)) throw new ParleyError(Errors.identityDisabled);
+    // Counted before the account lookup, so probing which identities have accounts is limited too.
+    await this.limits.codeRequestedFrom(clientIp);
     if (purpose === "reset" && !(await this.findByIdentity(identity))) throw new ParleyError(Errors.accountNotFound);
 
     const rateKey = `code-rate:${identity.type}:${identity.value}`;
@@ -142,6 +151,15 @@ export class Accounts {
       const retryAfterSeconds = Math.max(1, Math.ceil((allowedAt - this.now) / 1000));
       throw new ParleyError(Errors.codeRateLimited, { retryAfterSeconds: String(retryAfterSeconds) });
     }
+    // The server-wide budget counts only codes that will be sent; a refusal here sent nothing, so
+    // the identity may ask again as soon as the budget allows.
+    try {
+      await this.limits.codeAboutToBeSent();
+    } catch (err) {
+      await this.deps.ephemeral.deleteIfEquals(rateKey, String(nextAllowedAt));
+      throw err;
+    }
+
     const verifyToken = newToken(TokenPrefix.verify);
     const sessionKey = `verify:${hashToken(verifyToken)}`;
     const code = newVerificationCode();
@@ -170,8 +188,9 @@ export class Accounts {
    * counted one by one: after the maximum the session answers RESOURCE_EXHAUSTED even to the
    * right code, and no two wrong answers report the same remainingAttempts.
    */
-  async consumeCode(verifyToken: string, code: string, purpose: Purpose): Promise<Identity> {
+  async consumeCode(verifyToken: string, code: string, purpose: Purpose, clientIp: string): Promise<Identity> {
     if (!isWellFormedToken(verifyToken, TokenPrefix.verify)) throw new ParleyError(Errors.malformedVerifyToken);
+    await this.limits.secretCheckedFrom(clientIp);
     const tokenHash = hashToken(verifyToken);
     const sessionKey = `verify:${tokenHash}`;
     const raw = await this.deps.ephemeral.get(sessionKey);
@@ -224,7 +243,7 @@ export class Accounts {
   }
 
   async signInWithCode(verifyToken: string, code: string, device: DeviceInput, clientIp: string) {
-    const identity = await this.consumeCode(verifyToken, code, "login");
+    const identity = await this.consumeCode(verifyToken, code, "login", clientIp);
     let user = await this.findByIdentity(identity);
     const isNewUser = !user;
     if (!user) {
@@ -243,6 +262,7 @@ export class Accounts {
 
   async signInWithPassword(identityType: IdentityType, rawValue: string, password: string, device: DeviceInput, clientIp: string) {
     const identity = normalizeIdentity(identityType, rawValue);
+    await this.limits.secretCheckedFrom(clientIp);
     const user = await this.findByIdentity(identity);
     if (!user || user.accountType !== AccountType.user) throw new ParleyError(Errors.accountNotFound);
     // The attempt is reserved before the password is checked, so a burst of concurrent guesses
@@ -341,9 +361,10 @@ export class Accounts {
     await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
   }
 
-  async changePassword(caller: Caller, oldPassword: string, newPassword: string): Promise<void> {
+  async changePassword(caller: Caller, oldPassword: string, newPassword: string, clientIp: string): Promise<void> {
     const user = await this.requireUser(caller.userId);
     if (!user.passwordHash) throw new ParleyError(Errors.passwordNotSet);
+    await this.limits.secretCheckedFrom(clientIp);
     if (!(await verifyPassword(oldPassword, user.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
     Accounts.checkStrength(newPassword);
     await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
@@ -351,8 +372,8 @@ export class Accounts {
     await this.revokeDevices(user.userId, removed);
   }
 
-  async issueResetToken(verifyToken: string, code: string): Promise<{ resetToken: string; expiresIn: number }> {
-    const identity = await this.consumeCode(verifyToken, code, "reset");
+  async issueResetToken(verifyToken: string, code: string, clientIp: string): Promise<{ resetToken: string; expiresIn: number }> {
+    const identity = await this.consumeCode(verifyToken, code, "reset", clientIp);
     const user = await this.findByIdentity(identity);
     if (!user) throw new ParleyError(Errors.accountNotFound);
     const resetToken = newToken(TokenPrefix.reset);
@@ -401,8 +422,8 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
       authenticate: {
         handler: (ctx: { params: { token: string; clientIp?: string } }) => accounts.authenticate(ctx.params.token, ctx.params.clientIp),
       },
-      requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request }) =>
-        accounts.requestCode(request.identityType, request.identityValue, "login"),
+      requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request, clientIp }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "login", clientIp),
       ),
       verifyCode: rpcAction(VerifyCodeRequestSchema, VerifyCodeResponseSchema, async ({ request, clientIp }) =>
         accounts.signInWithCode(request.verifyToken, request.code, request.deviceInfo!, clientIp),
@@ -423,15 +444,15 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
         await accounts.setupPassword(requireUser(caller), request.newPassword);
         return {};
       }),
-      changePassword: rpcAction(ChangePasswordRequestSchema, ChangePasswordResponseSchema, async ({ request, caller }) => {
-        await accounts.changePassword(requireUser(caller), request.oldPassword, request.newPassword);
+      changePassword: rpcAction(ChangePasswordRequestSchema, ChangePasswordResponseSchema, async ({ request, caller, clientIp }) => {
+        await accounts.changePassword(requireUser(caller), request.oldPassword, request.newPassword, clientIp);
         return {};
       }),
-      resetPasswordRequest: rpcAction(ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ({ request }) =>
-        accounts.requestCode(request.identityType, request.identityValue, "reset"),
+      resetPasswordRequest: rpcAction(ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ({ request, clientIp }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "reset", clientIp),
       ),
-      resetPasswordVerify: rpcAction(ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, ({ request }) =>
-        accounts.issueResetToken(request.verifyToken, request.code),
+      resetPasswordVerify: rpcAction(ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, ({ request, clientIp }) =>
+        accounts.issueResetToken(request.verifyToken, request.code, clientIp),
       ),
       resetPasswordConfirm: rpcAction(ResetPasswordConfirmRequestSchema, ResetPasswordConfirmResponseSchema, async ({ request }) => {
         await accounts.confirmReset(request.resetToken, request.newPassword);
