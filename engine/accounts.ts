@@ -40,6 +40,7 @@ import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
 import { requestAuthority } from "../shared/public-url.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { AddressListCache } from "../shared/ip.js";
+import { AbuseLimits } from "./abuse-limits.js";
 import type { EngineDeps } from "./deps.js";
 import {
   TokenPrefix,
@@ -53,7 +54,6 @@ import {
   passwordWeakness,
   verifyPassword,
 } from "./credentials.js";
-import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, type UserRecord } from "./store/store.js";
 import { deviceView, selfView } from "./views.js";
@@ -79,7 +79,6 @@ interface VerificationSession {
   identityType: IdentityName;
   identityValue: string;
   codeHash: string;
-  failedAttempts: number;
   expiresAt: number;
 }
 
@@ -104,6 +103,9 @@ export function normalizeIdentity(type: IdentityType, raw: string): Identity {
   throw new ParleyError(Errors.invalidIdentity);
 }
 
+/** Password attempts since the last successful login; above the maximum the account is locked. */
+const loginAttemptsKey = (userId: number) => `login-attempts:${userId}`;
+
 export interface AuthenticatedToken {
   kind: "user" | "agent";
   userId: number;
@@ -111,13 +113,15 @@ export interface AuthenticatedToken {
 }
 
 export class Accounts {
-  private readonly verifyMailboxes = new Mailboxes();
   private readonly whitelists = new AddressListCache();
+  private readonly limits: AbuseLimits;
 
   constructor(
     private readonly deps: EngineDeps,
     private readonly revoke: (event: SessionsRevokedEvent) => void,
-  ) {}
+  ) {
+    this.limits = new AbuseLimits(deps.ephemeral, deps.config.abuseLimits);
+  }
 
   private get now(): number {
     return this.deps.clock.now();
@@ -128,10 +132,15 @@ export class Accounts {
     return identity.type === "IDENTITY_TYPE_EMAIL" ? users.findByEmail(identity.value) : users.findByPhone(identity.value);
   }
 
-  /** Starts a verification session and sends its code; one code per identity per interval. */
-  async requestCode(identityType: IdentityType, rawValue: string, purpose: Purpose): Promise<{ verifyToken: string; expiresIn: number }> {
+  /**
+   * Starts a verification session and sends its code: one code per identity per interval, and
+   * per minute a bounded number per client address and for the whole server.
+   */
+  async requestCode(identityType: IdentityType, rawValue: string, purpose: Purpose, clientIp: string): Promise<{ verifyToken: string; expiresIn: number }> {
     const identity = normalizeIdentity(identityType, rawValue);
     if (!this.deps.codeSender.supports(identity.type)) throw new ParleyError(Errors.identityDisabled);
+    // Counted before the account lookup, so probing which identities have accounts is limited too.
+    await this.limits.codeRequestedFrom(clientIp);
     if (purpose === "reset" && !(await this.findByIdentity(identity))) throw new ParleyError(Errors.accountNotFound);
 
     const rateKey = `code-rate:${identity.type}:${identity.value}`;
@@ -141,6 +150,14 @@ export class Accounts {
       const allowedAt = Number(await this.deps.ephemeral.get(rateKey)) || nextAllowedAt;
       const retryAfterSeconds = Math.max(1, Math.ceil((allowedAt - this.now) / 1000));
       throw new ParleyError(Errors.codeRateLimited, { retryAfterSeconds: String(retryAfterSeconds) });
+    }
+    // The server-wide budget counts only codes that will be sent; a refusal here sent nothing, so
+    // the identity may ask again as soon as the budget allows.
+    try {
+      await this.limits.codeAboutToBeSent();
+    } catch (err) {
+      await this.deps.ephemeral.deleteIfEquals(rateKey, String(nextAllowedAt));
+      throw err;
     }
 
     const verifyToken = newToken(TokenPrefix.verify);
@@ -152,7 +169,6 @@ export class Accounts {
       identityType: identity.type,
       identityValue: identity.value,
       codeHash: hashCode(sessionKey, code),
-      failedAttempts: 0,
       expiresAt: this.now + ttlMs,
     };
     await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), ttlMs);
@@ -167,28 +183,30 @@ export class Accounts {
   }
 
   /**
-   * Checks a code against its session and consumes the session on success. Each wrong code
-   * counts; after the maximum the session answers RESOURCE_EXHAUSTED even to the right code.
+   * Checks a code against its session and consumes the session on success. Each attempt reserves
+   * its number in one atomic increment before the code is compared, so concurrent guesses are
+   * counted one by one: after the maximum the session answers RESOURCE_EXHAUSTED even to the
+   * right code, and no two wrong answers report the same remainingAttempts.
    */
-  async consumeCode(verifyToken: string, code: string, purpose: Purpose): Promise<Identity> {
+  async consumeCode(verifyToken: string, code: string, purpose: Purpose, clientIp: string): Promise<Identity> {
     if (!isWellFormedToken(verifyToken, TokenPrefix.verify)) throw new ParleyError(Errors.malformedVerifyToken);
-    const sessionKey = `verify:${hashToken(verifyToken)}`;
-    return this.verifyMailboxes.run(sessionKey, async () => {
-      const raw = await this.deps.ephemeral.get(sessionKey);
-      const session = raw ? (JSON.parse(raw) as VerificationSession) : undefined;
-      // A login session cannot serve a reset, nor the reverse: to the caller it does not exist.
-      if (!session || session.purpose !== purpose) throw new ParleyError(Errors.verifySessionNotFound);
-      if (session.failedAttempts >= AuthPolicy.maxFailedCodeAttempts) throw new ParleyError(Errors.tooManyCodeAttempts);
-      if (!equalHashes(session.codeHash, hashCode(sessionKey, code))) {
-        session.failedAttempts += 1;
-        await this.deps.ephemeral.set(sessionKey, JSON.stringify(session), Math.max(1, session.expiresAt - this.now));
-        throw new ParleyError(Errors.wrongCode, {
-          remainingAttempts: String(AuthPolicy.maxFailedCodeAttempts - session.failedAttempts),
-        });
-      }
-      if ((await this.deps.ephemeral.take(sessionKey)) === undefined) throw new ParleyError(Errors.verifySessionNotFound);
-      return { type: session.identityType, value: session.identityValue };
-    });
+    await this.limits.secretCheckedFrom(clientIp);
+    const tokenHash = hashToken(verifyToken);
+    const sessionKey = `verify:${tokenHash}`;
+    const raw = await this.deps.ephemeral.get(sessionKey);
+    const session = raw ? (JSON.parse(raw) as VerificationSession) : undefined;
+    // A login session cannot serve a reset, nor the reverse: to the caller it does not exist.
+    if (!session || session.purpose !== purpose) throw new ParleyError(Errors.verifySessionNotFound);
+    // The count outlives a consumed session until the session would have expired, so a straggler
+    // that read the session before it was consumed still gets a number of its own.
+    const attemptsKey = `verify-attempts:${tokenHash}`;
+    const { count: attempt } = await this.deps.ephemeral.increment(attemptsKey, Math.max(1, session.expiresAt - this.now));
+    if (attempt > AuthPolicy.maxFailedCodeAttempts) throw new ParleyError(Errors.tooManyCodeAttempts);
+    if (!equalHashes(session.codeHash, hashCode(sessionKey, code))) {
+      throw new ParleyError(Errors.wrongCode, { remainingAttempts: String(AuthPolicy.maxFailedCodeAttempts - attempt) });
+    }
+    if ((await this.deps.ephemeral.take(sessionKey)) === undefined) throw new ParleyError(Errors.verifySessionNotFound);
+    return { type: session.identityType, value: session.identityValue };
   }
 
   private async createSession(user: UserRecord, device: DeviceInput, clientIp: string) {
@@ -225,7 +243,7 @@ export class Accounts {
   }
 
   async signInWithCode(verifyToken: string, code: string, device: DeviceInput, clientIp: string) {
-    const identity = await this.consumeCode(verifyToken, code, "login");
+    const identity = await this.consumeCode(verifyToken, code, "login", clientIp);
     let user = await this.findByIdentity(identity);
     const isNewUser = !user;
     if (!user) {
@@ -244,25 +262,25 @@ export class Accounts {
 
   async signInWithPassword(identityType: IdentityType, rawValue: string, password: string, device: DeviceInput, clientIp: string) {
     const identity = normalizeIdentity(identityType, rawValue);
+    await this.limits.secretCheckedFrom(clientIp);
     const user = await this.findByIdentity(identity);
     if (!user || user.accountType !== AccountType.user) throw new ParleyError(Errors.accountNotFound);
-    const lockKey = `login-lock:${user.userId}`;
-    const lockedUntil = await this.deps.ephemeral.get(lockKey);
-    if (lockedUntil) {
-      const retryAfterSeconds = Math.max(1, Math.ceil((Number(lockedUntil) - this.now) / 1000));
-      throw new ParleyError(Errors.accountLocked, { retryAfterSeconds: String(retryAfterSeconds) });
+    // The attempt is reserved before the password is checked, so a burst of concurrent guesses
+    // cannot all pass a lock check that none of them has yet tripped.
+    const attemptsKey = loginAttemptsKey(user.userId);
+    const lockoutMs = AuthPolicy.lockoutSeconds * 1000;
+    const attempt = await this.deps.ephemeral.increment(attemptsKey, lockoutMs);
+    if (attempt.count > AuthPolicy.maxFailedLogins) {
+      throw new ParleyError(Errors.accountLocked, { retryAfterSeconds: String(Math.ceil(attempt.ttlMs / 1000)) });
     }
-    const failuresKey = `login-failures:${user.userId}`;
     if (!user.passwordHash || !(await verifyPassword(password, user.passwordHash))) {
-      const lockoutMs = AuthPolicy.lockoutSeconds * 1000;
-      const failures = await this.deps.ephemeral.increment(failuresKey, lockoutMs);
-      if (failures >= AuthPolicy.maxFailedLogins) {
-        await this.deps.ephemeral.set(lockKey, String(this.now + lockoutMs), lockoutMs);
-        await this.deps.ephemeral.delete(failuresKey);
-      }
-      throw new ParleyError(Errors.wrongPassword, { remainingAttempts: String(Math.max(0, AuthPolicy.maxFailedLogins - failures)) });
+      // The last allowed failure starts the lockout: the counter now lives a full lockout from here.
+      if (attempt.count === AuthPolicy.maxFailedLogins) await this.deps.ephemeral.expire(attemptsKey, lockoutMs);
+      throw new ParleyError(Errors.wrongPassword, { remainingAttempts: String(AuthPolicy.maxFailedLogins - attempt.count) });
     }
-    await this.deps.ephemeral.delete(failuresKey);
+    // Success clears the count, unless attempts were reserved since this one: those may be a
+    // burst of guesses, and the count must keep refusing them.
+    await this.deps.ephemeral.deleteIfEquals(attemptsKey, String(attempt.count));
     const session = await this.createSession(user, device, clientIp);
     return { ...session, user: selfView(user) };
   }
@@ -343,9 +361,10 @@ export class Accounts {
     await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
   }
 
-  async changePassword(caller: Caller, oldPassword: string, newPassword: string): Promise<void> {
+  async changePassword(caller: Caller, oldPassword: string, newPassword: string, clientIp: string): Promise<void> {
     const user = await this.requireUser(caller.userId);
     if (!user.passwordHash) throw new ParleyError(Errors.passwordNotSet);
+    await this.limits.secretCheckedFrom(clientIp);
     if (!(await verifyPassword(oldPassword, user.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
     Accounts.checkStrength(newPassword);
     await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
@@ -353,8 +372,8 @@ export class Accounts {
     await this.revokeDevices(user.userId, removed);
   }
 
-  async issueResetToken(verifyToken: string, code: string): Promise<{ resetToken: string; expiresIn: number }> {
-    const identity = await this.consumeCode(verifyToken, code, "reset");
+  async issueResetToken(verifyToken: string, code: string, clientIp: string): Promise<{ resetToken: string; expiresIn: number }> {
+    const identity = await this.consumeCode(verifyToken, code, "reset", clientIp);
     const user = await this.findByIdentity(identity);
     if (!user) throw new ParleyError(Errors.accountNotFound);
     const resetToken = newToken(TokenPrefix.reset);
@@ -371,8 +390,7 @@ export class Accounts {
     const userId = Number(await this.deps.ephemeral.take(key));
     if (!userId) throw new ParleyError(Errors.resetTokenNotFound);
     await this.deps.store.users.setPasswordHash(userId, await hashPassword(newPassword));
-    await this.deps.ephemeral.delete(`login-lock:${userId}`);
-    await this.deps.ephemeral.delete(`login-failures:${userId}`);
+    await this.deps.ephemeral.delete(loginAttemptsKey(userId));
     const removed = await this.deps.store.sessions.deleteSessionsExcept(userId, null);
     await this.revokeDevices(userId, removed);
   }
@@ -404,8 +422,8 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
       authenticate: {
         handler: (ctx: { params: { token: string; clientIp?: string } }) => accounts.authenticate(ctx.params.token, ctx.params.clientIp),
       },
-      requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request }) =>
-        accounts.requestCode(request.identityType, request.identityValue, "login"),
+      requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request, clientIp }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "login", clientIp),
       ),
       verifyCode: rpcAction(VerifyCodeRequestSchema, VerifyCodeResponseSchema, async ({ request, clientIp }) =>
         accounts.signInWithCode(request.verifyToken, request.code, request.deviceInfo!, clientIp),
@@ -426,15 +444,15 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
         await accounts.setupPassword(requireUser(caller), request.newPassword);
         return {};
       }),
-      changePassword: rpcAction(ChangePasswordRequestSchema, ChangePasswordResponseSchema, async ({ request, caller }) => {
-        await accounts.changePassword(requireUser(caller), request.oldPassword, request.newPassword);
+      changePassword: rpcAction(ChangePasswordRequestSchema, ChangePasswordResponseSchema, async ({ request, caller, clientIp }) => {
+        await accounts.changePassword(requireUser(caller), request.oldPassword, request.newPassword, clientIp);
         return {};
       }),
-      resetPasswordRequest: rpcAction(ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ({ request }) =>
-        accounts.requestCode(request.identityType, request.identityValue, "reset"),
+      resetPasswordRequest: rpcAction(ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ({ request, clientIp }) =>
+        accounts.requestCode(request.identityType, request.identityValue, "reset", clientIp),
       ),
-      resetPasswordVerify: rpcAction(ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, ({ request }) =>
-        accounts.issueResetToken(request.verifyToken, request.code),
+      resetPasswordVerify: rpcAction(ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, ({ request, clientIp }) =>
+        accounts.issueResetToken(request.verifyToken, request.code, clientIp),
       ),
       resetPasswordConfirm: rpcAction(ResetPasswordConfirmRequestSchema, ResetPasswordConfirmResponseSchema, async ({ request }) => {
         await accounts.confirmReset(request.resetToken, request.newPassword);

@@ -19,8 +19,19 @@ export interface ParleyConfig {
   webhookConcurrency: number;
   /** Proxies (addresses or CIDR blocks) whose X-Forwarded-For is believed; empty trusts none. */
   trustedProxies: string[];
+  /** Limits across identities, per minute; 0 turns a limit off (see the README's configuration table). */
+  abuseLimits: AbuseLimitsConfig;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
+}
+
+export interface AbuseLimitsConfig {
+  /** Verification codes one client address may have sent per minute. */
+  codesPerAddress: number;
+  /** Verification codes the whole server may send per minute. */
+  codesGlobal: number;
+  /** Secret checks (password, code) one client address may make per minute. */
+  signInAttemptsPerAddress: number;
 }
 
 function parseCodeDelivery(raw: string | undefined, smtpFrom: string | undefined): CodeDelivery {
@@ -58,6 +69,13 @@ function parseWebhookConcurrency(raw: string | undefined): number {
   return value;
 }
 
+function parsePerMinute(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 1_000_000) throw new Error(`${name} must be 0..1000000 (0 turns the limit off); got ${raw}`);
+  return value;
+}
+
 /** Reads the configuration from environment variables (see the README's configuration table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
@@ -72,6 +90,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
     webhookConcurrency: parseWebhookConcurrency(env.WEBHOOK_CONCURRENCY),
     trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),
+    abuseLimits: {
+      codesPerAddress: parsePerMinute("VERIFY_CODES_PER_ADDRESS_PER_MINUTE", env.VERIFY_CODES_PER_ADDRESS_PER_MINUTE, 5),
+      codesGlobal: parsePerMinute("VERIFY_CODES_PER_MINUTE", env.VERIFY_CODES_PER_MINUTE, 120),
+      signInAttemptsPerAddress: parsePerMinute("SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", env.SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE, 30),
+    },
     logLevel,
   };
 }

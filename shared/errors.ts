@@ -55,6 +55,9 @@ export const Errors = {
   identityDisabled: entry(Code.InvalidArgument, 2022, "IDENTITY_TYPE_DISABLED", "sign-in with this identity type is not enabled"),
   sessionRevoked: entry(Code.Unauthenticated, 2023, "SESSION_REVOKED", "the session was revoked"),
   codeDeliveryFailed: entry(Code.Unavailable, 2024, "CODE_DELIVERY_FAILED", "the verification code could not be delivered"),
+  codeAddressRateLimited: entry(Code.ResourceExhausted, 2025, "CODE_ADDRESS_RATE_LIMITED", "too many verification codes were requested from this address"),
+  codeGlobalRateLimited: entry(Code.ResourceExhausted, 2026, "CODE_GLOBAL_RATE_LIMITED", "the server is sending too many verification codes"),
+  signInRateLimited: entry(Code.ResourceExhausted, 2027, "SIGN_IN_RATE_LIMITED", "too many sign-in attempts from this address"),
 
   // 3xxx: users and profiles
   userNotFound: entry(Code.NotFound, 3001, "USER_NOT_FOUND", "user not found"),

@@ -1,6 +1,10 @@
 // The ephemeral-state port: short-lived values with a time to live (rate limits, verification
 // sessions, reset tokens, login lockouts). Embedded mode keeps them in memory; a cluster keeps
 // them in Redis. Losing them on restart is acceptable by design: each has a short TTL.
+//
+// Every operation is one atomic step on the backing store (a single Redis command or script), so
+// callers that must count concurrent attempts exactly reserve them with one call, never with a
+// read followed by a write. The promises are pinned by ./ephemeral-conformance.ts.
 export interface EphemeralState {
   /** The value under key, or undefined when absent or expired. */
   get(key: string): Promise<string | undefined>;
@@ -12,7 +16,18 @@ export interface EphemeralState {
   take(key: string): Promise<string | undefined>;
   /** Removes the key. */
   delete(key: string): Promise<void>;
-  /** Adds one to a counter (creating it at 1 with ttlMs) and answers the new count. */
-  increment(key: string, ttlMs: number): Promise<number>;
+  /** Removes the key only while it holds exactly value; answers whether it removed it. */
+  deleteIfEquals(key: string, value: string): Promise<boolean>;
+  /** Adds one to a counter (created at 1 with ttlMs; a live counter keeps its expiry) and answers the new count and its milliseconds left. */
+  increment(key: string, ttlMs: number): Promise<Counter>;
+  /** Gives a live key ttlMs to live from now, keeping its value; answers false when it is absent. */
+  expire(key: string, ttlMs: number): Promise<boolean>;
   close(): Promise<void>;
+}
+
+/** A counter as one increment left it. */
+export interface Counter {
+  count: number;
+  /** Milliseconds until the counter expires (at least 1). */
+  ttlMs: number;
 }

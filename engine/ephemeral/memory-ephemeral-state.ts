@@ -1,12 +1,15 @@
 import type { Clock } from "../clock.js";
-import type { EphemeralState } from "./ephemeral-state.js";
+import type { Counter, EphemeralState } from "./ephemeral-state.js";
 
 interface Entry {
   value: string;
   expiresAt: number;
 }
 
-/** In-process ephemeral state for embedded mode. Expired entries are swept once a minute. */
+/**
+ * In-process ephemeral state for embedded mode. No method awaits before it answers, so each runs
+ * as one atomic step. Expired entries are swept once a minute.
+ */
 export class MemoryEphemeralState implements EphemeralState {
   private readonly entries = new Map<string, Entry>();
   private readonly sweeper: NodeJS.Timeout;
@@ -54,11 +57,26 @@ export class MemoryEphemeralState implements EphemeralState {
     this.entries.delete(key);
   }
 
-  async increment(key: string, ttlMs: number): Promise<number> {
+  async deleteIfEquals(key: string, value: string): Promise<boolean> {
+    if (this.live(key)?.value !== value) return false;
+    this.entries.delete(key);
+    return true;
+  }
+
+  async increment(key: string, ttlMs: number): Promise<Counter> {
+    const now = this.clock.now();
     const entry = this.live(key);
     const count = entry ? Number(entry.value) + 1 : 1;
-    this.entries.set(key, { value: String(count), expiresAt: entry?.expiresAt ?? this.clock.now() + ttlMs });
-    return count;
+    const expiresAt = entry?.expiresAt ?? now + ttlMs;
+    this.entries.set(key, { value: String(count), expiresAt });
+    return { count, ttlMs: Math.max(1, expiresAt - now) };
+  }
+
+  async expire(key: string, ttlMs: number): Promise<boolean> {
+    const entry = this.live(key);
+    if (!entry) return false;
+    entry.expiresAt = this.clock.now() + ttlMs;
+    return true;
   }
 
   async close(): Promise<void> {

@@ -25,6 +25,16 @@ export interface TestServer extends Parley {
   dispose(): Promise<void>;
 }
 
+/**
+ * The whole suite signs in from 127.0.0.1 against few servers, so ordinary tests run with the
+ * limits across identities far out of reach; test/abuse-limits.test.ts sets low ones to prove them.
+ */
+const generousAbuseLimits = {
+  VERIFY_CODES_PER_ADDRESS_PER_MINUTE: "100000",
+  VERIFY_CODES_PER_MINUTE: "100000",
+  SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE: "100000",
+};
+
 export async function startTestServer(overrides: Partial<ParleyOptions> & { env?: Record<string, string>; dataDir?: string } = {}): Promise<TestServer> {
   const dataDir = overrides.dataDir ?? mkdtempSync(join(tmpdir(), "parley-test-"));
   const codesFile = join(dataDir, "codes.jsonl");
@@ -34,6 +44,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
     DATA_DIR: dataDir,
     CODE_DELIVERY: `file:${codesFile}`,
     LOG_LEVEL: "warn",
+    ...generousAbuseLimits,
     ...overrides.env,
   });
   const clock = (overrides.clock as AdjustableClock | undefined) ?? new AdjustableClock();
@@ -115,7 +126,7 @@ export async function startTwoNodes(dataDir: string, name: string): Promise<TwoN
   const [edgeId, engineId] = [`${name}-edge`, `${name}-engine`];
   const urls = [`127.0.0.1:${edgePort}/${edgeId}`, `127.0.0.1:${enginePort}/${engineId}`];
   const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
-  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn" });
+  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits });
   const clock = new AdjustableClock();
   const [engine, edge] = await Promise.all([
     startParley({ config, clock, roles: ["engine"], broker: { nodeID: engineId, transporter: transporter(enginePort) } }),
