@@ -29,7 +29,7 @@ export interface TestServer extends Parley {
  * The whole suite signs in from 127.0.0.1 against few servers, so ordinary tests run with the
  * limits across identities far out of reach; test/abuse-limits.test.ts sets low ones to prove them.
  */
-const generousAbuseLimits = {
+export const generousAbuseLimits = {
   VERIFY_CODES_PER_ADDRESS_PER_MINUTE: "100000",
   VERIFY_CODES_PER_MINUTE: "100000",
   SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE: "100000",
