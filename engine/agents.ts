@@ -54,7 +54,7 @@ import { Mailboxes } from "./mailbox.js";
 import { requireParticipant } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AgentStatus, AgentVisibility, ConversationKind, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
+import { AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
 import { usernameProblem } from "./users.js";
 import { userInfoView } from "./views.js";
 
@@ -346,12 +346,11 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           throw err;
         }
         const { user, agent } = created;
-        await store.social.addContact(creator.userId, user.userId, now);
-        await store.social.addContact(user.userId, creator.userId, now);
-        await store.conversations.ensureConversation(privateConversationId(creator.userId, user.userId), ConversationKind.private, [creator.userId, user.userId], now);
-        await deps.fanOuts.emit(ctx, accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [
-          userInfoView(user),
+        const scope = accountScope(creator.userId);
+        await store.social.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
+          deps.fanOuts.event(scope, [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
         ]);
+        await deps.fanOuts.deliverRecorded(ctx, scope);
         return { profile: agentProfileView(agent, user), token, secretKey };
       }),
       listMyAgents: rpcAction(ListMyAgentsRequestSchema, ListMyAgentsResponseSchema, async ({ caller }) => {

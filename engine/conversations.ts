@@ -50,8 +50,10 @@ function infoOf(access: Pick<ConversationAccess, "conversation" | "peerId">, sta
 
 export function conversationsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
-  /** Tells the user's devices of a change the user made to their own conversation state. */
-  const emit = (ctx: Context, userId: number, event: SnUpdate["update"]) => deps.fanOuts.emit(ctx, accountScope(userId), [userId], event);
+  /** The event telling the user's devices of a change the user made to their own conversation state, recorded with it. */
+  const event = (userId: number, update: SnUpdate["update"]) => deps.fanOuts.event(accountScope(userId), [userId], update);
+  /** Delivers the events the user's change recorded; the call answers after it. */
+  const deliver = (ctx: Context, userId: number) => deps.fanOuts.deliverRecorded(ctx, accountScope(userId));
 
   return {
     name: "conversations",
@@ -114,17 +116,19 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
         if (!access.group && !(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
+        const events = () => [
+          event(user.userId, {
+            case: "conversationAction",
+            value: { $typeName: "api.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
+          }),
+        ];
         if (request.action === ConversationActionType.DELETE) {
-          await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n);
-          // As with DeleteHistory: cleared messages are no longer unread.
-          if (clearMessages) await store.conversations.advanceRead(user.userId, request.conversationId, access.conversation.lastMessageId);
+          // As with DeleteHistory, cleared messages are no longer unread (the store moves the read position too).
+          await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n, events);
         } else {
-          await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE);
+          await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE, events);
         }
-        await emit(ctx, user.userId, {
-          case: "conversationAction",
-          value: { $typeName: "api.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
-        });
+        await deliver(ctx, user.userId);
         return {};
       }),
       markAsRead: rpcAction(MarkAsReadRequestSchema, MarkAsReadResponseSchema, async ({ request, caller, ctx }) => {
@@ -137,25 +141,27 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         if (request.upToMessageId > access.conversation.lastMessageId) {
           throw new ParleyError(Errors.invalidArgument, { field: "up_to_message_id", lastMessageId: String(access.conversation.lastMessageId) }, "upToMessageId is beyond the last message");
         }
-        const position = await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId);
-        await emit(ctx, user.userId, {
-          case: "readReceipt",
-          value: { $typeName: "api.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt: BigInt(clock.now()) },
-        });
+        const readAt = BigInt(clock.now());
+        await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId, (position) => [
+          event(user.userId, {
+            case: "readReceipt",
+            value: { $typeName: "api.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt },
+          }),
+        ]);
+        await deliver(ctx, user.userId);
         return {};
       }),
       deleteMessages: rpcAction(DeleteMessagesRequestSchema, DeleteMessagesResponseSchema, async ({ request, caller, ctx }) => {
         const user = requireCaller(caller);
         await requireParticipant(store, request.conversationId, user.userId);
         const state = await store.conversations.getUserState(user.userId, request.conversationId);
-        const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo);
         // The event tells the caller's other devices what changed: the ids deleted now, each once.
-        if (deleted.length > 0) {
-          await emit(ctx, user.userId, {
-            case: "messageDeleted",
-            value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: deleted, upToMessageId: 0n },
-          });
-        }
+        const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo, (ids) =>
+          ids.length > 0
+            ? [event(user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
+            : [],
+        );
+        if (deleted.length > 0) await deliver(ctx, user.userId);
         return { deletedCount: deleted.length };
       }),
       deleteHistory: rpcAction(DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, async ({ request, caller, ctx }) => {
@@ -167,14 +173,12 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const upTo = request.upToMessageId < last ? request.upToMessageId : last;
         const before = await store.conversations.getUserState(user.userId, request.conversationId);
         if (upTo <= before.clearedUpTo) return {};
-        await store.conversations.clearHistory(user.userId, request.conversationId, upTo);
-        // Deleted messages cannot stay unread: unread = lastMessageId - lastReadMessageId must
-        // count only messages the user can still see.
-        await store.conversations.advanceRead(user.userId, request.conversationId, upTo);
-        await emit(ctx, user.userId, {
-          case: "messageDeleted",
-          value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo },
-        });
+        // Deleted messages cannot stay unread (unread = lastMessageId - lastReadMessageId must count
+        // only messages the user can still see): the store moves the read position with the clearing.
+        await store.conversations.clearHistory(user.userId, request.conversationId, upTo, () => [
+          event(user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
+        ]);
+        await deliver(ctx, user.userId);
         return {};
       }),
     },

@@ -90,6 +90,16 @@ export class FanOuts {
     private readonly clock: Clock,
   ) {}
 
+  /** The record of an event, for a change to write in its own transaction (the store's EventsOf). */
+  event(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): NewFanOut {
+    return prepareFanOut(scope, recipients, update, this.clock.now(), users, groups).record;
+  }
+
+  /** Delivers what the changes of a scope recorded (see event); a change answers only after this. */
+  async deliverRecorded(ctx: Pick<Context, "call">, scope: string): Promise<void> {
+    await this.finishRecorded(ctx, { scope });
+  }
+
   /** Records and delivers one event of a change that has no write of its own to carry it (see recordAndDeliver). */
   emit(ctx: Pick<Context, "call">, scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): Promise<void> {
     return this.recordAndDeliver(ctx, [prepareFanOut(scope, recipients, update, this.clock.now(), users, groups)]);

@@ -140,16 +140,12 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         const owner = requireUser(caller);
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(owner, request.groupId);
-          const removed = await groups.dissolveGroup(group.groupId);
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
-          await deps.fanOuts.emit(
-            ctx,
-            accountScope(owner.userId),
-            removed,
-            { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } },
-            [],
-            [info],
-          );
+          const scope = accountScope(owner.userId);
+          await groups.dissolveGroup(group.groupId, (removed) => [
+            deps.fanOuts.event(scope, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
+          ]);
+          await deps.fanOuts.deliverRecorded(ctx, scope);
           return {};
         });
       }),
@@ -190,21 +186,19 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(owner, request.groupId);
           if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
-          if (!(await groups.removeMember(group.groupId, request.targetId))) throw new ParleyError(Errors.memberNotFound);
-          // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them; the
-          // announcement goes to those who remain.
+          // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them, recorded
+          // with the removal; the announcement goes to those who remain.
+          const scope = accountScope(owner.userId);
+          const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
+          const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
+            done ? [deps.fanOuts.event(scope, [request.targetId], removedFromGroup, [], [groupInfoView(group)])] : [],
+          );
+          if (!removed) throw new ParleyError(Errors.memberNotFound);
+          await deps.fanOuts.deliverRecorded(ctx, scope);
           await postSystem(ctx, group.groupId, {
             case: "memberRemoved",
             value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
           });
-          await deps.fanOuts.emit(
-            ctx,
-            accountScope(owner.userId),
-            [request.targetId],
-            { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } },
-            [],
-            [groupInfoView(group)],
-          );
           return {};
         });
       }),

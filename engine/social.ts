@@ -35,9 +35,9 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
-import { accountScope, prepareFanOut, type PreparedFanOut } from "./fan-out.js";
+import { accountScope } from "./fan-out.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, ConversationKind, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
 import { normalizeIdentity } from "./accounts.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { userInfoView } from "./views.js";
@@ -71,44 +71,30 @@ export function socialService(deps: EngineDeps): ServiceSchema {
     return target;
   }
 
-  /** The event of a change `actorId` made, to `recipients`. */
-  const event = (actorId: number, recipients: number[], update: Event, users: UserRecord[] = []): PreparedFanOut =>
-    prepareFanOut(accountScope(actorId), recipients, update, clock.now(), users.map(userInfoView));
-  const emit = (ctx: Context, ...events: PreparedFanOut[]) => deps.fanOuts.recordAndDeliver(ctx, events);
-
-  /** Both sides become contacts and their PRIVATE conversation exists. */
-  async function connect(a: number, b: number): Promise<void> {
-    const now = clock.now();
-    await social.addContact(a, b, now);
-    await social.addContact(b, a, now);
-    await store.conversations.ensureConversation(privateConversationId(a, b), ConversationKind.private, [a, b], now);
-  }
-
-  /** Removes the caller's side of a contact, telling the caller's devices. */
-  async function removeContactSide(ctx: Context, ownerId: number, peer: UserRecord): Promise<boolean> {
-    if (!(await social.removeContact(ownerId, peer.userId))) return false;
-    await emit(ctx, event(ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]));
-    return true;
-  }
+  /** The event of a change `actorId` made, to `recipients`, recorded with the change. */
+  const event = (actorId: number, recipients: number[], update: Event, users: UserRecord[] = []) =>
+    deps.fanOuts.event(accountScope(actorId), recipients, update, users.map(userInfoView));
+  /** Delivers the events the actor's change recorded; the call answers after it. */
+  const deliver = (ctx: Context, actorId: number) => deps.fanOuts.deliverRecorded(ctx, accountScope(actorId));
+  const contactDeleted = (ownerId: number, peer: UserRecord) =>
+    event(ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
 
   async function handleRequest(ctx: Context, caller: Caller, requestId: bigint, status: typeof FriendRequestStatus.accepted | typeof FriendRequestStatus.rejected) {
     const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await social.getFriendRequest(Number(requestId)) : undefined;
     // Only the addressee may answer; to anyone else the request does not exist.
     if (!request || request.toUserId !== caller.userId) throw new ParleyError(Errors.friendRequestNotFound);
     if (request.status !== FriendRequestStatus.pending) throw new ParleyError(Errors.friendRequestHandled);
-    if (!(await social.resolveFriendRequest(request.requestId, status, clock.now()))) throw new ParleyError(Errors.friendRequestHandled);
     const users = await store.users.getUsers([request.fromUserId, request.toUserId]);
-    if (status === FriendRequestStatus.accepted) {
-      await connect(request.fromUserId, request.toUserId);
-      const accepted: Event = { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } };
-      await emit(ctx, event(caller.userId, [request.fromUserId, request.toUserId], accepted, users));
-    } else {
-      const rejected: Event = {
-        case: "friendRequestRejected",
-        value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId },
-      };
-      await emit(ctx, event(caller.userId, [request.fromUserId, request.toUserId], rejected, users));
-    }
+    const update: Event =
+      status === FriendRequestStatus.accepted
+        ? { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
+        : { case: "friendRequestRejected", value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
+    // Accepting connects the two users in the same write (SocialStore.resolveFriendRequest).
+    const resolved = await social.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
+      done ? [event(caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
+    );
+    if (!resolved) throw new ParleyError(Errors.friendRequestHandled);
+    await deliver(ctx, caller.userId);
     return {};
   }
 
@@ -124,18 +110,17 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         // Contacts on both sides: nothing to request. One side deleted: a new request re-friends.
         if (mine && theirs) throw new ParleyError(Errors.alreadyContacts);
         if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
-        const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now());
         const senderRecord = (await store.users.getUser(sender.userId))!;
-        await emit(
-          ctx,
-          event(sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(created) } }, [senderRecord]),
+        const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
+          event(sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
           event(
             sender.userId,
             [sender.userId],
-            { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(created.requestId), targetUserId: target.userId } },
+            { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(made.requestId), targetUserId: target.userId } },
             [target],
           ),
-        );
+        ]);
+        await deliver(ctx, sender.userId);
         return { requestId: BigInt(created.requestId) };
       }),
       listPendingRequests: rpcAction(ListPendingRequestsRequestSchema, ListPendingRequestsResponseSchema, async ({ request, caller }) => {
@@ -163,14 +148,13 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (agent.visibility === AgentVisibility.private && agent.creatorId !== owner.userId) throw new ParleyError(Errors.privateAgent);
         if (await social.isBlockedEitherWay(owner.userId, target.userId)) throw new ParleyError(Errors.blocked);
         if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
-        await connect(owner.userId, target.userId);
         // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
         const ownerRecord = (await store.users.getUser(owner.userId))!;
-        await emit(
-          ctx,
+        await social.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
           event(owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
           event(owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
-        );
+        ]);
+        await deliver(ctx, owner.userId);
         return {};
       }),
       listContacts: rpcAction(ListContactsRequestSchema, ListContactsResponseSchema, async ({ request, caller }) => {
@@ -193,7 +177,10 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       deleteContact: rpcAction(DeleteContactRequestSchema, DeleteContactResponseSchema, async ({ request, caller, ctx }) => {
         const owner = requireCaller(caller);
         const peer = await store.users.getUser(request.contactUserId);
-        if (!peer || !(await removeContactSide(ctx, owner.userId, peer))) throw new ParleyError(Errors.contactNotFound);
+        if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(owner.userId, peer)] : [])))) {
+          throw new ParleyError(Errors.contactNotFound);
+        }
+        await deliver(ctx, owner.userId);
         return {};
       }),
       updateContactAlias: rpcAction(UpdateContactAliasRequestSchema, UpdateContactAliasResponseSchema, async ({ request, caller, ctx }) => {
@@ -204,11 +191,11 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (alias !== null && peer.accountType === AccountType.agent) {
           throw new ParleyError(Errors.invalidArgument, { field: "alias" }, "agent contacts cannot have an alias");
         }
-        if (!(await social.setAlias(owner.userId, peer.userId, alias))) throw new ParleyError(Errors.contactNotFound);
-        await emit(
-          ctx,
-          event(owner.userId, [owner.userId], { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } }, [peer]),
-        );
+        const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
+        if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
+          throw new ParleyError(Errors.contactNotFound);
+        }
+        await deliver(ctx, owner.userId);
         return {};
       }),
       searchUsers: rpcAction(SearchUsersRequestSchema, SearchUsersResponseSchema, async ({ request, caller }) => {
@@ -231,17 +218,24 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       blockUser: rpcAction(BlockUserRequestSchema, BlockUserResponseSchema, async ({ request, caller, ctx }) => {
         const blocker = requireCaller(caller);
         const target = await requireTarget(blocker, request.targetUserId);
-        if (!(await social.block(blocker.userId, target.userId, clock.now()))) throw new ParleyError(Errors.alreadyBlocked);
-        await removeContactSide(ctx, blocker.userId, target);
-        await social.cancelPendingBetween(blocker.userId, target.userId);
-        await emit(ctx, event(blocker.userId, [blocker.userId], { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } }, [target]));
+        const blocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
+        // The blocker's contact side and the pending requests between them go in the same write.
+        const outcome = await social.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
+          done ? [...(contactRemoved ? [contactDeleted(blocker.userId, target)] : []), event(blocker.userId, [blocker.userId], blocked, [target])] : [],
+        );
+        if (!outcome.blocked) throw new ParleyError(Errors.alreadyBlocked);
+        await deliver(ctx, blocker.userId);
         return {};
       }),
       unblockUser: rpcAction(UnblockUserRequestSchema, UnblockUserResponseSchema, async ({ request, caller, ctx }) => {
         const blocker = requireCaller(caller);
         const target = await store.users.getUser(request.targetUserId);
-        if (!target || !(await social.unblock(blocker.userId, target.userId))) throw new ParleyError(Errors.notBlocked);
-        await emit(ctx, event(blocker.userId, [blocker.userId], { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } }, [target]));
+        if (!target) throw new ParleyError(Errors.notBlocked);
+        const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
+        if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
+          throw new ParleyError(Errors.notBlocked);
+        }
+        await deliver(ctx, blocker.userId);
         return {};
       }),
       listBlocked: rpcAction(ListBlockedRequestSchema, ListBlockedResponseSchema, async ({ caller }) => {

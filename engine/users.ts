@@ -50,18 +50,19 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         if (request.signature !== undefined && request.signature !== before.signature) change.signature = request.signature;
         if (request.avatarUrl !== undefined && request.avatarUrl !== before.avatarUrl) change.avatarUrl = request.avatarUrl;
         if (Object.keys(change).length === 0) return { profile: selfView(before) };
-        const after = await users.updateProfile(before.userId, change);
         const event: SnUpdate["update"] = {
           case: "userProfileUpdated",
           value: {
             $typeName: "api.v1.UserProfileUpdatedEvent",
-            userId: after.userId,
+            userId: before.userId,
             newNickname: change.nickname,
             newAvatarUrl: change.avatarUrl,
             newSignature: change.signature,
           },
         };
-        await deps.fanOuts.emit(ctx, accountScope(after.userId), [after.userId], event, [userInfoView(after)]);
+        const scope = accountScope(before.userId);
+        const after = await users.updateProfile(before.userId, change, (updated) => [deps.fanOuts.event(scope, [updated.userId], event, [userInfoView(updated)])]);
+        await deps.fanOuts.deliverRecorded(ctx, scope);
         return { profile: selfView(after) };
       }),
       setUsername: rpcAction(SetUsernameRequestSchema, SetUsernameResponseSchema, async ({ request, caller, ctx }) => {
@@ -69,18 +70,24 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         if (user.usernameCustom) throw new ParleyError(Errors.usernameAlreadySet);
         const problem = usernameProblem(request.username);
         if (problem) throw new ParleyError(Errors.invalidUsername, {}, problem);
-        const outcome = await users.setCustomUsername(user.userId, request.username);
+        const scope = accountScope(user.userId);
+        const renamed: UserRecord = { ...user, username: request.username, usernameCustom: true };
+        const outcome = await users.setCustomUsername(user.userId, request.username, (result) =>
+          result === "ok"
+            ? [
+                deps.fanOuts.event(
+                  scope,
+                  [user.userId],
+                  { case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: user.userId, newUsername: request.username } },
+                  [userInfoView(renamed)],
+                ),
+              ]
+            : [],
+        );
         if (outcome === "already-set") throw new ParleyError(Errors.usernameAlreadySet);
         if (outcome === "taken") throw new ParleyError(Errors.usernameTaken);
-        const after = await requireRecord(user.userId);
-        await deps.fanOuts.emit(
-          ctx,
-          accountScope(after.userId),
-          [after.userId],
-          { case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: after.userId, newUsername: after.username } },
-          [userInfoView(after)],
-        );
-        return { profile: selfView(after) };
+        await deps.fanOuts.deliverRecorded(ctx, scope);
+        return { profile: selfView(await requireRecord(user.userId)) };
       }),
       resolveUsername: rpcAction(ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, async ({ request, caller }) => {
         const resolver = requireCaller(caller);

@@ -154,6 +154,53 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
     });
 
+    describe("social writes that carry their consequences", () => {
+      it("accepting a request connects both users and their PRIVATE conversation; rejecting connects nothing", async () => {
+        const [a, b, c] = [await newUser("ra@x.io"), await newUser("rb@x.io"), await newUser("rc@x.io")];
+        const accepted = await store.social.createFriendRequest(a.userId, b.userId, "", 1);
+        expect(await store.social.resolveFriendRequest(accepted.requestId, 2, 2)).to.equal(true);
+        expect((await store.social.getContact(a.userId, b.userId))?.createdAt).to.equal(2);
+        expect((await store.social.getContact(b.userId, a.userId))?.createdAt).to.equal(2);
+        const conversationId = (BigInt(b.userId) << 32n) | BigInt(a.userId);
+        expect((await store.conversations.getConversation(conversationId))?.type).to.equal(1);
+        const rejected = await store.social.createFriendRequest(c.userId, a.userId, "", 3);
+        expect(await store.social.resolveFriendRequest(rejected.requestId, 3, 4)).to.equal(true);
+        expect(await store.social.getContact(a.userId, c.userId)).to.equal(undefined);
+        expect((await store.social.getFriendRequest(rejected.requestId))?.status).to.equal(3);
+      });
+
+      it("connects both sides once, keeping sides that exist", async () => {
+        const conversationId = (9n << 32n) | 8n;
+        await store.social.connect(8, 9, conversationId, 10);
+        await store.social.removeContact(8, 9);
+        await store.social.connect(8, 9, conversationId, 20);
+        expect((await store.social.getContact(8, 9))?.createdAt).to.equal(20);
+        expect((await store.social.getContact(9, 8))?.createdAt).to.equal(10);
+        expect((await store.conversations.getConversation(conversationId))?.createdAt).to.equal(10);
+      });
+
+      it("a block removes the blocker's contact side and the pending requests between them, once", async () => {
+        const conversationId = (9n << 32n) | 8n;
+        await store.social.connect(8, 9, conversationId, 10);
+        const pending = await store.social.createFriendRequest(9, 8, "", 11);
+        expect(await store.social.block(8, 9, 12)).to.deep.equal({ blocked: true, contactRemoved: true });
+        expect(await store.social.getContact(8, 9)).to.equal(undefined);
+        expect((await store.social.getContact(9, 8))?.contactId).to.equal(8);
+        expect(await store.social.getFriendRequest(pending.requestId)).to.equal(undefined);
+        expect(await store.social.block(8, 9, 13)).to.deep.equal({ blocked: false, contactRemoved: false });
+        expect(await store.social.block(9, 8, 14)).to.deep.equal({ blocked: true, contactRemoved: true });
+      });
+
+      it("clearing history and deleting with clearing move the read position to what was cleared, never back", async () => {
+        const conversationId = (9n << 32n) | 8n;
+        await store.conversations.clearHistory(8, conversationId, 4n);
+        expect(await store.conversations.getUserState(8, conversationId)).to.deep.include({ clearedUpTo: 4n, lastReadMessageId: 4n });
+        await store.conversations.advanceRead(8, conversationId, 7n);
+        await store.conversations.markDeleted(8, conversationId, 6n);
+        expect(await store.conversations.getUserState(8, conversationId)).to.deep.include({ clearedUpTo: 6n, lastReadMessageId: 7n, isDeleted: true });
+      });
+    });
+
     describe("conversation state", () => {
       it("answers which of the users muted a conversation, without creating state", async () => {
         const conversationId = (2n ** 40n) | 3n;
@@ -264,6 +311,54 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect((await store.messages.insertMessage({ ...message, clientMessageId: 2n }, { fanOut: fanOut(String(conversationId), 1001) })).outcome).to.equal("conflict");
         const { fanOutId: updatedId } = await store.messages.updateMessage(conversationId, 1n, { body: new Uint8Array([2]), updatedAt: 1100, edited: true }, { fanOut: fanOut(String(conversationId), 1100) });
         expect((await store.fanOuts.pending(10)).map((f) => f.fanOutId)).to.deep.equal([insertedId, updatedId]);
+      });
+
+      it("records a change's events with the change, given what it answers; a change that did nothing records what its events say", async () => {
+        const a = await newUser("ea@x.io");
+        const b = await newUser("eb@x.io");
+        const recorded = async () => (await store.fanOuts.pending(100)).map((f) => f.scope);
+        const tagged = (tag: string) => () => [fanOut(tag, 1)];
+        await store.users.updateProfile(a.userId, { nickname: "N" }, (user) => [fanOut(`profile:${user.nickname}`, 1)]);
+        expect(await store.users.setCustomUsername(a.userId, "taken_name", tagged("username"))).to.equal("ok");
+        expect(await store.users.setCustomUsername(b.userId, "taken_name", (outcome) => (outcome === "ok" ? [fanOut("never", 1)] : []))).to.equal("taken");
+        const request = await store.social.createFriendRequest(a.userId, b.userId, "hi", 5, (made) => [fanOut(`request:${made.requestId}`, 1)]);
+        expect(await store.social.resolveFriendRequest(request.requestId, 2, 6, tagged("accepted"))).to.equal(true);
+        expect(await store.social.resolveFriendRequest(request.requestId, 2, 7, (done) => (done ? [fanOut("never", 1)] : []))).to.equal(false);
+        expect(await store.social.setAlias(a.userId, b.userId, "B", tagged("alias"))).to.equal(true);
+        expect(await store.social.removeContact(a.userId, b.userId, (existed) => [fanOut(`removed:${existed}`, 1)])).to.equal(true);
+        const conversationId = (BigInt(b.userId) << 32n) | BigInt(a.userId);
+        await store.conversations.setMuted(a.userId, conversationId, true, tagged("muted"));
+        expect(await store.conversations.advanceRead(a.userId, conversationId, 3n, (position) => [fanOut(`read:${position}`, 1)])).to.equal(3n);
+        await store.conversations.clearHistory(a.userId, conversationId, 2n, tagged("cleared"));
+        await store.conversations.markDeleted(a.userId, conversationId, 0n, tagged("deleted"));
+        expect(await store.messages.deleteFor(a.userId, conversationId, [9n], 0n, (ids) => [fanOut(`deleted:${ids.length}`, 1)])).to.deep.equal([]);
+        expect(await store.social.unblock(a.userId, b.userId, (done) => [fanOut(`unblocked:${done}`, 1)])).to.equal(false);
+        expect(await recorded()).to.deep.equal([
+          "profile:N",
+          "username",
+          `request:${request.requestId}`,
+          "accepted",
+          "alias",
+          "removed:true",
+          "muted",
+          "read:3",
+          "cleared",
+          "deleted",
+          "deleted:0",
+          "unblocked:false",
+        ]);
+      });
+
+      it("writes nothing of a change whose events cannot be recorded", async () => {
+        const a = await newUser("fa@x.io");
+        const failing = () => {
+          throw new Error("events failed");
+        };
+        let failed = false;
+        await store.users.updateProfile(a.userId, { nickname: "Changed" }, failing).catch(() => (failed = true));
+        expect(failed).to.equal(true);
+        expect((await store.users.getUser(a.userId))?.nickname).to.equal("n");
+        expect(await store.fanOuts.pending(10)).to.deep.equal([]);
       });
 
       it("keeps recorded fan-outs across close and reopen", async function () {

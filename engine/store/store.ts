@@ -78,13 +78,13 @@ export interface UserStore {
   findByPhone(phone: string): Promise<UserRecord | undefined>;
   /** The account with this username (exact, lowercase), or undefined. */
   findByUsername(username: string): Promise<UserRecord | undefined>;
-  /** Applies the given profile fields; absent fields keep their values. Returns the new record. */
-  updateProfile(userId: number, change: ProfileChange): Promise<UserRecord>;
+  /** Applies the given profile fields (absent fields keep their values) with its events. Returns the new record. */
+  updateProfile(userId: number, change: ProfileChange, events?: EventsOf<UserRecord>): Promise<UserRecord>;
   /**
-   * Sets a custom username only if none was chosen before and the name is free.
+   * Sets a custom username only if none was chosen before and the name is free, with its events.
    * Answers "taken" when another account holds it, "already-set" when this one chose one already.
    */
-  setCustomUsername(userId: number, username: string): Promise<"ok" | "taken" | "already-set">;
+  setCustomUsername(userId: number, username: string, events?: EventsOf<"ok" | "taken" | "already-set">): Promise<"ok" | "taken" | "already-set">;
   /** Replaces the password hash. */
   setPasswordHash(userId: number, passwordHash: string): Promise<void>;
 }
@@ -163,6 +163,12 @@ export interface FanOutRecord {
 }
 
 export type NewFanOut = Omit<FanOutRecord, "fanOutId">;
+
+/**
+ * The events of a change, recorded as fan-outs in the change's own transaction; given what the
+ * change answers, so a change that did nothing can record nothing. Writes that take it say so.
+ */
+export type EventsOf<Result> = (result: Result) => readonly NewFanOut[];
 
 export interface FanOutStore {
   /** Records fan-outs of a change made by other writes, in order; answers their ids. */
@@ -307,39 +313,52 @@ export interface BlockRecord {
   blockedAt: number;
 }
 
+export interface BlockOutcome {
+  blocked: boolean;
+  contactRemoved: boolean;
+}
+
 export interface SocialStore {
-  /** Creates a PENDING request and answers it with its id (increasing). */
-  createFriendRequest(fromUserId: number, toUserId: number, message: string, createdAt: number): Promise<FriendRequestRecord>;
+  /** Creates a PENDING request, with its events, and answers it with its id (increasing). */
+  createFriendRequest(fromUserId: number, toUserId: number, message: string, createdAt: number, events?: EventsOf<FriendRequestRecord>): Promise<FriendRequestRecord>;
   /** The request with this id, or undefined. */
   getFriendRequest(requestId: number): Promise<FriendRequestRecord | undefined>;
   /** A PENDING request between the two users in either direction, or undefined. */
   findPendingBetween(a: number, b: number): Promise<FriendRequestRecord | undefined>;
-  /** Moves a PENDING request to `status`; answers false when it was not PENDING any more. */
-  resolveFriendRequest(requestId: number, status: FriendRequestStatusValue, handledAt: number): Promise<boolean>;
-  /** Deletes every PENDING request between the two users (either direction); answers their ids. */
-  cancelPendingBetween(a: number, b: number): Promise<number[]>;
+  /**
+   * Moves a PENDING request to `status`, with its events; answers false (changing nothing) when it
+   * was not PENDING any more. Accepting also connects the two users (see `connect`).
+   */
+  resolveFriendRequest(requestId: number, status: FriendRequestStatusValue, handledAt: number, events?: EventsOf<boolean>): Promise<boolean>;
+  /**
+   * Makes `a` and `b` contacts on both sides and ensures their PRIVATE conversation (with both
+   * participants' state), with its events; sides that exist are kept.
+   */
+  connect(a: number, b: number, conversationId: bigint, at: number, events?: EventsOf<void>): Promise<void>;
   /** PENDING requests addressed to the user created before `beforeTime`, newest first. */
   listPendingRequests(toUserId: number, beforeTime: number, limit: number): Promise<FriendRequestRecord[]>;
 
-  /** Adds `contactId` to `ownerId`'s contacts; answers false when it was already there. */
-  addContact(ownerId: number, contactId: number, createdAt: number): Promise<boolean>;
-  /** Removes one side of a contact relationship; answers whether it existed. */
-  removeContact(ownerId: number, contactId: number): Promise<boolean>;
+  /** Removes one side of a contact relationship, with its events; answers whether it existed. */
+  removeContact(ownerId: number, contactId: number, events?: EventsOf<boolean>): Promise<boolean>;
   /** `ownerId`'s record of `contactId`, or undefined. */
   getContact(ownerId: number, contactId: number): Promise<ContactRecord | undefined>;
   /** Contacts with id > afterId in ascending id order, at most `limit`. */
   listContacts(ownerId: number, afterId: number, limit: number): Promise<ContactRecord[]>;
   /** How many contacts the owner has. */
   countContacts(ownerId: number): Promise<number>;
-  /** Sets (or with null clears) the alias; answers false when not a contact. */
-  setAlias(ownerId: number, contactId: number, alias: string | null): Promise<boolean>;
+  /** Sets (or with null clears) the alias, with its events; answers false when not a contact. */
+  setAlias(ownerId: number, contactId: number, alias: string | null, events?: EventsOf<boolean>): Promise<boolean>;
   /** The owners who have `contactId` among their contacts. */
   listContactOwners(contactId: number): Promise<number[]>;
 
-  /** Records a block; answers false when it already existed. */
-  block(blockerId: number, blockedId: number, blockedAt: number): Promise<boolean>;
-  /** Removes a block; answers whether it existed. */
-  unblock(blockerId: number, blockedId: number): Promise<boolean>;
+  /**
+   * Records a block, with its events: the blocker's contact side of the blocked user and every
+   * PENDING request between them go with it. Answers whether the block is new (false changes
+   * nothing) and whether a contact side was removed.
+   */
+  block(blockerId: number, blockedId: number, blockedAt: number, events?: EventsOf<BlockOutcome>): Promise<BlockOutcome>;
+  /** Removes a block, with its events; answers whether it existed. */
+  unblock(blockerId: number, blockedId: number, events?: EventsOf<boolean>): Promise<boolean>;
   /** Whether either user blocked the other. */
   isBlockedEitherWay(a: number, b: number): Promise<boolean>;
   /** The ids among `userIds` that `userId` blocked or that blocked `userId`. */
@@ -375,16 +394,16 @@ export interface GroupStore {
   getGroup(groupId: number): Promise<GroupRecord | undefined>;
   /** Replaces the given descriptive fields. */
   updateGroup(groupId: number, change: Partial<Pick<GroupRecord, "name" | "avatarUrl" | "description">>): Promise<GroupRecord>;
-  /** Marks the group DISSOLVED and removes every member; answers the removed member ids. */
-  dissolveGroup(groupId: number): Promise<number[]>;
+  /** Marks the group DISSOLVED and removes every member, with its events; answers the removed member ids. */
+  dissolveGroup(groupId: number, events?: EventsOf<number[]>): Promise<number[]>;
   /** The group's members, by join time then id. */
   listMembers(groupId: number): Promise<MemberRecord[]>;
   /** The member record, or undefined. */
   getMember(groupId: number, userId: number): Promise<MemberRecord | undefined>;
   /** Adds members not already present; answers the ids actually added. */
   addMembers(groupId: number, members: readonly Omit<MemberRecord, "groupId">[]): Promise<number[]>;
-  /** Removes a member; answers whether they were one. */
-  removeMember(groupId: number, userId: number): Promise<boolean>;
+  /** Removes a member, with its events; answers whether they were one. */
+  removeMember(groupId: number, userId: number, events?: EventsOf<boolean>): Promise<boolean>;
   /** The NORMAL groups the user belongs to with id > afterId, ascending, at most `limit`. */
   listGroupsOf(userId: number, afterId: number, limit: number): Promise<GroupRecord[]>;
   /** The groups the user belongs to (any status). */
@@ -422,14 +441,20 @@ export interface ConversationStore {
   getUserState(userId: number, conversationId: bigint): Promise<UserConversationRecord>;
   /** Those of the users who muted the conversation, in one read (creates no state). */
   mutedAmong(conversationId: bigint, userIds: readonly number[]): Promise<number[]>;
-  /** Sets the mute flag. */
-  setMuted(userId: number, conversationId: bigint, muted: boolean): Promise<void>;
-  /** Hides the conversation for the user; with clearUpTo > 0 also deletes history up to it. */
-  markDeleted(userId: number, conversationId: bigint, clearUpTo: bigint): Promise<void>;
-  /** Moves the read position forward only; answers the position after the call. */
-  advanceRead(userId: number, conversationId: bigint, upTo: bigint): Promise<bigint>;
-  /** Deletes history up to the id (never moves back) for the user. */
-  clearHistory(userId: number, conversationId: bigint, upTo: bigint): Promise<void>;
+  /** Sets the mute flag, with its events. */
+  setMuted(userId: number, conversationId: bigint, muted: boolean, events?: EventsOf<void>): Promise<void>;
+  /**
+   * Hides the conversation for the user, with its events; with clearUpTo > 0 also deletes history
+   * up to it, and what is deleted is read (the read position moves to it, never back).
+   */
+  markDeleted(userId: number, conversationId: bigint, clearUpTo: bigint, events?: EventsOf<void>): Promise<void>;
+  /** Moves the read position forward only, with its events; answers the position after the call. */
+  advanceRead(userId: number, conversationId: bigint, upTo: bigint, events?: EventsOf<bigint>): Promise<bigint>;
+  /**
+   * Deletes history up to the id (never moves back) for the user, with its events; what is
+   * deleted is read (the read position moves to it, never back).
+   */
+  clearHistory(userId: number, conversationId: bigint, upTo: bigint, events?: EventsOf<void>): Promise<void>;
   /**
    * Records a new last message and lists the conversation again for every participant who had
    * deleted it (there is no explicit restore).
@@ -501,8 +526,8 @@ export interface MessageStore {
   listVisible(userId: number, conversationId: bigint, direction: "before" | "after", cursor: bigint, clearedUpTo: bigint, limit: number): Promise<MessageRecord[]>;
   /** Whether the user deleted this message (DeleteMessages). */
   isDeletedFor(userId: number, conversationId: bigint, messageId: bigint): Promise<boolean>;
-  /** Deletes the existing, not yet deleted messages for the user; answers the ids it deleted, each once. */
-  deleteFor(userId: number, conversationId: bigint, messageIds: readonly bigint[], clearedUpTo: bigint): Promise<bigint[]>;
+  /** Deletes the existing, not yet deleted messages for the user, with its events; answers the ids it deleted, each once. */
+  deleteFor(userId: number, conversationId: bigint, messageIds: readonly bigint[], clearedUpTo: bigint, events?: EventsOf<bigint[]>): Promise<bigint[]>;
 }
 
 export interface MediaFileRecord {

@@ -2,6 +2,7 @@
 // statement here reads integers as bigint (safeIntegers) and converts the small ones back.
 import type Database from "better-sqlite3";
 import type { ConversationKindValue, ConversationRecord, ConversationStore, UserConversationRecord } from "../store.js";
+import type { Recorder } from "./fan-outs.js";
 
 interface ConversationRow {
   conversation_id: bigint;
@@ -56,7 +57,7 @@ export function lastMessageWriter(db: Database.Database) {
 
 export type LastMessageWriter = ReturnType<typeof lastMessageWriter>;
 
-export function conversationStore(db: Database.Database, record: LastMessageWriter): ConversationStore {
+export function conversationStore(db: Database.Database, recordLastMessage: LastMessageWriter, record: Recorder): ConversationStore {
   const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
   const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
   const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
@@ -107,25 +108,35 @@ export function conversationStore(db: Database.Database, record: LastMessageWrit
       if (userIds.length === 0) return [];
       return mutedAmong.all(conversationId, JSON.stringify(userIds)).map((row) => Number(row.user_id));
     },
-    async setMuted(userId, conversationId, muted) {
-      insertState.run(userId, conversationId);
-      setMuted.run(muted ? 1 : 0, userId, conversationId);
+    async setMuted(userId, conversationId, muted, events) {
+      record(() => {
+        insertState.run(userId, conversationId);
+        setMuted.run(muted ? 1 : 0, userId, conversationId);
+      }, events);
     },
-    async markDeleted(userId, conversationId, clearUpTo) {
-      insertState.run(userId, conversationId);
-      markDeleted.run(clearUpTo, userId, conversationId);
+    async markDeleted(userId, conversationId, clearUpTo, events) {
+      record(() => {
+        insertState.run(userId, conversationId);
+        markDeleted.run(clearUpTo, userId, conversationId);
+        advanceRead.run(clearUpTo, userId, conversationId);
+      }, events);
     },
-    async advanceRead(userId, conversationId, upTo) {
-      insertState.run(userId, conversationId);
-      advanceRead.run(upTo, userId, conversationId);
-      return getState(userId, conversationId).lastReadMessageId;
+    async advanceRead(userId, conversationId, upTo, events) {
+      return record(() => {
+        insertState.run(userId, conversationId);
+        advanceRead.run(upTo, userId, conversationId);
+        return getState(userId, conversationId).lastReadMessageId;
+      }, events);
     },
-    async clearHistory(userId, conversationId, upTo) {
-      insertState.run(userId, conversationId);
-      clear.run(upTo, userId, conversationId);
+    async clearHistory(userId, conversationId, upTo, events) {
+      record(() => {
+        insertState.run(userId, conversationId);
+        clear.run(upTo, userId, conversationId);
+        advanceRead.run(upTo, userId, conversationId);
+      }, events);
     },
     async recordMessage(conversationId, messageId, at, participants) {
-      record(conversationId, messageId, at, participants);
+      recordLastMessage(conversationId, messageId, at, participants);
     },
     async listForUser(userId, beforeTime, limit) {
       return list.all(userId, beforeTime, limit).map((row) => ({

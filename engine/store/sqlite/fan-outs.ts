@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { FanOutRecord, FanOutStore, NewFanOut } from "../store.js";
+import type { EventsOf, FanOutRecord, FanOutStore, NewFanOut } from "../store.js";
 
 interface FanOutRow {
   fan_out_id: bigint;
@@ -27,6 +27,18 @@ export function fanOutWriter(db: Database.Database) {
 }
 
 export type FanOutWriter = ReturnType<typeof fanOutWriter>;
+
+/** Runs a synchronous change and records the events it answers for in one transaction. */
+export type Recorder = <Result>(change: () => Result, events: EventsOf<Result> | undefined) => Result;
+
+export function recorder(db: Database.Database, write: FanOutWriter): Recorder {
+  const run = db.transaction((change: () => unknown, events: EventsOf<unknown> | undefined) => {
+    const result = change();
+    for (const fanOut of events?.(result) ?? []) write(fanOut);
+    return result;
+  });
+  return <Result>(change: () => Result, events: EventsOf<Result> | undefined) => run(change, events as EventsOf<unknown> | undefined) as Result;
+}
 
 export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutStore {
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);

@@ -1,5 +1,6 @@
 import type Database from "better-sqlite3";
 import { GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+import type { Recorder } from "./fan-outs.js";
 
 interface GroupRow {
   group_id: number;
@@ -29,7 +30,7 @@ const toGroup = (row: GroupRow): GroupRecord => ({
 });
 const toMember = (row: MemberRow): MemberRecord => ({ groupId: row.group_id, userId: row.user_id, role: row.role, joinedAt: row.joined_at });
 
-export function groupStore(db: Database.Database): GroupStore {
+export function groupStore(db: Database.Database, record: Recorder): GroupStore {
   const insertGroup = db.prepare("INSERT INTO groups (name, avatar_url, description, owner_id, status, created_at) VALUES (?, ?, ?, ?, ?, ?)");
   const insertMember = db.prepare("INSERT OR IGNORE INTO group_members (group_id, user_id, role, joined_at) VALUES (?, ?, ?, ?)");
   const byId = db.prepare<[number], GroupRow>("SELECT * FROM groups WHERE group_id = ?");
@@ -75,8 +76,8 @@ export function groupStore(db: Database.Database): GroupStore {
       update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
       return toGroup(byId.get(groupId)!);
     },
-    async dissolveGroup(groupId) {
-      return dissolve(groupId);
+    async dissolveGroup(groupId, events) {
+      return record(() => dissolve(groupId), events);
     },
     async listMembers(groupId) {
       return members.all(groupId).map(toMember);
@@ -88,8 +89,8 @@ export function groupStore(db: Database.Database): GroupStore {
     async addMembers(groupId, added) {
       return add(groupId, added);
     },
-    async removeMember(groupId, userId) {
-      return deleteMember.run(groupId, userId).changes === 1;
+    async removeMember(groupId, userId, events) {
+      return record(() => deleteMember.run(groupId, userId).changes === 1, events);
     },
     async listGroupsOf(userId, afterId, limit) {
       return groupsOf.all(userId, GroupStatus.normal, afterId, limit).map(toGroup);

@@ -1,7 +1,7 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
-import type { FanOutWriter } from "./fan-outs.js";
+import type { FanOutWriter, Recorder } from "./fan-outs.js";
 
 interface MessageRow {
   conversation_id: bigint;
@@ -33,7 +33,7 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, writeFanOut: FanOutWriter): MessageStore {
+export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, writeFanOut: FanOutWriter, record: Recorder): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -153,8 +153,8 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
     async isDeletedFor(userId, conversationId, messageId) {
       return deletion.get(userId, conversationId, messageId)!.n > 0n;
     },
-    async deleteFor(userId, conversationId, messageIds, clearedUpTo) {
-      return deleteMany(userId, conversationId, messageIds, clearedUpTo);
+    async deleteFor(userId, conversationId, messageIds, clearedUpTo, events) {
+      return record(() => deleteMany(userId, conversationId, messageIds, clearedUpTo), events);
     },
   };
 }

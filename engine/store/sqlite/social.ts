@@ -1,6 +1,8 @@
 import type Database from "better-sqlite3";
 import type { BlockRecord, ContactRecord, FriendRequestRecord, FriendRequestStatusValue, SocialStore } from "../store.js";
-import { FriendRequestStatus } from "../store.js";
+import { ConversationKind, FriendRequestStatus } from "../store.js";
+import { privateConversationId } from "../../../shared/ids.js";
+import type { Recorder } from "./fan-outs.js";
 
 interface RequestRow {
   request_id: number;
@@ -29,7 +31,7 @@ const toRequest = (row: RequestRow): FriendRequestRecord => ({
 
 const toContact = (row: ContactRow): ContactRecord => ({ ownerId: row.owner_id, contactId: row.contact_id, alias: row.alias, createdAt: row.created_at });
 
-export function socialStore(db: Database.Database): SocialStore {
+export function socialStore(db: Database.Database, record: Recorder): SocialStore {
   const insertRequest = db.prepare("INSERT INTO friend_requests (from_user_id, to_user_id, message, status, created_at) VALUES (?, ?, ?, ?, ?)");
   const requestById = db.prepare<[number], RequestRow>("SELECT * FROM friend_requests WHERE request_id = ?");
   const pendingBetween = db.prepare<[number, number, number, number, number], RequestRow>(
@@ -66,11 +68,22 @@ export function socialStore(db: Database.Database): SocialStore {
     for (const id of ids) deleteRequest.run(id);
     return ids;
   });
+  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
+  const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
+  const connect = (a: number, b: number, conversationId: bigint, at: number) => {
+    insertContact.run(a, b, at);
+    insertContact.run(b, a, at);
+    insertConversation.run(conversationId, ConversationKind.private, at, at);
+    insertState.run(a, conversationId);
+    insertState.run(b, conversationId);
+  };
 
   return {
-    async createFriendRequest(fromUserId, toUserId, message, createdAt) {
-      const { lastInsertRowid } = insertRequest.run(fromUserId, toUserId, message, FriendRequestStatus.pending, createdAt);
-      return toRequest(requestById.get(Number(lastInsertRowid))!);
+    async createFriendRequest(fromUserId, toUserId, message, createdAt, events) {
+      return record(() => {
+        const { lastInsertRowid } = insertRequest.run(fromUserId, toUserId, message, FriendRequestStatus.pending, createdAt);
+        return toRequest(requestById.get(Number(lastInsertRowid))!);
+      }, events);
     },
     async getFriendRequest(requestId) {
       const row = requestById.get(requestId);
@@ -80,20 +93,25 @@ export function socialStore(db: Database.Database): SocialStore {
       const row = pendingBetween.get(FriendRequestStatus.pending, a, b, b, a);
       return row && toRequest(row);
     },
-    async resolveFriendRequest(requestId, status, handledAt) {
-      return resolve.run(status, handledAt, requestId, FriendRequestStatus.pending).changes === 1;
+    async resolveFriendRequest(requestId, status, handledAt, events) {
+      return record(() => {
+        if (resolve.run(status, handledAt, requestId, FriendRequestStatus.pending).changes !== 1) return false;
+        if (status === FriendRequestStatus.accepted) {
+          const request = requestById.get(requestId)!;
+          const [a, b] = [request.from_user_id, request.to_user_id];
+          connect(a, b, privateConversationId(a, b), handledAt);
+        }
+        return true;
+      }, events);
     },
-    async cancelPendingBetween(a, b) {
-      return cancel(a, b);
+    async connect(a, b, conversationId, at, events) {
+      record(() => connect(a, b, conversationId, at), events);
     },
     async listPendingRequests(toUserId, beforeTime, limit) {
       return listPending.all(toUserId, FriendRequestStatus.pending, beforeTime, limit).map(toRequest);
     },
-    async addContact(ownerId, contactId, createdAt) {
-      return insertContact.run(ownerId, contactId, createdAt).changes === 1;
-    },
-    async removeContact(ownerId, contactId) {
-      return deleteContact.run(ownerId, contactId).changes === 1;
+    async removeContact(ownerId, contactId, events) {
+      return record(() => deleteContact.run(ownerId, contactId).changes === 1, events);
     },
     async getContact(ownerId, contactId) {
       const row = contact.get(ownerId, contactId);
@@ -105,17 +123,22 @@ export function socialStore(db: Database.Database): SocialStore {
     async countContacts(ownerId) {
       return countContacts.get(ownerId)?.n ?? 0;
     },
-    async setAlias(ownerId, contactId, alias) {
-      return setAlias.run(alias, ownerId, contactId).changes === 1;
+    async setAlias(ownerId, contactId, alias, events) {
+      return record(() => setAlias.run(alias, ownerId, contactId).changes === 1, events);
     },
     async listContactOwners(contactId) {
       return owners.all(contactId).map((row) => row.owner_id);
     },
-    async block(blockerId, blockedId, blockedAt) {
-      return insertBlock.run(blockerId, blockedId, blockedAt).changes === 1;
+    async block(blockerId, blockedId, blockedAt, events) {
+      return record(() => {
+        if (insertBlock.run(blockerId, blockedId, blockedAt).changes !== 1) return { blocked: false, contactRemoved: false };
+        const contactRemoved = deleteContact.run(blockerId, blockedId).changes === 1;
+        cancel(blockerId, blockedId);
+        return { blocked: true, contactRemoved };
+      }, events);
     },
-    async unblock(blockerId, blockedId) {
-      return deleteBlock.run(blockerId, blockedId).changes === 1;
+    async unblock(blockerId, blockedId, events) {
+      return record(() => deleteBlock.run(blockerId, blockedId).changes === 1, events);
     },
     async isBlockedEitherWay(a, b) {
       return (blockedEither.get(a, b, b, a)?.n ?? 0) > 0;

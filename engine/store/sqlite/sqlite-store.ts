@@ -25,7 +25,7 @@ import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
-import { fanOutStore, fanOutWriter } from "./fan-outs.js";
+import { fanOutStore, fanOutWriter, recorder, type Recorder } from "./fan-outs.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -114,7 +114,7 @@ function isConstraintError(err: unknown, code: string): boolean {
   return typeof err === "object" && err !== null && (err as { code?: string }).code === code;
 }
 
-function userStore(db: Database.Database): UserStore {
+function userStore(db: Database.Database, record: Recorder): UserStore {
   const insert = db.prepare(
     "INSERT INTO users (account_type, username, phone, email, nickname, created_at) VALUES (?, ?, ?, ?, ?, ?)",
   );
@@ -178,16 +178,18 @@ function userStore(db: Database.Database): UserStore {
       const row = byUsername.get(username);
       return row && toUser(row);
     },
-    async updateProfile(userId, change: ProfileChange) {
-      // COALESCE keeps a column whose new value is absent (NULL), so one statement serves every change.
-      updateProfile.run(change.nickname ?? null, change.avatarUrl ?? null, change.signature ?? null, userId);
-      const row = byId.get(userId);
-      if (!row) throw new Error(`user ${userId} does not exist`);
-      return toUser(row);
+    async updateProfile(userId, change: ProfileChange, events) {
+      return record(() => {
+        // COALESCE keeps a column whose new value is absent (NULL), so one statement serves every change.
+        updateProfile.run(change.nickname ?? null, change.avatarUrl ?? null, change.signature ?? null, userId);
+        const row = byId.get(userId);
+        if (!row) throw new Error(`user ${userId} does not exist`);
+        return toUser(row);
+      }, events);
     },
-    async setCustomUsername(userId, username) {
+    async setCustomUsername(userId, username, events) {
       try {
-        return changeUsername(userId, username);
+        return record(() => changeUsername(userId, username), events);
       } catch (err) {
         // Two accounts racing for one name: the UNIQUE index decides.
         if (isConstraintError(err, "SQLITE_CONSTRAINT_UNIQUE")) return "taken";
@@ -358,19 +360,20 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     db.close();
     throw err;
   }
-  const users = userStore(db);
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   const agentDelivery = agentDeliveryWriters(db);
   const recordAsLast = lastMessageWriter(db);
   const writeFanOut = fanOutWriter(db);
+  const record = recorder(db, writeFanOut);
+  const users = userStore(db, record);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
-    social: socialStore(db),
-    groups: groupStore(db),
+    social: socialStore(db, record),
+    groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
-    conversations: conversationStore(db, recordAsLast),
-    messages: messageStore(db, recordAsLast, writeFanOut),
+    conversations: conversationStore(db, recordAsLast, record),
+    messages: messageStore(db, recordAsLast, writeFanOut, record),
     fanOuts: fanOutStore(db, writeFanOut),
     media: mediaStore(db),
     sessions: sessionStore(db),
