@@ -19,6 +19,8 @@ export interface ParleyConfig {
   webhookConcurrency: number;
   /** Proxies (addresses or CIDR blocks) whose X-Forwarded-For is believed; empty trusts none. */
   trustedProxies: string[];
+  /** On SIGTERM/SIGINT, how long requests already in flight may take to finish before they are cut. */
+  drainTimeoutMs: number;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
 }
@@ -58,6 +60,13 @@ function parseWebhookConcurrency(raw: string | undefined): number {
   return value;
 }
 
+function parseDrainTimeout(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 10_000;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 600_000) throw new Error(`DRAIN_TIMEOUT_MS must be 0..600000; got ${raw}`);
+  return value;
+}
+
 /** Reads the configuration from environment variables (see the README's configuration table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
@@ -72,6 +81,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
     webhookConcurrency: parseWebhookConcurrency(env.WEBHOOK_CONCURRENCY),
     trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),
+    drainTimeoutMs: parseDrainTimeout(env.DRAIN_TIMEOUT_MS),
     logLevel,
   };
 }

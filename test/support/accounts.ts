@@ -27,7 +27,7 @@ export function device(deviceId: string = randomUUID(), overrides: Partial<Devic
 
 /** Signs in with a verification code (creating the account when the email is new). */
 export async function signInWithCode(
-  server: TestServer,
+  server: Pick<TestServer, "url" | "codesFile">,
   mode: WireMode = "json",
   email: string = freshEmail(),
   deviceId: string = randomUUID(),

@@ -78,7 +78,7 @@ export interface DeliveredCode {
 }
 
 /** The most recent code delivered to this identity for this purpose. */
-export function lastCode(server: TestServer, identityValue: string, purpose: "login" | "reset" = "login"): string {
+export function lastCode(server: Pick<TestServer, "codesFile">, identityValue: string, purpose: "login" | "reset" = "login"): string {
   if (!existsSync(server.codesFile)) throw new Error("no code was delivered");
   const lines = readFileSync(server.codesFile, "utf8").trim().split("\n").map((line) => JSON.parse(line) as DeliveredCode);
   const found = lines.filter((l) => l.identityValue === identityValue && l.purpose === purpose).pop();
@@ -93,7 +93,7 @@ export function freshEmail(label = "user"): string {
   return `${label}.${process.pid}.${Date.now()}.${identityCounter}@example.com`;
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const probe = createServer();
   await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
   const { port } = probe.address() as { port: number };
