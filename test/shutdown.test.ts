@@ -18,6 +18,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { expect } from "chai";
 import { Errors } from "../shared/errors.js";
+import { loadConfig } from "../shared/config.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
@@ -163,17 +164,18 @@ function heldRpc(port: number, method: string, body: unknown, token: string) {
 }
 
 /**
- * GET /healthz whose request line and headers arrive in two parts, over a raw socket: the server
- * has begun reading it before the signal and decides its answer only when the rest arrives.
+ * A GET whose request line and headers arrive in two parts, over a raw socket: the server has
+ * begun reading it before the signal and decides its answer only when the rest arrives.
  */
-async function heldHealthCheck(port: number) {
+async function heldGet(port: number, path: string, headers: Record<string, string> = {}) {
   const socket: Socket = connect(port, "127.0.0.1");
   await once(socket, "connect");
   let received = "";
   socket.setEncoding("utf8");
   socket.on("data", (chunk: string) => (received += chunk));
   const closed = once(socket, "close").then(() => received);
-  await new Promise<void>((resolve, reject) => socket.write("GET /healthz HTTP/1.1\r\nHost: parley\r\n", (err) => (err ? reject(err) : resolve())));
+  const head = [`GET ${path} HTTP/1.1`, "Host: parley", ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`)].join("\r\n") + "\r\n";
+  await new Promise<void>((resolve, reject) => socket.write(head, (err) => (err ? reject(err) : resolve())));
   return {
     finish: () => socket.write("\r\n"),
     /** The raw answer, once the server has closed the connection. */
@@ -253,7 +255,7 @@ describe("graceful shutdown of npm start", function () {
     }
     for (let i = 0; i < 4; i++) load.push(rpc(agent, server.port, "MediaService/UploadFile", uploadBody(1_500_000, `load-${i}.bin`), users[i].accessToken));
     const heldUpload = heldRpc(server.port, "MediaService/UploadFile", uploadBody(200_000, "held.bin"), users[2].accessToken);
-    const heldHealth = await heldHealthCheck(server.port);
+    const heldHealth = await heldGet(server.port, "/healthz");
     await Promise.all([...load.map((call) => call.written), heldUpload.written]);
     await barrier(server.port);
 
@@ -377,6 +379,37 @@ describe("Parley.stop drain window", () => {
       expect(profile?.nickname).to.equal("finished in time");
     } finally {
       await restarted.dispose();
+    }
+  });
+
+  it("answers a WebSocket upgrade begun before the stop and completed during the drain with 503", async () => {
+    const server = await startTestServer({ env: { DRAIN_TIMEOUT_MS: "60000" } });
+    const upgrade = await heldGet(server.port, "/ws", {
+      Upgrade: "websocket",
+      Connection: "Upgrade",
+      "Sec-WebSocket-Key": randomBytes(16).toString("base64"),
+      "Sec-WebSocket-Version": "13",
+    });
+    await barrier(server.port);
+
+    const stopped = server.dispose();
+    await untilRefused(server.port, () => true);
+    upgrade.finish();
+    expect(await upgrade.answer).to.match(/^HTTP\/1\.1 503 /);
+    await stopped;
+  });
+});
+
+describe("DRAIN_TIMEOUT_MS", () => {
+  it("defaults to 10 s and takes 0..600000 ms", () => {
+    expect(loadConfig({}).drainTimeoutMs).to.equal(10_000);
+    expect(loadConfig({ DRAIN_TIMEOUT_MS: "0" }).drainTimeoutMs).to.equal(0);
+    expect(loadConfig({ DRAIN_TIMEOUT_MS: "600000" }).drainTimeoutMs).to.equal(600_000);
+  });
+
+  it("stops start-up when it is not a whole number of milliseconds in range", () => {
+    for (const raw of ["-1", "600001", "1.5", "ten", "10s"]) {
+      expect(() => loadConfig({ DRAIN_TIMEOUT_MS: raw }), raw).to.throw(/DRAIN_TIMEOUT_MS must be 0\.\.600000/);
     }
   });
 });
