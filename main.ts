@@ -6,17 +6,35 @@ const config = loadConfig();
 const parley = await startParley({ config });
 parley.broker.logger.info(`Parley listening on ${config.host}:${parley.port} (data in ${config.dataDir})`);
 
-let stopping = false;
+// SIGTERM or SIGINT stops gracefully (see Parley.stop): requests in flight get up to
+// DRAIN_TIMEOUT_MS. Another signal cuts the drain short but still stops the services and closes
+// the store; a third exits at once, as a crash would (SQLite recovers its log on the next start).
+// A terminal's Ctrl-C under `npm start` arrives twice (from the terminal and forwarded by npm), so
+// signals less than a second apart count as one.
+const sameSignalMs = 1000;
+let signals = 0;
+let lastSignalAt = 0;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    parley.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        console.error("shutdown failed", err);
-        process.exit(1);
-      },
-    );
+    const now = Date.now();
+    if (signals > 0 && now - lastSignalAt < sameSignalMs) return;
+    signals += 1;
+    lastSignalAt = now;
+    if (signals === 1) {
+      parley.broker.logger.info(`${signal}: stopping; requests in flight get up to ${config.drainTimeoutMs} ms`);
+      parley.stop().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          console.error("shutdown failed", err);
+          process.exit(1);
+        },
+      );
+    } else if (signals === 2) {
+      parley.broker.logger.warn(`${signal} again: cutting the drain short`);
+      void parley.stop();
+    } else {
+      console.error(`${signal} once more: exiting without a clean stop`);
+      process.exit(1);
+    }
   });
 }

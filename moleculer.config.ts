@@ -29,5 +29,13 @@ export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {
     heartbeatTimeout: 15,
     metrics: false,
     tracing: false,
+    // The process owner (main.ts) decides when to stop: Moleculer's own SIGTERM/SIGINT handler
+    // would stop the broker under the HTTP server's feet and call process.exit before the store
+    // is closed.
+    skipProcessEventRegistration: true,
+    // broker.stop() waits for actions and event handlers still running (offline pushes, fan-out
+    // begun by a request that has already been answered) before services stop and the store
+    // closes; after this long they are abandoned.
+    tracking: { enabled: true, shutdownTimeout: 5_000 },
   };
 }

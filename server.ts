@@ -32,6 +32,7 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
+import { HttpDrain } from "./http-drain.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
 import { mediaPathPrefix } from "./shared/media-download.js";
@@ -45,8 +46,11 @@ export interface ParleyOptions {
   roles?: Role[];
   clock?: Clock;
   broker?: BrokerSettings;
-  /** How long /healthz answers 503 before the server stops, so load balancers stop routing to it. */
-  drainMs?: number;
+  /**
+   * How long stop() keeps accepting connections while /healthz answers 503, so load balancers
+   * stop routing here before connections are refused; none by default.
+   */
+  healthGraceMs?: number;
   /** Gateway connection limits (timeouts, send queue size); defaults suit production. */
   gateway?: Partial<ConnectionPolicy>;
   /** Webhook dispatch timing (retry base, answer limit, polling); defaults follow the spec. */
@@ -61,6 +65,11 @@ export interface Parley {
   port: number;
   /** Base URL of the edge, e.g. http://127.0.0.1:8080. */
   url: string;
+  /**
+   * Stops gracefully: /healthz answers 503, new connections are refused, requests in flight get
+   * up to `config.drainTimeoutMs` to finish, then the services stop (WebSockets close with 1001)
+   * and the store closes. Called again while the first stop drains, it cuts the drain short.
+   */
   stop(): Promise<void>;
 }
 
@@ -109,6 +118,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   }
 
   let server: Server | undefined;
+  let drain: HttpDrain | undefined;
   let ready = false;
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
@@ -133,6 +143,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       if (api?.handle(req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
     });
+    drain = new HttpDrain(server);
     broker.createService(apiService((handle) => (api = handle), { trustedProxies: config.trustedProxies }));
     broker.createService(
       gatewayService({ ...options.gateway, server, trustedProxies: config.trustedProxies, onConnectionCountChange: (delta) => openSockets.inc(delta) }),
@@ -158,22 +169,33 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     ready = true;
   }
 
+  let stopping: Promise<void> | undefined;
+  let cutDrain = () => {};
   return {
     broker,
     port,
     url: `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${port}`,
-    async stop() {
-      ready = false;
-      if (options.drainMs) await new Promise((resolve) => setTimeout(resolve, options.drainMs));
-      await broker.stop();
-      if (server) {
-        const closing = server;
-        await new Promise<void>((resolve) => {
-          closing.close(() => resolve());
-          closing.closeAllConnections();
-        });
+    stop() {
+      if (stopping) {
+        cutDrain();
+        return stopping;
       }
-      for (const cleanup of cleanups.reverse()) await cleanup();
+      stopping = (async () => {
+        ready = false;
+        const cut = new Promise<void>((resolve) => (cutDrain = resolve));
+        if (drain) {
+          let timer: NodeJS.Timeout | undefined;
+          if (options.healthGraceMs) await Promise.race([cut, new Promise((resolve) => (timer = setTimeout(resolve, options.healthGraceMs)))]);
+          clearTimeout(timer);
+          const dropped = await drain.drain(config.drainTimeoutMs, cut);
+          if (dropped > 0) broker.logger.warn(`shutdown: cut ${dropped} HTTP connection(s) still busy when the drain ended`);
+        }
+        // Services stop only once no request can reach them; the gateway closes its sockets here.
+        await broker.stop();
+        await drain?.close();
+        for (const cleanup of cleanups.reverse()) await cleanup();
+      })();
+      return stopping;
     },
   };
 }

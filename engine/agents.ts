@@ -241,6 +241,10 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     }
   }
 
+  let stopping = false;
+  /** Pending retries of completeDeletion, cancelled when the service stops. */
+  const retries = new Set<NodeJS.Timeout>();
+
   /**
    * What follows a deletion: the agent leaves its groups and everyone who added it is told. A
    * failure (a busy stream, a store error) is retried in the background with growing pauses, so
@@ -266,9 +270,15 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         ctx.broker.logger.error(`agent ${agentUserId}: deletion left unfinished after ${attempt} attempts`, err);
         return;
       }
+      // Stopping abandons the retry: the next start makes the agent leave its groups (started()).
+      if (stopping) return;
       ctx.broker.logger.warn(`agent ${agentUserId}: finishing the deletion failed (attempt ${attempt}); retrying`, err);
-      const retry = setTimeout(() => void completeDeletion(ctx, agentUserId, user, attempt + 1), 1000 * 2 ** attempt);
+      const retry = setTimeout(() => {
+        retries.delete(retry);
+        void completeDeletion(ctx, agentUserId, user, attempt + 1);
+      }, 1000 * 2 ** attempt);
       retry.unref();
+      retries.add(retry);
     }
   }
 
@@ -284,7 +294,6 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     if (!access?.participants.includes(agentUserId)) throw new ParleyError(Errors.launchConversationMismatch, { conversationId: String(conversationId) });
   }
 
-  let stopping = false;
   return {
     name: "agents",
     started() {
@@ -308,6 +317,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     },
     stopped() {
       stopping = true;
+      for (const retry of retries) clearTimeout(retry);
+      retries.clear();
     },
     actions: {
       createAgent: rpcAction(CreateAgentRequestSchema, CreateAgentResponseSchema, async ({ request, caller, ctx }) => {

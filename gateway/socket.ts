@@ -24,6 +24,9 @@ export interface SocketHandlers {
 }
 
 export interface SocketServer {
-  /** Stops accepting connections. */
+  /**
+   * Stops accepting connections and resolves once every connection has gone: those already sent
+   * a close frame get a short while to answer it, the rest are dropped.
+   */
   close(): Promise<void>;
 }

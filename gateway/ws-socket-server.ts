@@ -7,11 +7,20 @@ import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
 /** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
 const maxClientFrameBytes = 64 * 1024;
 
+/** How long closing waits for clients to answer the close frames already sent before dropping them. */
+const closeHandshakeGraceMs = 2000;
+
 export function attachWsServer(server: Server, path: string, onConnection: (socket: GatewaySocket) => SocketHandlers): SocketServer {
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxClientFrameBytes, perMessageDeflate: false });
   const onUpgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
     if ((req.url ?? "").split("?", 1)[0] !== path) {
       stream.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      return;
+    }
+    // The server is shutting down (it stopped listening): a keep-alive connection asking to
+    // upgrade now would only be closed again.
+    if (!server.listening) {
+      stream.end("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
       return;
     }
     wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {
@@ -37,8 +46,15 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     close: () =>
       new Promise<void>((resolve) => {
         server.off("upgrade", onUpgrade);
-        for (const client of wss.clients) client.terminate();
-        wss.close(() => resolve());
+        // The callback runs once every client has gone; clients that do not answer the close
+        // frame in time are dropped.
+        const cutoff = setTimeout(() => {
+          for (const client of wss.clients) client.terminate();
+        }, closeHandshakeGraceMs);
+        wss.close(() => {
+          clearTimeout(cutoff);
+          resolve();
+        });
       }),
   };
 }

@@ -21,6 +21,8 @@ export interface ParleyConfig {
   trustedProxies: string[];
   /** Limits across identities, per minute; 0 turns a limit off (see the README's configuration table). */
   abuseLimits: AbuseLimitsConfig;
+  /** On SIGTERM/SIGINT, how long requests already in flight may take to finish before they are cut. */
+  drainTimeoutMs: number;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
 }
@@ -76,6 +78,13 @@ function parsePerMinute(name: string, raw: string | undefined, fallback: number)
   return value;
 }
 
+function parseDrainTimeout(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 10_000;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 600_000) throw new Error(`DRAIN_TIMEOUT_MS must be 0..600000; got ${raw}`);
+  return value;
+}
+
 /** Reads the configuration from environment variables (see the README's configuration table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
@@ -95,6 +104,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
       codesGlobal: parsePerMinute("VERIFY_CODES_PER_MINUTE", env.VERIFY_CODES_PER_MINUTE, 120),
       signInAttemptsPerAddress: parsePerMinute("SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", env.SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE, 30),
     },
+    drainTimeoutMs: parseDrainTimeout(env.DRAIN_TIMEOUT_MS),
     logLevel,
   };
 }

@@ -380,7 +380,11 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     pushTokens: pushTokenStore(db),
     updates: updateLogStore(db, agentDelivery),
     async close() {
-      if (db.open) db.close();
+      if (!db.open) return;
+      // Folds the write-ahead log into the database file and empties it, so a stopped server
+      // leaves parley.db whole (closing the last connection then removes the -wal file).
+      db.pragma("wal_checkpoint(TRUNCATE)");
+      db.close();
     },
   };
 }
