@@ -69,6 +69,20 @@ async function waitHealthy(url: string): Promise<void> {
 }
 
 const percentile = (sorted: number[], p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : NaN);
+/** CPU time (user + system) the process has used so far, in ms, from /proc (Linux). */
+function processCpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  // utime and stime are fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
+/** Runs `work` and adds the server CPU it cost. */
+async function withServerCpu<T extends object>(pid: number, work: () => Promise<T>): Promise<T & { cpuMs: number }> {
+  const before = processCpuMs(pid);
+  const result = await work();
+  return { ...result, cpuMs: processCpuMs(pid) - before };
+}
+
 function summary(latencies: number[]) {
   const sorted = [...latencies].sort((a, b) => a - b);
   return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
@@ -121,7 +135,7 @@ async function runLoad(total: number, limit: number, send: (index: number) => Pr
 interface Row {
   name: string;
   unit: string;
-  parley: { seconds: number; latencies: number[]; count: number };
+  parley: { seconds: number; latencies: number[]; count: number; cpuMs: number };
   baseline: { seconds: number; latencies: number[]; count: number };
 }
 
@@ -183,20 +197,21 @@ async function main() {
 
     // SendMessage: every participant's socket (the sender's too) receives the message.
     let clientMessageId = 1n;
-    const privateSend = await runLoad(privateMessages, concurrency, async (i) => {
+    const serverPid = children[0].pid!;
+    const privateSend = await withServerCpu(serverPid, () => runLoad(privateMessages, concurrency, async (i) => {
       const { a, b } = couples[i % pairs];
       const key = `p${i}`;
       const arrived = arrivals.expect(key, 2);
       await messageClients.get(a.userId)!.sendMessage({ conversationId: privateConversationId(a.userId, b.userId), clientMessageId: clientMessageId++, body: text(key) });
       return arrived;
-    });
-    const groupSend = await runLoad(groupMessages, Math.min(concurrency, 8), async (i) => {
+    }));
+    const groupSend = await withServerCpu(serverPid, () => runLoad(groupMessages, Math.min(concurrency, 8), async (i) => {
       const sender = members[i % groupSize];
       const key = `g${i}`;
       const arrived = arrivals.expect(key, groupSize);
       await messageClients.get(sender.userId)!.sendMessage({ conversationId: groupConversation, clientMessageId: clientMessageId++, body: text(key) });
       return arrived;
-    });
+    }));
 
     // Streams: an agent per couple streams to its creator; one agent streams into the group.
     const makeStream = async (owner: { token: string; userId: number }, name: string, conversationFor: (agentId: number) => bigint, inGroup = false) => {
@@ -234,12 +249,13 @@ async function main() {
       );
       return { seconds: (performance.now() - started) / 1000, latencies, count: perStream * streams.length };
     };
-    const privateDelta = await streamLoad(privateStreams, privateDeltas, 1, "pd");
+    const privateDelta = await withServerCpu(serverPid, () => streamLoad(privateStreams, privateDeltas, 1, "pd"));
     // 199 people and the agent: the 199 people's sockets receive each delta.
-    const groupDelta = await streamLoad([groupStream], groupDeltas, groupSize - 1, "gd");
+    const groupDelta = await withServerCpu(serverPid, () => streamLoad([groupStream], groupDeltas, groupSize - 1, "gd"));
 
     const rpcPool = new Pool(baseUrl, { connections: concurrency, pipelining: 1 });
-    const rpcRate = await measureRate(rpcPool, "/api.v1.UserService/GetProfile", { authorization: `Bearer ${users[0].token}` });
+    const rpc = await withServerCpu(serverPid, async () => ({ rate: await measureRate(rpcPool, "/api.v1.UserService/GetProfile", { authorization: `Bearer ${users[0].token}` }) }));
+    const rpcRate = rpc.rate;
     await rpcPool.close();
     for (const socket of sockets) socket.close();
     children.shift()!.kill("SIGTERM");
@@ -333,8 +349,10 @@ async function main() {
       const baseRate = row.baseline.count / row.baseline.seconds;
       console.log(`| ${row.name} (${row.unit}) | ${fmt(rate)} | ${fmt(baseRate)} | ${fmt(rate / baseRate)} |`);
       console.log(`| ${row.name}: push latency p50 / p99 (ms) | ${fmt(p.p50)} / ${fmt(p.p99)} | ${fmt(b.p50)} / ${fmt(b.p99)} | ${fmt(p.p50 / b.p50)} (p50) |`);
+      console.log(`| ${row.name}: server CPU per operation (ms) | ${(row.parley.cpuMs / row.parley.count).toFixed(3)} | | |`);
     }
     console.log(`| trivial authenticated RPC (req/s) | ${fmt(rpcRate)} (GetProfile) | ${fmt(echoRate)} (node:http JSON echo) | ${fmt(rpcRate / echoRate)} |`);
+    console.log(`| trivial authenticated RPC: server CPU per request (ms) | ${(rpc.cpuMs / (rpcRate * rpcSeconds)).toFixed(3)} | | |`);
   } finally {
     for (const child of children) child.kill("SIGTERM");
     rmSync(dataDir, { recursive: true, force: true });
