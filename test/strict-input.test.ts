@@ -107,3 +107,130 @@ describe("names refuse control characters", () => {
     expect(profile?.nickname).to.equal("Clean");
   });
 });
+
+interface ErrorBody {
+  code: string;
+  message: string;
+  details?: { debug: { errorName: string } }[];
+}
+
+describe("JSON request bodies are decoded strictly", () => {
+  let server: TestServer;
+  let user: SignedIn;
+  before(async () => {
+    server = await startTestServer();
+    user = await signInWithCode(server);
+    await client(server, UserService, "json", user.accessToken).updateProfile({ nickname: "Intact" });
+  });
+  after(async () => server.dispose());
+
+  async function post(path: string, body: Uint8Array | string, contentType = "application/json") {
+    const response = await fetch(server.url + path, {
+      method: "POST",
+      headers: { "content-type": contentType, authorization: `Bearer ${user.accessToken}` },
+      body: typeof body === "string" ? body : Buffer.from(body),
+    });
+    return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
+  }
+  async function postJson(path: string, body: Uint8Array | string) {
+    const { status, bytes } = await post(path, body);
+    return { status, body: JSON.parse(new TextDecoder().decode(bytes)) as ErrorBody };
+  }
+  const nickname = async () => (await client(server, UserService, "json", user.accessToken).getProfile({})).profile?.nickname;
+  const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p))));
+
+  describe("UTF-8", () => {
+    const invalid: [string, number[]][] = [
+      ["a byte that never starts a character", [0xff]],
+      ["a lone continuation byte", [0x80]],
+      ["an overlong encoding of /", [0xc0, 0xaf]],
+      ["an encoded UTF-16 surrogate", [0xed, 0xa0, 0x80]],
+      ["a sequence cut short", [0xe2, 0x82]],
+    ];
+    for (const [what, sequence] of invalid) {
+      it(`answers INVALID_ARGUMENT (MALFORMED_REQUEST) for ${what} in a string, and stores nothing`, async () => {
+        const { status, body } = await postJson("/api.v1.UserService/UpdateProfile", bytes('{"nickname":"Ev', sequence, 'il"}'));
+        expect(status).to.equal(400);
+        expect(body.code).to.equal("invalid_argument");
+        expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
+        expect(await nickname()).to.equal("Intact");
+      });
+    }
+
+    it("answers INVALID_ARGUMENT for invalid UTF-8 outside strings too (in a key)", async () => {
+      const { status, body } = await postJson("/api.v1.UserService/UpdateProfile", bytes('{"nick', [0xff], 'name":"x"}'));
+      expect(status).to.equal(400);
+      expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
+    });
+
+    it("keeps valid multi-byte text exactly as sent", async () => {
+      const text = "Zo\u00eb \u4e2d\u6587 \u{1f600}";
+      const { status } = await post("/api.v1.UserService/UpdateProfile", Buffer.from(JSON.stringify({ nickname: text }), "utf8"));
+      expect(status).to.equal(200);
+      expect(await nickname()).to.equal(text);
+      await client(server, UserService, "json", user.accessToken).updateProfile({ nickname: "Intact" });
+    });
+
+    it("answers INVALID_ARGUMENT for invalid UTF-8 in a binary protobuf string field", async () => {
+      // UpdateProfileRequest field 1 (nickname), length 4: "E", 0xff, 0xfe, "l"
+      const { status, bytes: answer } = await post("/api.v1.UserService/UpdateProfile", new Uint8Array([0x0a, 0x04, 0x45, 0xff, 0xfe, 0x6c]), "application/proto");
+      expect(status).to.equal(400);
+      const body = JSON.parse(new TextDecoder().decode(answer)) as ErrorBody;
+      expect(body.code).to.equal("invalid_argument");
+      expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
+      expect(await nickname()).to.equal("Intact");
+    });
+
+    it("applies to gRPC-web JSON requests as well", async () => {
+      const json = bytes('{"nickname":"Ev', [0xff], 'il"}');
+      const frame = Buffer.alloc(5 + json.length);
+      frame.writeUInt32BE(json.length, 1);
+      json.copy(frame, 5);
+      const { status, bytes: answer } = await post("/api.v1.UserService/UpdateProfile", frame, "application/grpc-web+json");
+      expect(status).to.equal(200); // gRPC-web reports the status in its trailer frame
+      expect(Buffer.from(answer).toString("latin1")).to.match(/grpc-status: ?3\r\n/);
+      expect(await nickname()).to.equal("Intact");
+    });
+  });
+
+  describe("int64 values", () => {
+    const getMessage = (conversationId: unknown, key = "conversationId") => postJson("/api.v1.MessageService/GetMessage", JSON.stringify({ [key]: conversationId, messageId: "1" }));
+
+    for (const value of ["0x10", " 12", "12 ", "\n12", "1e3", "+5", "", "0b11", "0o7", "1.0", "1_000", "\u0661\u0662"]) {
+      it(`answers INVALID_ARGUMENT (MALFORMED_REQUEST) for the string ${JSON.stringify(value)}`, async () => {
+        const { status, body } = await getMessage(value);
+        expect(status).to.equal(400);
+        expect(body.code).to.equal("invalid_argument");
+        expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
+        expect(body.message).to.contain("conversationId");
+      });
+    }
+
+    it("answers INVALID_ARGUMENT for a number that JSON cannot carry exactly (2^53 and beyond)", async () => {
+      const { status, body } = await postJson("/api.v1.MessageService/GetMessage", '{"conversationId": 9007199254740993, "messageId": "1"}');
+      expect(status).to.equal(400);
+      expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
+    });
+
+    it("checks fields given under their proto name, in lists and in nested messages", async () => {
+      expect((await getMessage("0x10", "conversation_id")).status).to.equal(400);
+      const list = await postJson("/api.v1.MessageService/DeleteMessages", JSON.stringify({ conversationId: "5", messageIds: ["1", " 2"] }));
+      expect(list.status).to.equal(400);
+      expect(list.body.message).to.contain("messageIds[1]");
+      const nested = await postJson(
+        "/api.v1.MessageService/SendMessage",
+        JSON.stringify({ clientMessageId: "1", conversationId: "5", body: { type: "MESSAGE_TYPE_FILE", file: { fileId: "f", filename: "a", sizeBytes: "0x10" } } }),
+      );
+      expect(nested.status).to.equal(400);
+      expect(nested.body.message).to.contain("sizeBytes");
+    });
+
+    for (const value of ["12", "0012", "9223372036854775807", 12, 9007199254740991]) {
+      it(`reads ${JSON.stringify(value)} as proto3 JSON allows (the request reaches the engine)`, async () => {
+        const { status, body } = await getMessage(value);
+        expect(status, body.message).to.equal(404);
+        expect(body.code).to.equal("not_found");
+      });
+    }
+  });
+});
