@@ -51,7 +51,22 @@ export interface ParleyOptions {
   webhooks?: Partial<DispatcherPolicy>;
   /** Adapters to use instead of the configured ones (tests record what leaves the engine). */
   adapters?: Partial<Pick<EngineDeps, "pushNotifier">>;
+  /** How long clients may take to send requests; defaults suit production. */
+  http?: Partial<HttpTimeouts>;
 }
+
+export interface HttpTimeouts {
+  /** Longest a client may take to send a request's headers. */
+  headersTimeoutMs: number;
+  /**
+   * Longest a client may take to send a whole request, body included. It covers receiving only:
+   * a long download or a WebSocket (its upgrade request is short) runs as long as it needs.
+   */
+  requestTimeoutMs: number;
+}
+
+/** A slow sender holds a socket for at most about this long; 30 s moves an 8 MiB body at about 2.2 Mbit/s. */
+export const defaultHttpTimeouts: HttpTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 30_000 };
 
 export interface Parley {
   broker: ServiceBroker;
@@ -108,7 +123,17 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
     const downloads = mediaDownloadHandler(broker, broker.getLogger("media-http"));
-    server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const timeouts = { ...defaultHttpTimeouts, ...options.http };
+    const headersTimeout = Math.min(timeouts.headersTimeoutMs, timeouts.requestTimeoutMs);
+    const serverOptions = {
+      keepAliveTimeout: 65_000,
+      headersTimeout,
+      requestTimeout: timeouts.requestTimeoutMs,
+      // Node checks both limits in a sweep at this interval (30 s unless told), which would
+      // otherwise add up to 30 s to each of them.
+      connectionsCheckingInterval: Math.min(5_000, Math.ceil(headersTimeout / 4)),
+    };
+    server = createServer(serverOptions, (req, res) => {
       const path = (req.url ?? "").split("?", 1)[0];
       if (path === "/healthz") {
         res.writeHead(ready ? 200 : 503, { "content-type": "text/plain" }).end(ready ? "ok\n" : "unavailable\n");
