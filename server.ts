@@ -1,10 +1,11 @@
 // The composition root: picks the adapters behind every port once, builds the services of the
 // requested roles into one Moleculer broker, and serves HTTP (Connect, /ws, health, metrics) on
 // one port. `npm start` runs all roles in one process; tests and multi-node setups pick roles.
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle } from "./api/api-service.js";
+import { errorBodyJson } from "./api/errors.js";
 import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
 import { agentsService } from "./engine/agents.js";
@@ -32,8 +33,10 @@ import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
+import { Errors, type CatalogueEntry } from "./shared/errors.js";
 import { mediaPathPrefix } from "./shared/media-download.js";
 import { metricsRegistry, openSockets } from "./shared/metrics.js";
+import { isServableHost } from "./shared/public-url.js";
 
 /** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
 export type Role = "edge" | "engine";
@@ -133,7 +136,17 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       // otherwise add up to 30 s to each of them.
       connectionsCheckingInterval: Math.min(5_000, Math.ceil(headersTimeout / 4)),
     };
-    server = createServer(serverOptions, (req, res) => {
+    const logger = broker.getLogger("http");
+    const answerError = (res: ServerResponse, status: number, entry: CatalogueEntry) => {
+      if (res.headersSent) res.destroy();
+      else res.writeHead(status, { "content-type": "application/json", connection: "close" }).end(errorBodyJson(entry));
+    };
+    const route = (req: IncomingMessage, res: ServerResponse) => {
+      // Checked for every path, before anything reads the Host (Connect builds a URL from it).
+      if (!isServableHost(req.headers.host)) {
+        answerError(res, 400, Errors.invalidHost);
+        return;
+      }
       const path = (req.url ?? "").split("?", 1)[0];
       if (path === "/healthz") {
         res.writeHead(ready ? 200 : 503, { "content-type": "text/plain" }).end(ready ? "ok\n" : "unavailable\n");
@@ -152,6 +165,15 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       }
       if (api?.handle(req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
+    };
+    server = createServer(serverOptions, (req, res) => {
+      // A throw here would end the process: whatever escapes a route costs only its request.
+      try {
+        route(req, res);
+      } catch (err) {
+        logger.error("failed to answer an HTTP request", err);
+        answerError(res, 500, Errors.internal);
+      }
     });
     broker.createService(apiService((handle) => (api = handle), { trustedProxies: config.trustedProxies }));
     broker.createService(
@@ -166,7 +188,13 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const listening = server;
     await new Promise<void>((resolve, reject) => {
       listening.once("error", reject);
-      listening.listen(config.port, config.host, () => resolve());
+      listening.listen(config.port, config.host, () => {
+        listening.off("error", reject);
+        // A failed accept (out of file descriptors under a flood of connections) is reported
+        // here; without a listener it would end the process.
+        listening.on("error", (err) => broker.getLogger("http").error("HTTP server error", err));
+        resolve();
+      });
     });
     port = (listening.address() as AddressInfo).port;
     ready = true;

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BlockList } from "node:net";
 import type { DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type MethodImpl, type ServiceImpl } from "@connectrpc/connect";
-import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
@@ -20,7 +20,7 @@ import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
 import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
-import { connectErrorOf, normalizeErrorBody, toConnectError } from "./errors.js";
+import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
 import { requestFactsKey } from "./rpc.js";
 import { strictJsonDecoder } from "./strict-json.js";
 import { agentService } from "./services/agent.js";
@@ -126,8 +126,25 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
           finish("unimplemented");
           return true;
         }
+        const fail = (err: unknown) => {
+          // A client that went away mid-answer is no fault of ours: nobody to answer, nothing to report.
+          if (res.destroyed) return;
+          this.logger.error("failed to answer an RPC", err);
+          finish("internal");
+          if (res.headersSent) res.destroy();
+          else res.writeHead(500, { "content-type": "application/json" }).end(errorBodyJson(Errors.internal));
+        };
         const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" });
-        const universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+        // Connect builds a URL from the Host header, of which it reads only the path: a request
+        // without a Host (HTTP/1.0) gets a stand-in. Hosts that make no URL never get this far.
+        req.headers.host ||= "localhost";
+        let universalRequest: UniversalServerRequest;
+        try {
+          universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+        } catch (err) {
+          fail(err);
+          return true;
+        }
         handler(universalRequest)
           .then(async (response) => {
             if (response.status === 200) {
@@ -142,17 +159,7 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
             header.set("content-length", String(normalized.body.byteLength));
             return universalResponseToNodeResponse({ ...response, status: normalized.status, header, body: oneChunk(normalized.body) }, res);
           })
-          .catch((err: unknown) => {
-            this.logger.error("failed to answer an RPC", err);
-            finish("internal");
-            if (!res.headersSent) {
-              const error = connectErrorOf(Errors.internal);
-              res.writeHead(500, { "content-type": "application/json" });
-              res.end(JSON.stringify({ code: "internal", message: error.rawMessage }));
-            } else {
-              res.destroy();
-            }
-          });
+          .catch(fail);
         return true;
       };
       onReady({ handle });
