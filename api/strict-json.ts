@@ -20,6 +20,22 @@ export function isStrictInt64Json(value: unknown): boolean {
 
 const int64Presence = new Map<string, boolean>();
 
+/** Whether a field can hold an int64: itself, its items or map keys and values, or through nesting. */
+function fieldHoldsInt64(field: DescField, visiting: Set<string>): boolean {
+  switch (field.fieldKind) {
+    case "scalar":
+      return int64Scalars.has(field.scalar);
+    case "list":
+      return field.listKind === "scalar" ? int64Scalars.has(field.scalar) : field.listKind === "message" && containsInt64(field.message, visiting);
+    case "map":
+      return int64Scalars.has(field.mapKey) || (field.mapKind === "scalar" ? int64Scalars.has(field.scalar) : field.mapKind === "message" && containsInt64(field.message, visiting));
+    case "message":
+      return containsInt64(field.message, visiting);
+    default:
+      return false;
+  }
+}
+
 /** Whether a message of this type can hold an int64 anywhere, through any nesting. */
 export function containsInt64(desc: DescMessage, visiting = new Set<string>()): boolean {
   const known = int64Presence.get(desc.typeName);
@@ -28,42 +44,60 @@ export function containsInt64(desc: DescMessage, visiting = new Set<string>()): 
   // A message that contains itself adds nothing new on the way round.
   if (visiting.has(desc.typeName)) return false;
   visiting.add(desc.typeName);
-  const found = desc.fields.some((field) => {
-    switch (field.fieldKind) {
-      case "scalar":
-        return int64Scalars.has(field.scalar);
-      case "list":
-        return field.listKind === "scalar" ? int64Scalars.has(field.scalar) : field.listKind === "message" && containsInt64(field.message, visiting);
-      case "map":
-        return int64Scalars.has(field.mapKey) || (field.mapKind === "scalar" ? int64Scalars.has(field.scalar) : field.mapKind === "message" && containsInt64(field.message, visiting));
-      case "message":
-        return containsInt64(field.message, visiting);
-      default:
-        return false;
-    }
-  });
+  const found = desc.fields.some((field) => fieldHoldsInt64(field, visiting));
   visiting.delete(desc.typeName);
   if (visiting.size === 0) int64Presence.set(desc.typeName, found);
   return found;
+}
+
+/** The fields of a message worth a look, each with the keys protobuf-es takes it under (JSON name, proto name). */
+const fieldsToCheck = new Map<string, { field: DescField; keys: readonly string[] }[]>();
+
+function fieldsOf(desc: DescMessage) {
+  let fields = fieldsToCheck.get(desc.typeName);
+  if (!fields) {
+    fields = desc.fields
+      .filter((field) => fieldHoldsInt64(field, new Set()))
+      .map((field) => ({ field, keys: field.jsonName === field.name ? [field.name] : [field.jsonName, field.name] }));
+    fieldsToCheck.set(desc.typeName, fields);
+  }
+  return fields;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/** Where a lenient value sits: path segments, innermost last, built only once one is found. */
+interface Problem {
+  path: string[];
+  what: string;
+}
+
+const problemOf = (value: unknown, what = JSON.stringify(value)): Problem | undefined => (isStrictInt64Json(value) ? undefined : { path: [], what });
+
+function within(segment: string, problem: Problem | undefined): Problem | undefined {
+  problem?.path.unshift(segment);
+  return problem;
+}
+
 /**
  * The first int64 in `json` (read as a `desc` message) that breaks the rule above, described as
- * "<field path>: <value>"; undefined when there is none. Values of the wrong shape are skipped:
- * protobuf-es refuses them with its own message.
+ * "<type>.<field path>: <value>"; undefined when there is none. Values of the wrong shape are
+ * skipped: protobuf-es refuses them with its own message.
  */
-export function lenientInt64(desc: DescMessage, json: unknown, path = desc.typeName, depth = 0): string | undefined {
-  if (int64Wrappers.has(desc.typeName)) return isStrictInt64Json(json) ? undefined : `${path}: ${JSON.stringify(json)}`;
-  if (!isObject(json) || depth > maxDepth || !containsInt64(desc)) return undefined;
-  for (const field of desc.fields) {
-    // protobuf-es takes a field under its JSON name or its proto name.
-    for (const key of field.jsonName === field.name ? [field.name] : [field.jsonName, field.name]) {
+export function lenientInt64(desc: DescMessage, json: unknown): string | undefined {
+  const problem = messageProblem(desc, json, 0);
+  return problem && `${desc.typeName}${problem.path.join("")}: ${problem.what}`;
+}
+
+function messageProblem(desc: DescMessage, json: unknown, depth: number): Problem | undefined {
+  if (int64Wrappers.has(desc.typeName)) return problemOf(json);
+  if (!isObject(json) || depth > maxDepth) return undefined;
+  for (const { field, keys } of fieldsOf(desc)) {
+    for (const key of keys) {
       if (key in json) {
-        const problem = fieldProblem(field, json[key], `${path}.${key}`, depth);
+        const problem = within(`.${key}`, fieldProblem(field, json[key], depth));
         if (problem) return problem;
       }
     }
@@ -71,28 +105,26 @@ export function lenientInt64(desc: DescMessage, json: unknown, path = desc.typeN
   return undefined;
 }
 
-function fieldProblem(field: DescField, value: unknown, path: string, depth: number): string | undefined {
-  const scalar = (v: unknown, at: string) => (isStrictInt64Json(v) ? undefined : `${at}: ${JSON.stringify(v)}`);
+function fieldProblem(field: DescField, value: unknown, depth: number): Problem | undefined {
   switch (field.fieldKind) {
     case "scalar":
-      return int64Scalars.has(field.scalar) ? scalar(value, path) : undefined;
+      return problemOf(value);
     case "message":
-      return lenientInt64(field.message, value, path, depth + 1);
+      return messageProblem(field.message, value, depth + 1);
     case "list":
-      if (!Array.isArray(value) || field.listKind === "enum") return undefined;
-      for (const [index, item] of value.entries()) {
-        const at = `${path}[${index}]`;
-        const problem = field.listKind === "scalar" ? (int64Scalars.has(field.scalar) ? scalar(item, at) : undefined) : lenientInt64(field.message, item, at, depth + 1);
-        if (problem) return problem;
+      if (!Array.isArray(value)) return undefined;
+      for (let index = 0; index < value.length; index += 1) {
+        const problem = field.listKind === "scalar" ? problemOf(value[index]) : field.listKind === "message" ? messageProblem(field.message, value[index], depth + 1) : undefined;
+        if (problem) return within(`[${index}]`, problem);
       }
       return undefined;
     case "map":
       if (!isObject(value)) return undefined;
       for (const [key, item] of Object.entries(value)) {
-        const at = `${path}[${JSON.stringify(key)}]`;
-        if (int64Scalars.has(field.mapKey) && !isStrictInt64Json(key)) return `${path}: key ${JSON.stringify(key)}`;
-        const problem = field.mapKind === "scalar" ? (int64Scalars.has(field.scalar) ? scalar(item, at) : undefined) : field.mapKind === "message" ? lenientInt64(field.message, item, at, depth + 1) : undefined;
-        if (problem) return problem;
+        if (int64Scalars.has(field.mapKey) && !isStrictInt64Json(key)) return { path: [], what: `key ${JSON.stringify(key)}` };
+        const problem =
+          field.mapKind === "scalar" ? (int64Scalars.has(field.scalar) ? problemOf(item) : undefined) : field.mapKind === "message" ? messageProblem(field.message, item, depth + 1) : undefined;
+        if (problem) return within(`[${JSON.stringify(key)}]`, problem);
       }
       return undefined;
     default:
