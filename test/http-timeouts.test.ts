@@ -52,7 +52,7 @@ describe("HTTP request timeouts", () => {
   });
 
   it("cuts off a body that trickles in, although bytes keep arriving", async () => {
-    const body = JSON.stringify({ nickname: "Trickle", signature: "x".repeat(150) });
+    const body = JSON.stringify({ nickname: "Trickle", signature: "x".repeat(1000) });
     const connection = await openRaw(server.port);
     connection.socket.write(head(body.length));
     let sent = 0;
