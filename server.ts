@@ -1,10 +1,11 @@
 // The composition root: picks the adapters behind every port once, builds the services of the
 // requested roles into one Moleculer broker, and serves HTTP (Connect, /ws, health, metrics) on
 // one port. `npm start` runs all roles in one process; tests and multi-node setups pick roles.
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle } from "./api/api-service.js";
+import { errorBodyJson } from "./api/errors.js";
 import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
 import { agentsService } from "./engine/agents.js";
@@ -35,8 +36,10 @@ import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webho
 import { HttpDrain } from "./http-drain.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
+import { Errors, type CatalogueEntry } from "./shared/errors.js";
 import { mediaPathPrefix } from "./shared/media-download.js";
 import { metricsRegistry, openSockets } from "./shared/metrics.js";
+import { isServableHost } from "./shared/public-url.js";
 
 /** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
 export type Role = "edge" | "engine";
@@ -57,7 +60,22 @@ export interface ParleyOptions {
   webhooks?: Partial<DispatcherPolicy>;
   /** Adapters to use instead of the configured ones (tests record what leaves the engine, or make the store fail). */
   adapters?: Partial<Pick<EngineDeps, "pushNotifier">> & { store?: (opened: Store) => Store };
+  /** How long clients may take to send requests; defaults suit production. */
+  http?: Partial<HttpTimeouts>;
 }
+
+export interface HttpTimeouts {
+  /** Longest a client may take to send a request's headers. */
+  headersTimeoutMs: number;
+  /**
+   * Longest a client may take to send a whole request, body included. It covers receiving only:
+   * a long download or a WebSocket (its upgrade request is short) runs as long as it needs.
+   */
+  requestTimeoutMs: number;
+}
+
+/** A slow sender holds a socket for at most about this long; 30 s moves an 8 MiB body at about 2.2 Mbit/s. */
+export const defaultHttpTimeouts: HttpTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 30_000 };
 
 export interface Parley {
   broker: ServiceBroker;
@@ -123,7 +141,27 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
     const downloads = mediaDownloadHandler(broker, broker.getLogger("media-http"));
-    server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const timeouts = { ...defaultHttpTimeouts, ...options.http };
+    const headersTimeout = Math.min(timeouts.headersTimeoutMs, timeouts.requestTimeoutMs);
+    const serverOptions = {
+      keepAliveTimeout: 65_000,
+      headersTimeout,
+      requestTimeout: timeouts.requestTimeoutMs,
+      // Node checks both limits in a sweep at this interval (30 s unless told), which would
+      // otherwise add up to 30 s to each of them.
+      connectionsCheckingInterval: Math.min(5_000, Math.ceil(headersTimeout / 4)),
+    };
+    const logger = broker.getLogger("http");
+    const answerError = (res: ServerResponse, status: number, entry: CatalogueEntry) => {
+      if (res.headersSent) res.destroy();
+      else res.writeHead(status, { "content-type": "application/json", connection: "close" }).end(errorBodyJson(entry));
+    };
+    const route = (req: IncomingMessage, res: ServerResponse) => {
+      // Checked for every path, before anything reads the Host (Connect builds a URL from it).
+      if (!isServableHost(req.headers.host)) {
+        answerError(res, 400, Errors.invalidHost);
+        return;
+      }
       const path = (req.url ?? "").split("?", 1)[0];
       if (path === "/healthz") {
         res.writeHead(ready ? 200 : 503, { "content-type": "text/plain" }).end(ready ? "ok\n" : "unavailable\n");
@@ -142,6 +180,15 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       }
       if (api?.handle(req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
+    };
+    server = createServer(serverOptions, (req, res) => {
+      // A throw here would end the process: whatever escapes a route costs only its request.
+      try {
+        route(req, res);
+      } catch (err) {
+        logger.error("failed to answer an HTTP request", err);
+        answerError(res, 500, Errors.internal);
+      }
     });
     drain = new HttpDrain(server);
     broker.createService(apiService((handle) => (api = handle), { trustedProxies: config.trustedProxies }));
@@ -163,7 +210,13 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const listening = server;
     await new Promise<void>((resolve, reject) => {
       listening.once("error", reject);
-      listening.listen(config.port, config.host, () => resolve());
+      listening.listen(config.port, config.host, () => {
+        listening.off("error", reject);
+        // A failed accept (out of file descriptors under a flood of connections) is reported
+        // here; without a listener it would end the process.
+        listening.on("error", (err) => broker.getLogger("http").error("HTTP server error", err));
+        resolve();
+      });
     });
     port = (listening.address() as AddressInfo).port;
     ready = true;

@@ -2,8 +2,9 @@
 // protobuf, unary) on the shared HTTP server and forwards each RPC to the engine action owning it.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BlockList } from "node:net";
-import { createConnectRouter, createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import type { DescService } from "@bufbuild/protobuf";
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type MethodImpl, type ServiceImpl } from "@connectrpc/connect";
+import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
@@ -19,8 +20,9 @@ import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
 import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
-import { connectErrorOf, normalizeErrorBody, toConnectError } from "./errors.js";
+import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
 import { requestFactsKey } from "./rpc.js";
+import { strictJsonDecoder } from "./strict-json.js";
 import { agentService } from "./services/agent.js";
 import { authService } from "./services/auth.js";
 import { contactService } from "./services/contact.js";
@@ -40,16 +42,35 @@ import { userService } from "./services/user.js";
 export const maxRequestBytes = 8 * 1024 * 1024;
 
 function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
-  router.service(AuthService, authService(broker));
-  router.service(UserService, userService(broker));
-  router.service(PushService, pushService(broker));
-  router.service(SyncService, syncService(broker));
-  router.service(ContactService, contactService(broker));
-  router.service(AgentService, agentService(broker));
-  router.service(ConversationService, conversationService(broker));
-  router.service(MessageService, messageService(broker));
-  router.service(GroupService, groupService(broker));
-  router.service(MediaService, mediaService(broker));
+  serve(router, AuthService, authService(broker));
+  serve(router, UserService, userService(broker));
+  serve(router, PushService, pushService(broker));
+  serve(router, SyncService, syncService(broker));
+  serve(router, ContactService, contactService(broker));
+  serve(router, AgentService, agentService(broker));
+  serve(router, ConversationService, conversationService(broker));
+  serve(router, MessageService, messageService(broker));
+  serve(router, GroupService, groupService(broker));
+  serve(router, MediaService, mediaService(broker));
+}
+
+/**
+ * Registers each method on its own, so that its JSON requests are decoded for its own input type
+ * (strict-json.ts); a method without an implementation answers unimplemented, as a whole service
+ * registered at once would.
+ */
+function serve<S extends DescService>(router: ConnectRouter, service: S, impl: Partial<ServiceImpl<S>>): void {
+  for (const method of service.methods) {
+    const implemented = (impl as Record<string, MethodImpl<typeof method> | undefined>)[method.localName];
+    const unimplemented = () => {
+      throw new ConnectError(`${service.typeName}.${method.name} is not implemented`, Code.Unimplemented);
+    };
+    // Strict decoding: an unknown field or enum name is a client bug to report, not to drop.
+    // Connect passes jsonOptions whole to its JSON serialization, which also takes the body's
+    // textDecoder from there (createJsonSerialization); the handler options' type omits that one.
+    const jsonOptions = { ignoreUnknownFields: false, textDecoder: strictJsonDecoder(method.input) };
+    router.rpc(method, implemented ?? (unimplemented as MethodImpl<typeof method>), { jsonOptions });
+  }
 }
 
 export interface ApiOptions {
@@ -75,8 +96,6 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
       const broker = this.broker;
       const router = createConnectRouter({
         readMaxBytes: maxRequestBytes,
-        // Strict decoding: an unknown field or enum name is a client bug to report, not to drop.
-        jsonOptions: { ignoreUnknownFields: false },
         interceptors: [
           (next) => async (request) => {
             try {
@@ -107,8 +126,25 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
           finish("unimplemented");
           return true;
         }
+        const fail = (err: unknown) => {
+          // A client that went away mid-answer is no fault of ours: nobody to answer, nothing to report.
+          if (res.destroyed) return;
+          this.logger.error("failed to answer an RPC", err);
+          finish("internal");
+          if (res.headersSent) res.destroy();
+          else res.writeHead(500, { "content-type": "application/json" }).end(errorBodyJson(Errors.internal));
+        };
         const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" });
-        const universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+        // Connect builds a URL from the Host header, of which it reads only the path: a request
+        // without a Host (HTTP/1.0) gets a stand-in. Hosts that make no URL never get this far.
+        req.headers.host ||= "localhost";
+        let universalRequest: UniversalServerRequest;
+        try {
+          universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+        } catch (err) {
+          fail(err);
+          return true;
+        }
         handler(universalRequest)
           .then(async (response) => {
             if (response.status === 200) {
@@ -123,17 +159,7 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
             header.set("content-length", String(normalized.body.byteLength));
             return universalResponseToNodeResponse({ ...response, status: normalized.status, header, body: oneChunk(normalized.body) }, res);
           })
-          .catch((err: unknown) => {
-            this.logger.error("failed to answer an RPC", err);
-            finish("internal");
-            if (!res.headersSent) {
-              const error = connectErrorOf(Errors.internal);
-              res.writeHead(500, { "content-type": "application/json" });
-              res.end(JSON.stringify({ code: "internal", message: error.rawMessage }));
-            } else {
-              res.destroy();
-            }
-          });
+          .catch(fail);
         return true;
       };
       onReady({ handle });

@@ -2,7 +2,7 @@
 import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { codeFromString } from "@connectrpc/connect/protocol-connect";
+import { codeFromString, codeToString } from "@connectrpc/connect/protocol-connect";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors, catalogueEntryForCode, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 
@@ -40,6 +40,11 @@ export function toConnectError(err: unknown, log: (message: string, err: unknown
 export function errorDetailsJson(entry: CatalogueEntry, metadata: Record<string, string> = {}): unknown[] {
   const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
   return [{ type: ErrorDetailSchema.typeName, value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"), debug: toJson(ErrorDetailSchema, detail) }];
+}
+
+/** A whole Connect error body in JSON, for answers written outside Connect (downloads, refused requests). */
+export function errorBodyJson(entry: CatalogueEntry, metadata: Record<string, string> = {}, message = entry.message): string {
+  return JSON.stringify({ code: codeToString(entry.code), message, details: errorDetailsJson(entry, metadata) });
 }
 
 interface ConnectErrorJson {

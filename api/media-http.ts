@@ -7,10 +7,9 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { Code } from "@connectrpc/connect";
-import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { ServiceBroker } from "moleculer";
-import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
-import { errorDetailsJson, errorPartsOf } from "./errors.js";
+import { Errors, ParleyError } from "../shared/errors.js";
+import { errorBodyJson, errorPartsOf } from "./errors.js";
 import {
   fileIdPattern,
   mediaDownloadMetaKey,
@@ -44,11 +43,6 @@ const httpStatusOf: Partial<Record<Code, number>> = {
   [Code.OutOfRange]: 416,
   [Code.Unavailable]: 503,
 };
-
-/** The same error body as the Connect API answers, so clients read one shape everywhere. */
-function errorBody(entry: CatalogueEntry, metadata: Record<string, string>, message: string): string {
-  return JSON.stringify({ code: codeToString(entry.code), message, details: errorDetailsJson(entry, metadata) });
-}
 
 /** RFC 8187 encoding of a header parameter value (filename*), byte by byte over UTF-8. */
 function extendedValue(value: string): string {
@@ -97,7 +91,7 @@ export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLog
     }
     const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
     if (entry === Errors.rangeNotSatisfiable && metadata.size) headers["content-range"] = `bytes */${metadata.size}`;
-    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBody(entry, metadata, message));
+    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBodyJson(entry, metadata, message));
   };
 
   return (req, res) => {

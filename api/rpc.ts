@@ -1,11 +1,12 @@
 // How one RPC is served: authenticate by access label, validate the request against the bounds
 // in the .proto (protovalidate), forward to the engine action that owns it, and return its answer.
-import type { DescMessage, DescMethodUnary, DescService, MessageShape } from "@bufbuild/protobuf";
+import { createRegistry, type DescMessage, type DescMethodUnary, type DescService, type MessageShape } from "@bufbuild/protobuf";
 import { createValidator, violationToProto } from "@bufbuild/protovalidate";
 import { createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { ServiceBroker } from "moleculer";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { file_api_v1_rules } from "../shared/gen/api/v1/rules_pb.js";
 import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
 
 /** The spec's access labels: user-only, agent-only, no-auth, and any (either identity). */
@@ -24,7 +25,9 @@ export interface RpcRoute {
   action: string;
 }
 
-const validator = createValidator();
+// Our predefined rules (rules.proto) are extensions: a validator that does not know them fails to
+// compile every rule of a field that uses one.
+const validator = createValidator({ registry: createRegistry(file_api_v1_rules) });
 
 export function validateRequest<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): void {
   const result = validator.validate(schema, message);

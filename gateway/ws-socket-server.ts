@@ -2,6 +2,7 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
+import { isServableHost } from "../shared/public-url.js";
 import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
 
 /** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
@@ -12,9 +13,24 @@ const closeHandshakeGraceMs = 2000;
 
 export function attachWsServer(server: Server, path: string, onConnection: (socket: GatewaySocket) => SocketHandlers): SocketServer {
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxClientFrameBytes, perMessageDeflate: false });
+  const refuse = (stream: Duplex, status: string) => stream.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
   const onUpgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
+    // Node hands the socket over with no error listener of its own: a peer that resets it now
+    // would otherwise end the process.
+    stream.on("error", () => stream.destroy());
+    try {
+      upgrade(req, stream, head);
+    } catch {
+      stream.destroy();
+    }
+  };
+  const upgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
     if ((req.url ?? "").split("?", 1)[0] !== path) {
-      stream.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      refuse(stream, "404 Not Found");
+      return;
+    }
+    if (!isServableHost(req.headers.host)) {
+      refuse(stream, "400 Bad Request");
       return;
     }
     // The server is shutting down (it stopped listening): a keep-alive connection asking to

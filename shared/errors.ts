@@ -29,6 +29,7 @@ export const Errors = {
   notFound: entry(Code.NotFound, 1007, "NOT_FOUND", "not found"),
   unsupportedMediaType: entry(Code.InvalidArgument, 1008, "UNSUPPORTED_MEDIA_TYPE", "unsupported content type"),
   deadlineExceeded: entry(Code.DeadlineExceeded, 1009, "DEADLINE_EXCEEDED", "the request took too long"),
+  invalidHost: entry(Code.InvalidArgument, 1010, "INVALID_HOST", "the Host header is not a valid host name or address"),
 
   // 2xxx: authentication, sessions, verification, passwords
   unauthenticated: entry(Code.Unauthenticated, 2001, "UNAUTHENTICATED", "missing or invalid credentials"),

@@ -1,0 +1,104 @@
+// HTTP spoken by hand over a TCP socket, so that requests no HTTP client would send (broken
+// request lines, invalid headers, bodies that never finish) really reach the server.
+import { connect, type Socket } from "node:net";
+
+export interface RawAnswer {
+  /** The status of the first final (not 1xx) response, undefined when none came. */
+  status: number | undefined;
+  /** The body of that response, de-chunked, as latin1 text. */
+  body: string;
+  /** Everything the server sent, as latin1 text. */
+  text: string;
+}
+
+function dechunk(body: string): string {
+  let out = "";
+  let rest = body;
+  for (;;) {
+    const line = rest.indexOf("\r\n");
+    const size = parseInt(rest.slice(0, line), 16);
+    if (line < 0 || !(size > 0)) return out;
+    out += rest.slice(line + 2, line + 2 + size);
+    rest = rest.slice(line + 2 + size + 2);
+  }
+}
+
+function answerOf(text: string): RawAnswer {
+  let rest = text;
+  for (;;) {
+    const match = /^HTTP\/1\.[01] (\d{3}) /.exec(rest);
+    const status = match ? Number(match[1]) : undefined;
+    const end = rest.indexOf("\r\n\r\n");
+    const head = end < 0 ? rest : rest.slice(0, end);
+    const body = end < 0 ? "" : rest.slice(end + 4);
+    // An interim answer (100 Continue) comes before the real one.
+    if (status !== undefined && status < 200 && status !== 101) {
+      rest = body;
+      continue;
+    }
+    return { status, body: /\r\ntransfer-encoding: *chunked/i.test(head) ? dechunk(body) : body, text };
+  }
+}
+
+export interface RawConnection {
+  socket: Socket;
+  /** Resolves when the server has closed the connection, with all it sent. */
+  closed: Promise<RawAnswer>;
+  /** Everything received so far. */
+  received(): string;
+}
+
+/** Opens a connection that collects what the server sends until it closes. */
+export async function openRaw(port: number): Promise<RawConnection> {
+  const socket = connect(port, "127.0.0.1");
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve);
+    socket.once("error", reject);
+  });
+  let text = "";
+  socket.on("data", (data: Buffer) => (text += data.toString("latin1")));
+  const closed = new Promise<RawAnswer>((resolve) => {
+    // A reset from the server is an answer too (what it sent before stays readable).
+    socket.on("error", () => undefined);
+    socket.on("close", () => resolve(answerOf(text)));
+  });
+  return { socket, closed, received: () => text };
+}
+
+/** Whether `text` holds a whole final response (after any 100 Continue), so reading can stop. */
+function hasWholeResponse(text: string, headRequest: boolean): boolean {
+  let rest = text;
+  for (;;) {
+    const end = rest.indexOf("\r\n\r\n");
+    if (end < 0) return false;
+    const head = rest.slice(0, end);
+    const status = Number(/^HTTP\/1\.[01] (\d{3}) /.exec(head)?.[1]);
+    const body = rest.slice(end + 4);
+    if (status >= 100 && status < 200 && status !== 101) {
+      rest = body;
+      continue;
+    }
+    if (status === 101 || status === 204 || status === 304 || headRequest) return true;
+    const length = /\r\ncontent-length: *(\d+)/i.exec(head);
+    if (length) return body.length >= Number(length[1]);
+    // The last chunk, then trailers (gRPC sends its status there), then an empty line.
+    if (/\r\ntransfer-encoding: *chunked/i.test(head)) return /(?:^|\r\n)0\r\n(?:[^\r\n]+\r\n)*\r\n/.test(body);
+    return false; // the body runs until the server closes
+  }
+}
+
+/**
+ * Sends one request and reads the first final response whole, then hangs up. A client that
+ * half-closed instead would see Node drop the answers still in the making (it aborts the
+ * requests of a connection whose peer has ended, unless told to allow half-open ones).
+ */
+export async function exchange(port: number, request: string | Uint8Array): Promise<RawAnswer> {
+  const bytes = typeof request === "string" ? Buffer.from(request, "latin1") : Buffer.from(request);
+  const connection = await openRaw(port);
+  const headRequest = bytes.subarray(0, 5).toString("latin1") === "HEAD ";
+  connection.socket.on("data", () => {
+    if (hasWholeResponse(connection.received(), headRequest)) connection.socket.destroy();
+  });
+  connection.socket.write(bytes);
+  return connection.closed;
+}
