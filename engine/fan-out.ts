@@ -8,8 +8,9 @@
 //   its next write, so a client's retry (SendMessage with the same clientMessageId) finishes it
 //   and later events of the scope still follow it in every stream;
 // - a periodic sweep finishes what neither reached.
-// Each stream takes a given fan-out at most once (the store refuses a second append of the same
-// fan-out id), so finishing one again can never duplicate an entry.
+// Each stream takes a given fan-out at most once: a fan-out delivered again asks the store to check
+// for it first (a first delivery need not, and the check is not free), and a fan-out still being
+// delivered by this process is never delivered again beside it.
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context } from "moleculer";
 import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
@@ -84,6 +85,8 @@ function preparedOf(record: FanOutRecord): PreparedFanOut {
 export class FanOuts {
   /** Scopes with a fan-out that failed in this process and is still recorded. */
   private readonly unfinishedScopes = new Set<string>();
+  /** Fan-outs this process is delivering now. */
+  private readonly inFlight = new Set<bigint>();
 
   constructor(
     private readonly store: Store,
@@ -108,15 +111,19 @@ export class FanOuts {
   /**
    * Appends a recorded fan-out to every recipient's stream, then marks it finished. When an
    * append fails the fan-out stays recorded (to be finished later) and the error is thrown.
+   * `again`: an earlier delivery may have reached some streams.
    */
-  async deliver(ctx: Pick<Context, "call">, fanOutId: bigint, fanOut: PreparedFanOut): Promise<void> {
+  async deliver(ctx: Pick<Context, "call">, fanOutId: bigint, fanOut: PreparedFanOut, again = false): Promise<void> {
+    this.inFlight.add(fanOutId);
     try {
-      const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId) };
+      const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId), again };
       await Promise.all(fanOut.record.recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
       await this.store.fanOuts.finish(fanOutId);
     } catch (err) {
       this.unfinishedScopes.add(fanOut.record.scope);
       throw err;
+    } finally {
+      this.inFlight.delete(fanOutId);
     }
   }
 
@@ -157,12 +164,12 @@ export class FanOuts {
   async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number } = {}): Promise<number> {
     let finished = 0;
     for (;;) {
-      const page = (await this.store.fanOuts.pending(FanOutPolicy.pageSize, filter.scope)).filter(
-        (record) => filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore,
-      );
-      for (const record of page) await this.deliver(ctx, record.fanOutId, preparedOf(record));
+      const listed = await this.store.fanOuts.pending(FanOutPolicy.pageSize, filter.scope);
+      const page = listed.filter((record) => !this.inFlight.has(record.fanOutId) && (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore));
+      for (const record of page) await this.deliver(ctx, record.fanOutId, preparedOf(record), true);
       finished += page.length;
-      if (page.length < FanOutPolicy.pageSize) return finished;
+      // A page that is all in flight here (or too young) leaves nothing to do now.
+      if (listed.length < FanOutPolicy.pageSize || page.length === 0) return finished;
     }
   }
 }

@@ -81,6 +81,8 @@ export interface AppendParams {
   groups?: WireMessage[];
   /** The recorded fan-out the one entry comes from (decimal); a stream takes each fan-out once. */
   fanOutId?: string;
+  /** The fan-out is delivered again (it may have reached this stream before). */
+  again?: boolean;
 }
 
 export interface CardActionParams {
@@ -126,9 +128,9 @@ export class Inbox {
    * Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded.
    * With `webhookRelated` (the user is a WEBHOOK-mode agent) the webhook bodies, which carry the
    * sn, are queued in the same write (see agent-delivery.ts). Answers the sn values and how many
-   * bodies were queued; no sn values when the stream already took the fan-out `fanOutId`.
+   * bodies were queued; no sn values when the stream already took the fan-out it is delivered again.
    */
-  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined, fanOutId: bigint | undefined): Promise<{ sns: number[]; queued: number }> {
+  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined, fanOut: { id: bigint; again: boolean } | undefined): Promise<{ sns: number[]; queued: number }> {
     const bodies = entries.map((entry) => Buffer.from(entry.binary, "base64"));
     for (let attempt = 0; attempt < 4; attempt++) {
       const base = await this.currentSn(userId);
@@ -136,7 +138,7 @@ export class Inbox {
       const sns = entries.map((_, index) => base + index + 1);
       const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
       const handoff = webhookRelated && this.webhooks.handoff(entries.map((entry, index) => ({ sn: sns[index], wire: entry.wire })), webhookRelated, now);
-      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOutId);
+      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOut);
       if (outcome === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
       if (outcome === "duplicate") return { sns: [], queued: 0 };
       this.latestSn.delete(userId);
@@ -151,8 +153,8 @@ export class Inbox {
       // The Update's wire form is assembled directly: every part already is proto3 JSON.
       const related = relatedParts(params);
       const byWebhook = await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId));
-      const fanOutId = params.fanOutId === undefined ? undefined : BigInt(params.fanOutId);
-      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOutId);
+      const fanOut = params.fanOutId === undefined ? undefined : { id: BigInt(params.fanOutId), again: params.again ?? false };
+      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOut);
       if (queued > 0) this.webhookQueued(userId);
       const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);

@@ -247,23 +247,28 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.updates.appendUpdates(7, [row(1)])).to.equal("ok");
       });
 
-      it("takes a fan-out once per user: a repeat is a duplicate that writes nothing, even at a free sn", async () => {
-        expect(await store.updates.appendUpdates(7, [row(1)], undefined, 41n)).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(2)], undefined, 41n)).to.equal("duplicate");
+      it("takes a fan-out delivered again once per user: the repeat is a duplicate that writes nothing, even at a free sn", async () => {
+        const first = { id: 41n, again: false };
+        const again = { id: 41n, again: true };
+        expect(await store.updates.appendUpdates(7, [row(1)], undefined, first)).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(2)], undefined, again)).to.equal("duplicate");
         expect(await store.updates.latestSn(7)).to.equal(1);
-        // Another user takes the same fan-out; entries without a fan-out never collide.
-        expect(await store.updates.appendUpdates(8, [row(1)], undefined, 41n)).to.equal("ok");
+        // Another user's stream has not taken it; entries without a fan-out never collide.
+        expect(await store.updates.appendUpdates(8, [row(1)], undefined, again)).to.equal("ok");
+        expect(await store.updates.appendUpdates(8, [row(2)], undefined, again)).to.equal("duplicate");
         expect(await store.updates.appendUpdates(7, [row(2)])).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(3)])).to.equal("ok");
-        // A taken sn is still a conflict for a new fan-out, and the fan-out stays free.
-        expect(await store.updates.appendUpdates(7, [row(3)], undefined, 42n)).to.equal("conflict");
-        expect(await store.updates.appendUpdates(7, [row(4)], undefined, 42n)).to.equal("ok");
+        // A taken sn is still a conflict, and the fan-out stays free for the retry.
+        expect(await store.updates.appendUpdates(7, [row(2)], undefined, { id: 42n, again: true })).to.equal("conflict");
+        expect(await store.updates.appendUpdates(7, [row(3)], undefined, { id: 42n, again: true })).to.equal("ok");
+        // Found however far back it lies among the retained entries.
+        for (let sn = 4; sn <= 300; sn++) await store.updates.appendUpdates(7, [row(sn)]);
+        expect(await store.updates.appendUpdates(7, [row(301)], undefined, again)).to.equal("duplicate");
       });
 
       it("a duplicate fan-out queues no webhook and leaves the delivered position alone", async () => {
         const handoff = { bodies: ["b1"], queuedAt: 10 };
-        expect(await store.updates.appendUpdates(7, [row(1)], handoff, 5n)).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(2)], { bodies: ["b2"], queuedAt: 20 }, 5n)).to.equal("duplicate");
+        expect(await store.updates.appendUpdates(7, [row(1)], handoff, { id: 5n, again: false })).to.equal("ok");
+        expect(await store.updates.appendUpdates(7, [row(2)], { bodies: ["b2"], queuedAt: 20 }, { id: 5n, again: true })).to.equal("duplicate");
         expect((await store.webhookJobs.pending(7)).map((job) => job.body)).to.deep.equal(["b1"]);
         expect(await store.webhookJobs.deliveredSn(7)).to.equal(1);
       });

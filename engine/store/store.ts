@@ -188,11 +188,12 @@ export interface UpdateLogStore {
    * Appends entries at exactly the given sn values, atomically. Fails with "conflict" (writing
    * nothing) when any of those sn values is already taken: the caller's sequence is stale.
    * With `handoff` (the user is a WEBHOOK-mode agent) the same transaction queues its webhook
-   * bodies and moves the agent's delivered position to the last appended sn. With `fanOutId` (the
-   * one entry of that fan-out) it answers "duplicate", writing nothing, when the user's stream
-   * already took that fan-out.
+   * bodies and moves the agent's delivered position to the last appended sn. With `fanOut` (the
+   * one entry comes from that fan-out) the entry records its fan-out id; when the fan-out is
+   * delivered again (`again`) it answers "duplicate", writing nothing, if the user's stream already
+   * took it. A first delivery is not checked: its caller knows no other delivery of it ran.
    */
-  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff, fanOutId?: bigint): Promise<"ok" | "conflict" | "duplicate">;
+  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff, fanOut?: { id: bigint; again: boolean }): Promise<"ok" | "conflict" | "duplicate">;
   /** Entries with sn > afterSn in ascending order, at most `limit`. */
   readUpdates(userId: number, afterSn: number, limit: number): Promise<StoredUpdate[]>;
   /** Deletes the user's entries with sn <= upToSn (retention). */

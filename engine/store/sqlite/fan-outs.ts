@@ -40,20 +40,43 @@ export function recorder(db: Database.Database, write: FanOutWriter): Recorder {
   return <Result>(change: () => Result, events: EventsOf<Result> | undefined) => run(change, events as EventsOf<unknown> | undefined) as Result;
 }
 
-export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutStore {
+/**
+ * Finished fan-outs are deleted in batches, a few milliseconds later: one write for many instead of
+ * one per event. A crash before the batch is written only makes the start-up pass deliver them
+ * again, which every stream refuses as a repeat.
+ */
+const finishBatch = { size: 256, delayMs: 20 };
+
+export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutStore & { close(): void } {
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const pendingOf = db.prepare<[string, number], FanOutRow>("SELECT * FROM fan_outs WHERE scope = ? ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
-  const finish = db.prepare("DELETE FROM fan_outs WHERE fan_out_id = ?");
+  const finishAll = db.prepare("DELETE FROM fan_outs WHERE fan_out_id IN (SELECT value FROM json_each(?))");
   const recordAll = db.transaction((fanOuts: readonly NewFanOut[]) => fanOuts.map(write));
+  const finished = new Set<bigint>();
+  let flushTimer: NodeJS.Timeout | undefined;
+  const flush = () => {
+    clearTimeout(flushTimer);
+    flushTimer = undefined;
+    if (finished.size === 0 || !db.open) return;
+    finishAll.run(JSON.stringify([...finished].map(Number)));
+    finished.clear();
+  };
   return {
     async record(fanOuts) {
       return recordAll(fanOuts);
     },
     async pending(limit, scope) {
+      flush();
       return (scope === undefined ? pending.all(limit) : pendingOf.all(scope, limit)).map(toFanOut);
     },
     async finish(fanOutId) {
-      finish.run(fanOutId);
+      finished.add(fanOutId);
+      if (finished.size >= finishBatch.size) flush();
+      else if (!flushTimer) {
+        flushTimer = setTimeout(flush, finishBatch.delayMs);
+        flushTimer.unref();
+      }
     },
+    close: flush,
   };
 }

@@ -312,10 +312,11 @@ function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWrite
   );
   const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
   const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at, fan_out_id) VALUES (?, ?, ?, ?, ?)");
-  const tookFanOut = db.prepare<[number, bigint], { sn: number }>("SELECT sn FROM updates WHERE user_id = ? AND fan_out_id = ?");
-  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOutId: bigint | undefined): "ok" | "duplicate" => {
-    if (fanOutId !== undefined && tookFanOut.get(userId, fanOutId)) return "duplicate";
-    for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt, fanOutId ?? null);
+  // A scan of the user's retained entries (the key's prefix): only a fan-out delivered again asks.
+  const tookFanOut = db.prepare<[number, bigint], { sn: number }>("SELECT sn FROM updates WHERE user_id = ? AND fan_out_id = ? LIMIT 1");
+  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOut: { id: bigint; again: boolean } | undefined) => {
+    if (fanOut?.again && tookFanOut.get(userId, fanOut.id)) return "duplicate";
+    for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt, fanOut?.id ?? null);
     if (!handoff) return "ok";
     for (const body of handoff.bodies) agentDelivery.enqueue(userId, body, handoff.queuedAt);
     const last = updates[updates.length - 1];
@@ -329,9 +330,9 @@ function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWrite
     async oldestRetainedSn(userId) {
       return oldest.get(userId)?.sn ?? undefined;
     },
-    async appendUpdates(userId, updates, handoff, fanOutId) {
+    async appendUpdates(userId, updates, handoff, fanOut) {
       try {
-        return appendAll(userId, updates, handoff, fanOutId);
+        return appendAll(userId, updates, handoff, fanOut);
       } catch (err) {
         if (isConstraintError(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) return "conflict";
         throw err;
@@ -366,6 +367,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const writeFanOut = fanOutWriter(db);
   const record = recorder(db, writeFanOut);
   const users = userStore(db, record);
+  const fanOuts = fanOutStore(db, writeFanOut);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
@@ -374,13 +376,14 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
     messages: messageStore(db, recordAsLast, writeFanOut, record),
-    fanOuts: fanOutStore(db, writeFanOut),
+    fanOuts,
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
     updates: updateLogStore(db, agentDelivery),
     async close() {
       if (!db.open) return;
+      fanOuts.close();
       // Folds the write-ahead log into the database file and empties it, so a stopped server
       // leaves parley.db whole (closing the last connection then removes the -wal file).
       db.pragma("wal_checkpoint(TRUNCATE)");

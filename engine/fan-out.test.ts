@@ -1,0 +1,92 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import type { AppendParams } from "./inbox.js";
+import { AdjustableClock } from "./clock.js";
+import { FanOuts, accountScope, prepareFanOut } from "./fan-out.js";
+import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
+import type { Store } from "./store/store.js";
+
+/** Records the appends a fan-out asks for; `hold` keeps them unanswered until released. */
+class Inboxes {
+  calls: AppendParams[] = [];
+  private held: (() => void)[] = [];
+  hold = false;
+
+  readonly ctx = {
+    call: async (action: string, params: AppendParams) => {
+      expect(action).to.equal("inbox.append");
+      this.calls.push(params);
+      if (this.hold) await new Promise<void>((resolve) => this.held.push(resolve));
+      return { sns: [1] };
+    },
+  } as never;
+
+  release(): void {
+    for (const resolve of this.held.splice(0)) resolve();
+  }
+}
+
+describe("FanOuts", () => {
+  let dir: string;
+  let store: Store;
+  let clock: AdjustableClock;
+  let fanOuts: FanOuts;
+  let inboxes: Inboxes;
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), "parley-fan-out-"));
+    store = await openSqliteStore(dir);
+    clock = new AdjustableClock();
+    fanOuts = new FanOuts(store, clock);
+    inboxes = new Inboxes();
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const update = (nickname: string) => ({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } }) as const;
+
+  it("delivers a new fan-out to each recipient once, unchecked, then forgets it", async () => {
+    await fanOuts.emit(inboxes.ctx, accountScope(1), [1, 2, 2], update("a"));
+    expect(inboxes.calls.map((call) => [call.userId, call.again])).to.deep.equal([
+      [1, false],
+      [2, false],
+    ]);
+    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+  });
+
+  it("delivers recorded fan-outs again in their order, asking each stream to check, and not one this process is still delivering", async () => {
+    const [first, second] = await store.fanOuts.record([
+      prepareFanOut("5", [1], update("first"), clock.now()).record,
+      prepareFanOut("5", [1], update("second"), clock.now()).record,
+    ]);
+    inboxes.hold = true;
+    const delivering = fanOuts.deliver(inboxes.ctx, first, prepareFanOut("5", [1], update("first"), clock.now()));
+    inboxes.hold = false;
+    expect(await fanOuts.finishRecorded(inboxes.ctx)).to.equal(1);
+    expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([
+      [String(first), false],
+      [String(second), true],
+    ]);
+    inboxes.release();
+    await delivering;
+    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+  });
+
+  it("keeps a fan-out whose append failed, and settles its scope before the next event of the scope", async () => {
+    const failing = { call: async () => Promise.reject(new Error("inbox down")) } as never;
+    const prepared = prepareFanOut("9", [1], update("lost"), clock.now());
+    const [id] = await store.fanOuts.record([prepared.record]);
+    let failed = false;
+    await fanOuts.deliver(failing, id, prepared).catch(() => (failed = true));
+    expect(failed).to.equal(true);
+    expect((await store.fanOuts.pending(10)).map((record) => record.fanOutId)).to.deep.equal([id]);
+    await fanOuts.settle(inboxes.ctx, "8");
+    expect(inboxes.calls).to.deep.equal([]);
+    await fanOuts.settle(inboxes.ctx, "9");
+    expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([[String(id), true]]);
+    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+  });
+});
