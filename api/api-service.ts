@@ -22,7 +22,7 @@ import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
 import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
 import { requestFactsKey } from "./rpc.js";
-import { strictJsonDecoder } from "./strict-json.js";
+import { strictJsonDecoder } from "../shared/strict-json.js";
 import { agentService } from "./services/agent.js";
 import { authService } from "./services/auth.js";
 import { contactService } from "./services/contact.js";

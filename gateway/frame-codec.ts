@@ -1,8 +1,9 @@
 // Frames on the wire: a text frame is the JSON form of a ClientFrame/ServerFrame, a binary frame
 // its protobuf form. The server answers each connection in the form of its first frame.
-import { create, fromBinary, fromJson, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ClientFrameSchema, ServerFrameSchema, ServerFrameType, type ClientFrame, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { UpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { int64RuleBroken } from "../shared/strict-json.js";
 
 export type FrameForm = "json" | "binary";
 
@@ -12,8 +13,12 @@ export function decodeClientFrame(data: Buffer | ArrayBuffer | Buffer[], isBinar
   const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
   const form: FrameForm = isBinary ? "binary" : "json";
   try {
-    const frame = isBinary ? fromBinary(ClientFrameSchema, bytes) : fromJson(ClientFrameSchema, JSON.parse(bytes.toString("utf8")));
-    return { ok: true, frame, form };
+    if (isBinary) return { ok: true, frame: fromBinary(ClientFrameSchema, bytes), form };
+    const json: unknown = JSON.parse(bytes.toString("utf8"));
+    // The same int64 rule as for JSON requests: protobuf-es alone would take "0x10" or " 12".
+    const broken = int64RuleBroken(ClientFrameSchema, json);
+    if (broken) return { ok: false, form, reason: broken };
+    return { ok: true, frame: fromJson(ClientFrameSchema, json as JsonValue), form };
   } catch (err) {
     return { ok: false, form, reason: err instanceof Error ? err.message : "undecodable frame" };
   }

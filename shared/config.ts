@@ -50,12 +50,17 @@ function parseCodeDelivery(raw: string | undefined, smtpFrom: string | undefined
   throw new Error(`CODE_DELIVERY must be console, file:<path> or smtp://…; got ${JSON.stringify(value)}`);
 }
 
-function parsePort(raw: string | undefined): number {
-  if (raw === undefined || raw === "") return 8080;
-  const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`PORT must be 0..65535; got ${raw}`);
-  return port;
+/** An integer setting: `fallback` when unset, refused (start-up stops) outside min..max. */
+function integerSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, note = ""): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) throw new Error(`${name} must be ${min}..${max}${note}; got ${raw}`);
+  return value;
 }
+
+/** A limit per minute; 0 turns it off. */
+const perMinute = (env: NodeJS.ProcessEnv, name: string, fallback: number) => integerSetting(env, name, fallback, 0, 1_000_000, " (0 turns the limit off)");
 
 function parseTrustedProxies(raw: string | undefined): string[] {
   const entries = (raw ?? "").split(/[\s,]+/).filter((entry) => entry !== "");
@@ -64,47 +69,26 @@ function parseTrustedProxies(raw: string | undefined): string[] {
   return entries;
 }
 
-function parseWebhookConcurrency(raw: string | undefined): number {
-  if (raw === undefined || raw === "") return 32;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1 || value > 10_000) throw new Error(`WEBHOOK_CONCURRENCY must be 1..10000; got ${raw}`);
-  return value;
-}
-
-function parsePerMinute(name: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0 || value > 1_000_000) throw new Error(`${name} must be 0..1000000 (0 turns the limit off); got ${raw}`);
-  return value;
-}
-
-function parseDrainTimeout(raw: string | undefined): number {
-  if (raw === undefined || raw === "") return 10_000;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0 || value > 600_000) throw new Error(`DRAIN_TIMEOUT_MS must be 0..600000; got ${raw}`);
-  return value;
-}
-
 /** Reads the configuration from environment variables (see the README's configuration table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
   if (!["fatal", "error", "warn", "info", "debug"].includes(logLevel)) throw new Error(`LOG_LEVEL is invalid: ${logLevel}`);
   return {
     host: env.HOST || "0.0.0.0",
-    port: parsePort(env.PORT),
+    port: integerSetting(env, "PORT", 8080, 0, 65535),
     dataDir: resolve(env.DATA_DIR || "./data"),
     publicUrl: env.PUBLIC_URL || undefined,
     publicWsUrl: env.PUBLIC_WS_URL || undefined,
     codeDelivery: parseCodeDelivery(env.CODE_DELIVERY, env.SMTP_FROM),
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
-    webhookConcurrency: parseWebhookConcurrency(env.WEBHOOK_CONCURRENCY),
+    webhookConcurrency: integerSetting(env, "WEBHOOK_CONCURRENCY", 32, 1, 10_000),
     trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),
     abuseLimits: {
-      codesPerAddress: parsePerMinute("VERIFY_CODES_PER_ADDRESS_PER_MINUTE", env.VERIFY_CODES_PER_ADDRESS_PER_MINUTE, 5),
-      codesGlobal: parsePerMinute("VERIFY_CODES_PER_MINUTE", env.VERIFY_CODES_PER_MINUTE, 120),
-      signInAttemptsPerAddress: parsePerMinute("SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", env.SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE, 30),
+      codesPerAddress: perMinute(env, "VERIFY_CODES_PER_ADDRESS_PER_MINUTE", 5),
+      codesGlobal: perMinute(env, "VERIFY_CODES_PER_MINUTE", 120),
+      signInAttemptsPerAddress: perMinute(env, "SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", 30),
     },
-    drainTimeoutMs: parseDrainTimeout(env.DRAIN_TIMEOUT_MS),
+    drainTimeoutMs: integerSetting(env, "DRAIN_TIMEOUT_MS", 10_000, 0, 600_000),
     logLevel,
   };
 }

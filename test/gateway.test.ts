@@ -143,6 +143,22 @@ for (const mode of wireModes) {
       await ws.next((f) => f.requestId === pong);
     });
 
+    if (mode === "json") {
+      it("refuses a JSON frame whose int64 is not in proto3 JSON form, and takes the same frame in decimal", async () => {
+        const user = await signInWithCode(server, mode);
+        const ws = await connect();
+        await ws.authenticate(user.accessToken);
+        for (const requestId of ['"0x10"', '" 12"', '"1e3"', '""', "1e300"]) {
+          ws.socket.send(`{"requestId":${requestId},"type":"CLIENT_FRAME_TYPE_HEARTBEAT_PING","heartbeatPing":{}}`);
+          const error = await ws.next((f) => f.type === ServerFrameType.ERROR);
+          expect(error.payload.case === "error" && error.payload.value.error?.errorName, requestId).to.equal("GATEWAY_BAD_FRAME");
+          expect(error.payload.case === "error" && error.payload.value.fatal).to.equal(false);
+        }
+        ws.socket.send('{"requestId":"16","type":"CLIENT_FRAME_TYPE_HEARTBEAT_PING","heartbeatPing":{}}');
+        await ws.next((f) => f.requestId === 16n && f.type === ServerFrameType.HEARTBEAT_PONG);
+      });
+    }
+
     it("a client that reconnects recovers missed updates with GetDifference", async () => {
       const email = freshEmail();
       const auth = client(server, AuthService, mode);

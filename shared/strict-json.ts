@@ -91,6 +91,12 @@ export function lenientInt64(desc: DescMessage, json: unknown): string | undefin
   return problem && `${desc.typeName}${problem.path.join("")}: ${problem.what}`;
 }
 
+/** Why `json` (read as a `desc` message) cannot be taken under the int64 rule, or undefined when it can. */
+export function int64RuleBroken(desc: DescMessage, json: unknown): string | undefined {
+  const problem = lenientInt64(desc, json);
+  return problem && `cannot decode ${problem}: an int64 is a decimal string, or a whole number below 2^53 in magnitude`;
+}
+
 function messageProblem(desc: DescMessage, json: unknown, depth: number): Problem | undefined {
   if (int64Wrappers.has(desc.typeName)) return problemOf(json);
   if (!isObject(json) || depth > maxDepth) return undefined;
@@ -152,8 +158,8 @@ export function strictJsonDecoder(desc: DescMessage): { decode(bytes?: Uint8Arra
       } catch {
         return text; // protobuf-es reports the syntax error as it always has
       }
-      const problem = lenientInt64(desc, json);
-      if (problem) throw new Error(`cannot decode ${problem}: an int64 is a decimal string, or a whole number below 2^53 in magnitude`);
+      const broken = int64RuleBroken(desc, json);
+      if (broken) throw new Error(broken);
       return text;
     },
   };
