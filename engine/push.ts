@@ -60,28 +60,47 @@ async function offlineRecipientTokens(deps: EngineDeps, ctx: Context, message: N
   return tokens.filter((token) => !muted.has(token.userId));
 }
 
+/** How long stopping waits for offline pushes already under way. */
+const pushDrainMs = 5_000;
+
 export function pushService(deps: EngineDeps): ServiceSchema {
   const { store } = deps;
+  // Pushes run after their message was answered; stopping lets the ones under way finish (a
+  // broker-wide context tracker would do it too, at a cost on every call of every service).
+  const underWay = new Set<Promise<void>>();
+  /** Alerts the offline recipients' devices of a message; a failure is logged, never thrown. */
+  const alertOffline = async (ctx: Context<NewMessagePush>, logger: { warn(message: string): void }): Promise<void> => {
+    const { conversationId, messageId, senderId, senderNickname, preview } = ctx.params;
+    try {
+      const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
+      if (tokens.length === 0) return;
+      // Every recipient gets the same alert (the server keeps no unread count to badge), so
+      // one call carries all devices and a provider driver can batch them.
+      await deps.pushNotifier.send(tokens, {
+        silent: false,
+        title: senderNickname,
+        body: preview,
+        message: { conversationId, messageId, senderId, senderNickname, preview },
+      });
+    } catch (err) {
+      logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
   return {
     name: "push",
+    async stopped() {
+      if (underWay.size === 0) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.allSettled([...underWay]), new Promise((resolve) => (timer = setTimeout(resolve, pushDrainMs)))]);
+      clearTimeout(timer);
+    },
     events: {
       [PushEvents.newMessage]: {
-        async handler(this: { logger: { warn(...args: unknown[]): void } }, ctx: Context<NewMessagePush>) {
-          const { conversationId, messageId, senderId, senderNickname, preview } = ctx.params;
-          try {
-            const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
-            if (tokens.length === 0) return;
-            // Every recipient gets the same alert (the server keeps no unread count to badge), so
-            // one call carries all devices and a provider driver can batch them.
-            await deps.pushNotifier.send(tokens, {
-              silent: false,
-              title: senderNickname,
-              body: preview,
-              message: { conversationId, messageId, senderId, senderNickname, preview },
-            });
-          } catch (err) {
-            this.logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
-          }
+        handler(this: { logger: { warn(message: string): void } }, ctx: Context<NewMessagePush>) {
+          const work = alertOffline(ctx, this.logger);
+          underWay.add(work);
+          void work.finally(() => underWay.delete(work));
+          return work;
         },
       },
     },

@@ -36,7 +36,7 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     // The server is shutting down (it stopped listening): a keep-alive connection asking to
     // upgrade now would only be closed again.
     if (!server.listening) {
-      stream.end("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      refuse(stream, "503 Service Unavailable");
       return;
     }
     wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {

@@ -68,9 +68,7 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
       "SELECT user_id FROM user_conversations WHERE conversation_id = ? AND is_muted = 1 AND user_id IN (SELECT value FROM json_each(?))",
     )
     .safeIntegers(true);
-  const markDeleted = db.prepare(
-    "UPDATE user_conversations SET is_deleted = 1, cleared_up_to = MAX(cleared_up_to, ?) WHERE user_id = ? AND conversation_id = ?",
-  );
+  const markDeleted = db.prepare("UPDATE user_conversations SET is_deleted = 1 WHERE user_id = ? AND conversation_id = ?");
   const clear = db.prepare("UPDATE user_conversations SET cleared_up_to = MAX(cleared_up_to, ?) WHERE user_id = ? AND conversation_id = ?");
   const advanceRead = db.prepare(
     "UPDATE user_conversations SET last_read_message_id = MAX(last_read_message_id, ?) WHERE user_id = ? AND conversation_id = ?",
@@ -88,6 +86,12 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
     insertConversation.run(conversationId, type, createdAt, createdAt);
     for (const userId of participants) insertState.run(userId, conversationId);
   });
+  /** Deletes history up to `upTo` (never back) and counts it read: deleted messages cannot stay unread. */
+  const clearAndRead = (userId: number, conversationId: bigint, upTo: bigint) => {
+    insertState.run(userId, conversationId);
+    clear.run(upTo, userId, conversationId);
+    advanceRead.run(upTo, userId, conversationId);
+  };
   const getState = (userId: number, conversationId: bigint) => {
     insertState.run(userId, conversationId);
     return toState(state.get(userId, conversationId)!);
@@ -116,9 +120,8 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
     },
     async markDeleted(userId, conversationId, clearUpTo, events) {
       record(() => {
-        insertState.run(userId, conversationId);
-        markDeleted.run(clearUpTo, userId, conversationId);
-        advanceRead.run(clearUpTo, userId, conversationId);
+        clearAndRead(userId, conversationId, clearUpTo);
+        markDeleted.run(userId, conversationId);
       }, events);
     },
     async advanceRead(userId, conversationId, upTo, events) {
@@ -129,11 +132,7 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
       }, events);
     },
     async clearHistory(userId, conversationId, upTo, events) {
-      record(() => {
-        insertState.run(userId, conversationId);
-        clear.run(upTo, userId, conversationId);
-        advanceRead.run(upTo, userId, conversationId);
-      }, events);
+      record(() => clearAndRead(userId, conversationId, upTo), events);
     },
     async recordMessage(conversationId, messageId, at, participants) {
       recordLastMessage(conversationId, messageId, at, participants);
