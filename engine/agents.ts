@@ -357,11 +357,11 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           throw err;
         }
         const { user, agent } = created;
-        const scope = accountScope(creator.userId);
+        const events = deps.fanOuts.batch();
         await store.social.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
-          deps.fanOuts.event(scope, [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
+          events.add(accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
         ]);
-        await deps.fanOuts.deliverRecorded(ctx, scope);
+        await events.deliver(ctx);
         return { profile: agentProfileView(agent, user), token, secretKey };
       }),
       listMyAgents: rpcAction(ListMyAgentsRequestSchema, ListMyAgentsResponseSchema, async ({ caller }) => {

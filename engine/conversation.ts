@@ -48,7 +48,7 @@ import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
 import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
-import { FanOutPolicy, prepareFanOut, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
+import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
@@ -168,7 +168,7 @@ export class ConversationActor {
 
   /** The event of a message written or changed, to the given recipients. */
   private messageFanOut(record: MessageRecord, recipients: readonly number[], sender: UserRecord | undefined): PreparedFanOut {
-    return prepareFanOut(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, this.deps.clock.now(), sender ? [userInfoView(sender)] : []);
+    return this.deps.fanOuts.prepare(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, sender ? [userInfoView(sender)] : []);
   }
 
   /**
@@ -191,7 +191,7 @@ export class ConversationActor {
       });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
-        await this.deps.fanOuts.deliver(ctx, result.fanOutId!, fanOut);
+        await this.deps.fanOuts.deliver(ctx, fanOut);
         return { record: candidate, duplicate: false };
       }
       if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
@@ -207,9 +207,9 @@ export class ConversationActor {
   private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { closesStream?: boolean } = {}): Promise<UserRecord | undefined> {
     const sender = await this.store.users.getUser(updated.senderId);
     const fanOut = this.messageFanOut(updated, access.participants, sender);
-    const { fanOutId } = await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
+    await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
-    await this.deps.fanOuts.deliver(ctx, fanOutId!, fanOut);
+    await this.deps.fanOuts.deliver(ctx, fanOut);
     return sender;
   }
 

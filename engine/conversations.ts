@@ -2,7 +2,7 @@
 // message deletion. Only the caller's own state changes here, so these run outside the
 // conversation actor.
 import { create } from "@bufbuild/protobuf";
-import type { Context, ServiceSchema } from "moleculer";
+import type { ServiceSchema } from "moleculer";
 import {
   ConversationActionType,
   ConversationInfoSchema,
@@ -28,7 +28,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { privateParticipants } from "../shared/ids.js";
 import { envelopeOf } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
-import { accountScope } from "./fan-out.js";
+import { accountScope, type EventBatch } from "./fan-out.js";
 import { requireParticipant, type ConversationAccess } from "./membership.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { ConversationKind, type UserConversationRecord } from "./store/store.js";
@@ -50,10 +50,8 @@ function infoOf(access: Pick<ConversationAccess, "conversation" | "peerId">, sta
 
 export function conversationsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
-  /** The event telling the user's devices of a change the user made to their own conversation state, recorded with it. */
-  const event = (userId: number, update: SnUpdate["update"]) => deps.fanOuts.event(accountScope(userId), [userId], update);
-  /** Delivers the events the user's change recorded; the call answers after it. */
-  const deliver = (ctx: Context, userId: number) => deps.fanOuts.deliverRecorded(ctx, accountScope(userId));
+  /** The event telling the user's devices of a change the user made to their own conversation state, added to the change's batch. */
+  const event = (events: EventBatch, userId: number, update: SnUpdate["update"]) => events.add(accountScope(userId), [userId], update);
 
   return {
     name: "conversations",
@@ -115,20 +113,21 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const access = await requireParticipant(store, request.conversationId, user.userId);
         // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
         if (!access.group && !(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
+        const events = deps.fanOuts.batch();
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
-        const events = () => [
-          event(user.userId, {
+        const actionEvent = () => [
+          event(events, user.userId, {
             case: "conversationAction",
             value: { $typeName: "api.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
           }),
         ];
         if (request.action === ConversationActionType.DELETE) {
           // As with DeleteHistory, cleared messages are no longer unread (the store moves the read position too).
-          await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n, events);
+          await store.conversations.markDeleted(user.userId, request.conversationId, clearMessages ? access.conversation.lastMessageId : 0n, actionEvent);
         } else {
-          await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE, events);
+          await store.conversations.setMuted(user.userId, request.conversationId, request.action === ConversationActionType.MUTE, actionEvent);
         }
-        await deliver(ctx, user.userId);
+        await events.deliver(ctx);
         return {};
       }),
       markAsRead: rpcAction(MarkAsReadRequestSchema, MarkAsReadResponseSchema, async ({ request, caller, ctx }) => {
@@ -142,13 +141,14 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
           throw new ParleyError(Errors.invalidArgument, { field: "up_to_message_id", lastMessageId: String(access.conversation.lastMessageId) }, "upToMessageId is beyond the last message");
         }
         const readAt = BigInt(clock.now());
+        const events = deps.fanOuts.batch();
         await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId, (position) => [
-          event(user.userId, {
+          event(events, user.userId, {
             case: "readReceipt",
             value: { $typeName: "api.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt },
           }),
         ]);
-        await deliver(ctx, user.userId);
+        await events.deliver(ctx);
         return {};
       }),
       deleteMessages: rpcAction(DeleteMessagesRequestSchema, DeleteMessagesResponseSchema, async ({ request, caller, ctx }) => {
@@ -156,12 +156,13 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         await requireParticipant(store, request.conversationId, user.userId);
         const state = await store.conversations.getUserState(user.userId, request.conversationId);
         // The event tells the caller's other devices what changed: the ids deleted now, each once.
+        const events = deps.fanOuts.batch();
         const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo, (ids) =>
           ids.length > 0
-            ? [event(user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
+            ? [event(events, user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
             : [],
         );
-        if (deleted.length > 0) await deliver(ctx, user.userId);
+        if (deleted.length > 0) await events.deliver(ctx);
         return { deletedCount: deleted.length };
       }),
       deleteHistory: rpcAction(DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, async ({ request, caller, ctx }) => {
@@ -175,10 +176,11 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         if (upTo <= before.clearedUpTo) return {};
         // Deleted messages cannot stay unread (unread = lastMessageId - lastReadMessageId must count
         // only messages the user can still see): the store moves the read position with the clearing.
+        const events = deps.fanOuts.batch();
         await store.conversations.clearHistory(user.userId, request.conversationId, upTo, () => [
-          event(user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
+          event(events, user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
         ]);
-        await deliver(ctx, user.userId);
+        await events.deliver(ctx);
         return {};
       }),
     },

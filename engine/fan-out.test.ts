@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import type { AppendParams } from "./inbox.js";
 import { AdjustableClock } from "./clock.js";
-import { FanOuts, accountScope, prepareFanOut } from "./fan-out.js";
+import { FanOuts, accountScope } from "./fan-out.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -48,6 +48,30 @@ describe("FanOuts", () => {
 
   const update = (nickname: string) => ({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } }) as const;
 
+  it("gives fan-outs ids that increase in the order they are made, also when the clock steps back", () => {
+    const made = [fanOuts.prepare("1", [1], update("a")), fanOuts.prepare("1", [1], update("b"))];
+    clock.advance(-60_000);
+    made.push(fanOuts.prepare("1", [1], update("c")));
+    clock.advance(120_000);
+    made.push(fanOuts.prepare("1", [1], update("d")));
+    const ids = made.map((fanOut) => fanOut.record.fanOutId);
+    expect([...ids].sort((a, b) => (a < b ? -1 : 1))).to.deep.equal(ids);
+    expect(new Set(ids).size).to.equal(4);
+  });
+
+  it("delivers a batch's events once the change recorded them, each to its recipients once, unchecked", async () => {
+    const events = fanOuts.batch();
+    const records = [events.add(accountScope(1), [1, 2, 2], update("a")), events.add(accountScope(1), [3], update("b"))];
+    await store.fanOuts.record(records);
+    await events.deliver(inboxes.ctx);
+    expect(inboxes.calls.map((call) => [call.userId, call.fanOutId, call.again])).to.deep.equal([
+      [1, String(records[0].fanOutId), false],
+      [2, String(records[0].fanOutId), false],
+      [3, String(records[1].fanOutId), false],
+    ]);
+    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+  });
+
   it("delivers a new fan-out to each recipient once, unchecked, then forgets it", async () => {
     await fanOuts.emit(inboxes.ctx, accountScope(1), [1, 2, 2], update("a"));
     expect(inboxes.calls.map((call) => [call.userId, call.again])).to.deep.equal([
@@ -58,17 +82,15 @@ describe("FanOuts", () => {
   });
 
   it("delivers recorded fan-outs again in their order, asking each stream to check, and not one this process is still delivering", async () => {
-    const [first, second] = await store.fanOuts.record([
-      prepareFanOut("5", [1], update("first"), clock.now()).record,
-      prepareFanOut("5", [1], update("second"), clock.now()).record,
-    ]);
+    const [first, second] = [fanOuts.prepare("5", [1], update("first")), fanOuts.prepare("5", [1], update("second"))];
+    await store.fanOuts.record([first.record, second.record]);
     inboxes.hold = true;
-    const delivering = fanOuts.deliver(inboxes.ctx, first, prepareFanOut("5", [1], update("first"), clock.now()));
+    const delivering = fanOuts.deliver(inboxes.ctx, first);
     inboxes.hold = false;
     expect(await fanOuts.finishRecorded(inboxes.ctx)).to.equal(1);
     expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([
-      [String(first), false],
-      [String(second), true],
+      [String(first.record.fanOutId), false],
+      [String(second.record.fanOutId), true],
     ]);
     inboxes.release();
     await delivering;
@@ -77,10 +99,11 @@ describe("FanOuts", () => {
 
   it("keeps a fan-out whose append failed, and settles its scope before the next event of the scope", async () => {
     const failing = { call: async () => Promise.reject(new Error("inbox down")) } as never;
-    const prepared = prepareFanOut("9", [1], update("lost"), clock.now());
-    const [id] = await store.fanOuts.record([prepared.record]);
+    const prepared = fanOuts.prepare("9", [1], update("lost"));
+    const id = prepared.record.fanOutId;
+    await store.fanOuts.record([prepared.record]);
     let failed = false;
-    await fanOuts.deliver(failing, id, prepared).catch(() => (failed = true));
+    await fanOuts.deliver(failing, prepared).catch(() => (failed = true));
     expect(failed).to.equal(true);
     expect((await store.fanOuts.pending(10)).map((record) => record.fanOutId)).to.deep.equal([id]);
     await fanOuts.settle(inboxes.ctx, "8");

@@ -19,7 +19,7 @@ import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import { encodeEntry, type AppendParams, type EncodedEntry } from "./inbox.js";
 import type { Clock } from "./clock.js";
-import type { FanOutRecord, NewFanOut, Store } from "./store/store.js";
+import type { FanOutRecord, Store } from "./store/store.js";
 
 type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
 
@@ -45,7 +45,7 @@ export interface FinishFanOutsParams {
 
 /** A fan-out ready to record and deliver: the entry encoded once for every recipient. */
 export interface PreparedFanOut {
-  record: NewFanOut;
+  record: FanOutRecord;
   entry: EncodedEntry;
   users: WireMessage[];
   groups: WireMessage[];
@@ -54,20 +54,6 @@ export interface PreparedFanOut {
 interface RelatedJson {
   users?: WireMessage[];
   groups?: WireMessage[];
-}
-
-export function prepareFanOut(scope: string, recipients: readonly number[], update: Update, now: number, users: UserInfo[] = [], groups: GroupInfo[] = []): PreparedFanOut {
-  const entry = encodeEntry(update);
-  const related: RelatedJson = {
-    users: users.map((user) => toWire(UserInfoSchema, user)),
-    groups: groups.map((group) => toWire(GroupInfoSchema, group)),
-  };
-  return {
-    record: { scope, recipients: [...new Set(recipients)], entry: Buffer.from(entry.binary, "base64"), related: JSON.stringify(related), createdAt: now },
-    entry,
-    users: related.users!,
-    groups: related.groups!,
-  };
 }
 
 /** The prepared form of a recorded fan-out (the entry decoded once to get its wire form). */
@@ -82,30 +68,86 @@ function preparedOf(record: FanOutRecord): PreparedFanOut {
   };
 }
 
+/**
+ * Fan-out ids: milliseconds since 2026 (41 bits, enough for 69 years), 10 bits this process drew
+ * at random, 12 bits of count within the millisecond. They increase in the order this process
+ * makes them (even if its clock steps back), and processes sharing a store do not collide.
+ */
+const idEpochMs = Date.UTC(2026, 0, 1);
+
+/** The events of one change: prepared as the change's store write asks for them (EventsOf), delivered once it committed. */
+export class EventBatch {
+  private readonly prepared: PreparedFanOut[] = [];
+
+  constructor(private readonly fanOuts: FanOuts) {}
+
+  /** Prepares an event and answers its record, for the change's write to record. */
+  add(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): FanOutRecord {
+    const fanOut = this.fanOuts.prepare(scope, recipients, update, users, groups);
+    this.prepared.push(fanOut);
+    return fanOut.record;
+  }
+
+  /** Delivers the events, in the order they were added; call it after the change's write succeeded. */
+  async deliver(ctx: Pick<Context, "call">): Promise<void> {
+    for (const fanOut of this.prepared.splice(0)) await this.fanOuts.deliver(ctx, fanOut);
+  }
+}
+
 export class FanOuts {
   /** Scopes with a fan-out that failed in this process and is still recorded. */
   private readonly unfinishedScopes = new Set<string>();
   /** Fan-outs this process is delivering now. */
   private readonly inFlight = new Set<bigint>();
+  private readonly processBits = BigInt(Math.floor(Math.random() * 1024)) << 12n;
+  private lastId = 0n;
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
   ) {}
 
-  /** The record of an event, for a change to write in its own transaction (the store's EventsOf). */
-  event(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): NewFanOut {
-    return prepareFanOut(scope, recipients, update, this.clock.now(), users, groups).record;
+  private nextId(): bigint {
+    const candidate = (BigInt(Math.max(0, this.clock.now() - idEpochMs)) << 22n) | this.processBits;
+    this.lastId = candidate > this.lastId ? candidate : this.lastId + 1n;
+    return this.lastId;
   }
 
-  /** Delivers what the changes of a scope recorded (see event); a change answers only after this. */
-  async deliverRecorded(ctx: Pick<Context, "call">, scope: string): Promise<void> {
-    await this.finishRecorded(ctx, { scope });
+  /** An event as a fan-out with its id, encoded once for all its recipients. */
+  prepare(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): PreparedFanOut {
+    const entry = encodeEntry(update);
+    const related: RelatedJson = {
+      users: users.map((user) => toWire(UserInfoSchema, user)),
+      groups: groups.map((group) => toWire(GroupInfoSchema, group)),
+    };
+    return {
+      record: {
+        fanOutId: this.nextId(),
+        scope,
+        recipients: [...new Set(recipients)],
+        entry: Buffer.from(entry.binary, "base64"),
+        related: JSON.stringify(related),
+        createdAt: this.clock.now(),
+      },
+      entry,
+      users: related.users!,
+      groups: related.groups!,
+    };
   }
 
-  /** Records and delivers one event of a change that has no write of its own to carry it (see recordAndDeliver). */
-  emit(ctx: Pick<Context, "call">, scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): Promise<void> {
-    return this.recordAndDeliver(ctx, [prepareFanOut(scope, recipients, update, this.clock.now(), users, groups)]);
+  /** A batch for the events of one change (see EventBatch). */
+  batch(): EventBatch {
+    return new EventBatch(this);
+  }
+
+  /**
+   * Records and delivers one event of a change that has no write of its own to carry it: it is
+   * durable before the call answers, but not in the change's transaction.
+   */
+  async emit(ctx: Pick<Context, "call">, scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): Promise<void> {
+    const fanOut = this.prepare(scope, recipients, update, users, groups);
+    await this.store.fanOuts.record([fanOut.record]);
+    await this.deliver(ctx, fanOut);
   }
 
   /**
@@ -113,28 +155,19 @@ export class FanOuts {
    * append fails the fan-out stays recorded (to be finished later) and the error is thrown.
    * `again`: an earlier delivery may have reached some streams.
    */
-  async deliver(ctx: Pick<Context, "call">, fanOutId: bigint, fanOut: PreparedFanOut, again = false): Promise<void> {
+  async deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again = false): Promise<void> {
+    const { fanOutId, scope, recipients } = fanOut.record;
     this.inFlight.add(fanOutId);
     try {
       const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId), again };
-      await Promise.all(fanOut.record.recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
+      await Promise.all(recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
       await this.store.fanOuts.finish(fanOutId);
     } catch (err) {
-      this.unfinishedScopes.add(fanOut.record.scope);
+      this.unfinishedScopes.add(scope);
       throw err;
     } finally {
       this.inFlight.delete(fanOutId);
     }
-  }
-
-  /**
-   * Records and delivers the events of a change that has no write of its own to carry them (the
-   * change is made by several writes, or by none): they are durable before the call answers.
-   */
-  async recordAndDeliver(ctx: Pick<Context, "call">, fanOuts: readonly PreparedFanOut[]): Promise<void> {
-    if (fanOuts.length === 0) return;
-    const ids = await this.store.fanOuts.record(fanOuts.map((fanOut) => fanOut.record));
-    for (const [index, fanOut] of fanOuts.entries()) await this.deliver(ctx, ids[index], fanOut);
   }
 
   /** Finishes the scope's fan-outs that failed earlier in this process, so a new event of the scope follows them. */
@@ -158,15 +191,16 @@ export class FanOuts {
   }
 
   /**
-   * Finishes recorded fan-outs in the order they were recorded: all of them, one scope's, or
-   * those recorded before `recordedBefore`. Answers how many it finished.
+   * Delivers again the recorded fan-outs in the order they were recorded: all of them, one
+   * scope's, or those recorded before `recordedBefore`; none this process is delivering now.
+   * Answers how many it finished.
    */
   async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number } = {}): Promise<number> {
     let finished = 0;
     for (;;) {
       const listed = await this.store.fanOuts.pending(FanOutPolicy.pageSize, filter.scope);
       const page = listed.filter((record) => !this.inFlight.has(record.fanOutId) && (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore));
-      for (const record of page) await this.deliver(ctx, record.fanOutId, preparedOf(record), true);
+      for (const record of page) await this.deliver(ctx, preparedOf(record), true);
       finished += page.length;
       // A page that is all in flight here (or too young) leaves nothing to do now.
       if (listed.length < FanOutPolicy.pageSize || page.length === 0) return finished;

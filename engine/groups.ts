@@ -141,11 +141,11 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(owner, request.groupId);
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
-          const scope = accountScope(owner.userId);
+          const events = deps.fanOuts.batch();
           await groups.dissolveGroup(group.groupId, (removed) => [
-            deps.fanOuts.event(scope, removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
+            events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
           ]);
-          await deps.fanOuts.deliverRecorded(ctx, scope);
+          await events.deliver(ctx);
           return {};
         });
       }),
@@ -188,13 +188,13 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
           // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them, recorded
           // with the removal; the announcement goes to those who remain.
-          const scope = accountScope(owner.userId);
+          const events = deps.fanOuts.batch();
           const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
           const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
-            done ? [deps.fanOuts.event(scope, [request.targetId], removedFromGroup, [], [groupInfoView(group)])] : [],
+            done ? [events.add(accountScope(owner.userId), [request.targetId], removedFromGroup, [], [groupInfoView(group)])] : [],
           );
           if (!removed) throw new ParleyError(Errors.memberNotFound);
-          await deps.fanOuts.deliverRecorded(ctx, scope);
+          await events.deliver(ctx);
           await postSystem(ctx, group.groupId, {
             case: "memberRemoved",
             value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },

@@ -35,7 +35,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
-import { accountScope } from "./fan-out.js";
+import { accountScope, type EventBatch } from "./fan-out.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
 import { normalizeIdentity } from "./accounts.js";
@@ -71,13 +71,11 @@ export function socialService(deps: EngineDeps): ServiceSchema {
     return target;
   }
 
-  /** The event of a change `actorId` made, to `recipients`, recorded with the change. */
-  const event = (actorId: number, recipients: number[], update: Event, users: UserRecord[] = []) =>
-    deps.fanOuts.event(accountScope(actorId), recipients, update, users.map(userInfoView));
-  /** Delivers the events the actor's change recorded; the call answers after it. */
-  const deliver = (ctx: Context, actorId: number) => deps.fanOuts.deliverRecorded(ctx, accountScope(actorId));
-  const contactDeleted = (ownerId: number, peer: UserRecord) =>
-    event(ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
+  /** The event of a change `actorId` made, to `recipients`, added to the change's batch: recorded with the change, delivered after it. */
+  const event = (events: EventBatch, actorId: number, recipients: number[], update: Event, users: UserRecord[] = []) =>
+    events.add(accountScope(actorId), recipients, update, users.map(userInfoView));
+  const contactDeleted = (events: EventBatch, ownerId: number, peer: UserRecord) =>
+    event(events, ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
 
   async function handleRequest(ctx: Context, caller: Caller, requestId: bigint, status: typeof FriendRequestStatus.accepted | typeof FriendRequestStatus.rejected) {
     const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await social.getFriendRequest(Number(requestId)) : undefined;
@@ -90,11 +88,12 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         ? { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
         : { case: "friendRequestRejected", value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
     // Accepting connects the two users in the same write (SocialStore.resolveFriendRequest).
+    const events = deps.fanOuts.batch();
     const resolved = await social.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
-      done ? [event(caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
+      done ? [event(events, caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
     );
     if (!resolved) throw new ParleyError(Errors.friendRequestHandled);
-    await deliver(ctx, caller.userId);
+    await events.deliver(ctx);
     return {};
   }
 
@@ -111,16 +110,18 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (mine && theirs) throw new ParleyError(Errors.alreadyContacts);
         if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
         const senderRecord = (await store.users.getUser(sender.userId))!;
+        const events = deps.fanOuts.batch();
         const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
-          event(sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
+          event(events, sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
           event(
+            events,
             sender.userId,
             [sender.userId],
             { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(made.requestId), targetUserId: target.userId } },
             [target],
           ),
         ]);
-        await deliver(ctx, sender.userId);
+        await events.deliver(ctx);
         return { requestId: BigInt(created.requestId) };
       }),
       listPendingRequests: rpcAction(ListPendingRequestsRequestSchema, ListPendingRequestsResponseSchema, async ({ request, caller }) => {
@@ -150,11 +151,12 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
         // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
         const ownerRecord = (await store.users.getUser(owner.userId))!;
+        const events = deps.fanOuts.batch();
         await social.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
-          event(owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
-          event(owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
+          event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
+          event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
         ]);
-        await deliver(ctx, owner.userId);
+        await events.deliver(ctx);
         return {};
       }),
       listContacts: rpcAction(ListContactsRequestSchema, ListContactsResponseSchema, async ({ request, caller }) => {
@@ -177,10 +179,11 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       deleteContact: rpcAction(DeleteContactRequestSchema, DeleteContactResponseSchema, async ({ request, caller, ctx }) => {
         const owner = requireCaller(caller);
         const peer = await store.users.getUser(request.contactUserId);
-        if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(owner.userId, peer)] : [])))) {
+        const events = deps.fanOuts.batch();
+        if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(events, owner.userId, peer)] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
-        await deliver(ctx, owner.userId);
+        await events.deliver(ctx);
         return {};
       }),
       updateContactAlias: rpcAction(UpdateContactAliasRequestSchema, UpdateContactAliasResponseSchema, async ({ request, caller, ctx }) => {
@@ -192,10 +195,11 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           throw new ParleyError(Errors.invalidArgument, { field: "alias" }, "agent contacts cannot have an alias");
         }
         const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
-        if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
+        const events = deps.fanOuts.batch();
+        if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(events, owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
-        await deliver(ctx, owner.userId);
+        await events.deliver(ctx);
         return {};
       }),
       searchUsers: rpcAction(SearchUsersRequestSchema, SearchUsersResponseSchema, async ({ request, caller }) => {
@@ -220,11 +224,12 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const target = await requireTarget(blocker, request.targetUserId);
         const blocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
         // The blocker's contact side and the pending requests between them go in the same write.
+        const events = deps.fanOuts.batch();
         const outcome = await social.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
-          done ? [...(contactRemoved ? [contactDeleted(blocker.userId, target)] : []), event(blocker.userId, [blocker.userId], blocked, [target])] : [],
+          done ? [...(contactRemoved ? [contactDeleted(events, blocker.userId, target)] : []), event(events, blocker.userId, [blocker.userId], blocked, [target])] : [],
         );
         if (!outcome.blocked) throw new ParleyError(Errors.alreadyBlocked);
-        await deliver(ctx, blocker.userId);
+        await events.deliver(ctx);
         return {};
       }),
       unblockUser: rpcAction(UnblockUserRequestSchema, UnblockUserResponseSchema, async ({ request, caller, ctx }) => {
@@ -232,10 +237,11 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const target = await store.users.getUser(request.targetUserId);
         if (!target) throw new ParleyError(Errors.notBlocked);
         const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
-        if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
+        const events = deps.fanOuts.batch();
+        if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
           throw new ParleyError(Errors.notBlocked);
         }
-        await deliver(ctx, blocker.userId);
+        await events.deliver(ctx);
         return {};
       }),
       listBlocked: rpcAction(ListBlockedRequestSchema, ListBlockedResponseSchema, async ({ caller }) => {

@@ -60,9 +60,9 @@ export function usersService(deps: EngineDeps): ServiceSchema {
             newSignature: change.signature,
           },
         };
-        const scope = accountScope(before.userId);
-        const after = await users.updateProfile(before.userId, change, (updated) => [deps.fanOuts.event(scope, [updated.userId], event, [userInfoView(updated)])]);
-        await deps.fanOuts.deliverRecorded(ctx, scope);
+        const events = deps.fanOuts.batch();
+        const after = await users.updateProfile(before.userId, change, (updated) => [events.add(accountScope(updated.userId), [updated.userId], event, [userInfoView(updated)])]);
+        await events.deliver(ctx);
         return { profile: selfView(after) };
       }),
       setUsername: rpcAction(SetUsernameRequestSchema, SetUsernameResponseSchema, async ({ request, caller, ctx }) => {
@@ -70,13 +70,13 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         if (user.usernameCustom) throw new ParleyError(Errors.usernameAlreadySet);
         const problem = usernameProblem(request.username);
         if (problem) throw new ParleyError(Errors.invalidUsername, {}, problem);
-        const scope = accountScope(user.userId);
+        const events = deps.fanOuts.batch();
         const renamed: UserRecord = { ...user, username: request.username, usernameCustom: true };
         const outcome = await users.setCustomUsername(user.userId, request.username, (result) =>
           result === "ok"
             ? [
-                deps.fanOuts.event(
-                  scope,
+                events.add(
+                  accountScope(user.userId),
                   [user.userId],
                   { case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: user.userId, newUsername: request.username } },
                   [userInfoView(renamed)],
@@ -86,7 +86,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         );
         if (outcome === "already-set") throw new ParleyError(Errors.usernameAlreadySet);
         if (outcome === "taken") throw new ParleyError(Errors.usernameTaken);
-        await deps.fanOuts.deliverRecorded(ctx, scope);
+        await events.deliver(ctx);
         return { profile: selfView(await requireRecord(user.userId)) };
       }),
       resolveUsername: rpcAction(ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, async ({ request, caller }) => {

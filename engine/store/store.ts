@@ -150,7 +150,7 @@ export interface WebhookHandoff {
  * stream takes a given fan-out at most once (appendUpdates' `fanOutId`), so a repeat is harmless.
  */
 export interface FanOutRecord {
-  /** Assigned by the store, increasing in the order fan-outs were recorded. */
+  /** Chosen by the engine (fan-out.ts), unique, increasing in the order a process records them. */
   fanOutId: bigint;
   /** What orders it: a conversation's events (its id), or the acting account's ("user:<id>"). */
   scope: string;
@@ -162,17 +162,15 @@ export interface FanOutRecord {
   createdAt: number;
 }
 
-export type NewFanOut = Omit<FanOutRecord, "fanOutId">;
-
 /**
  * The events of a change, recorded as fan-outs in the change's own transaction; given what the
  * change answers, so a change that did nothing can record nothing. Writes that take it say so.
  */
-export type EventsOf<Result> = (result: Result) => readonly NewFanOut[];
+export type EventsOf<Result> = (result: Result) => readonly FanOutRecord[];
 
 export interface FanOutStore {
-  /** Records fan-outs of a change made by other writes, in order; answers their ids. */
-  record(fanOuts: readonly NewFanOut[]): Promise<bigint[]>;
+  /** Records fan-outs of a change made by other writes, together. */
+  record(fanOuts: readonly FanOutRecord[]): Promise<void>;
   /** Unfinished fan-outs, oldest first, at most `limit`; of one scope only when given. */
   pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
   /** Marks the fan-out finished: every recipient's stream has it. */
@@ -491,8 +489,8 @@ export interface OpenStreamRecord {
 export interface MessageWriteOptions {
   /** Records the message as the conversation's last (ConversationStore.recordMessage). */
   recordAsLast?: { participants: readonly number[] };
-  /** Records the event reporting the write; its id is answered. */
-  fanOut?: NewFanOut;
+  /** Records the event reporting the write. */
+  fanOut?: FanOutRecord;
 }
 
 export interface MessageStore {
@@ -501,7 +499,7 @@ export interface MessageStore {
    * stale) and "duplicate" with the stored message when (conversation, sender, clientMessageId)
    * already exists.
    */
-  insertMessage(message: MessageRecord, options?: MessageWriteOptions & { opensStream?: boolean }): Promise<{ outcome: "ok"; fanOutId?: bigint } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
+  insertMessage(message: MessageRecord, options?: MessageWriteOptions & { opensStream?: boolean }): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
   /** The highest message id of the conversation, 0n when none. */
   latestMessageId(conversationId: bigint): Promise<bigint>;
   /** The message, or undefined. */
@@ -514,7 +512,7 @@ export interface MessageStore {
     messageId: bigint,
     change: Pick<MessageRecord, "body" | "updatedAt" | "edited">,
     options?: Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean },
-  ): Promise<{ fanOutId?: bigint }>;
+  ): Promise<void>;
   /**
    * Stream messages still open (inserted with `opensStream`, not yet closed) that started at or
    * before `startedBefore`, oldest first: the ones an owner that restarted no longer holds.

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { EventsOf, FanOutRecord, FanOutStore, NewFanOut } from "../store.js";
+import type { EventsOf, FanOutRecord, FanOutStore } from "../store.js";
 
 interface FanOutRow {
   fan_out_id: bigint;
@@ -21,9 +21,10 @@ const toFanOut = (row: FanOutRow): FanOutRecord => ({
 
 /** Writes one fan-out row; shared with the stores whose changes record their event in the same transaction. */
 export function fanOutWriter(db: Database.Database) {
-  const insert = db.prepare("INSERT INTO fan_outs (scope, recipients, entry, related, created_at) VALUES (?, ?, ?, ?, ?)").safeIntegers(true);
-  return (fanOut: NewFanOut): bigint =>
-    insert.run(fanOut.scope, JSON.stringify(fanOut.recipients), Buffer.from(fanOut.entry), fanOut.related, fanOut.createdAt).lastInsertRowid as bigint;
+  const insert = db.prepare("INSERT INTO fan_outs (fan_out_id, scope, recipients, entry, related, created_at) VALUES (?, ?, ?, ?, ?, ?)");
+  return (fanOut: FanOutRecord): void => {
+    insert.run(fanOut.fanOutId, fanOut.scope, JSON.stringify(fanOut.recipients), Buffer.from(fanOut.entry), fanOut.related, fanOut.createdAt);
+  };
 }
 
 export type FanOutWriter = ReturnType<typeof fanOutWriter>;
@@ -51,19 +52,20 @@ export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutS
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const pendingOf = db.prepare<[string, number], FanOutRow>("SELECT * FROM fan_outs WHERE scope = ? ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const finishAll = db.prepare("DELETE FROM fan_outs WHERE fan_out_id IN (SELECT value FROM json_each(?))");
-  const recordAll = db.transaction((fanOuts: readonly NewFanOut[]) => fanOuts.map(write));
+  const recordAll = db.transaction((fanOuts: readonly FanOutRecord[]) => fanOuts.forEach(write));
   const finished = new Set<bigint>();
   let flushTimer: NodeJS.Timeout | undefined;
   const flush = () => {
     clearTimeout(flushTimer);
     flushTimer = undefined;
     if (finished.size === 0 || !db.open) return;
-    finishAll.run(JSON.stringify([...finished].map(Number)));
+    // Ids go past 2^53: written as JSON integers from their exact digits.
+    finishAll.run(`[${[...finished].join(",")}]`);
     finished.clear();
   };
   return {
     async record(fanOuts) {
-      return recordAll(fanOuts);
+      recordAll(fanOuts);
     },
     async pending(limit, scope) {
       flush();

@@ -49,10 +49,10 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
       "SELECT * FROM open_streams WHERE started_at <= ? ORDER BY started_at, conversation_id, message_id LIMIT ?",
     )
     .safeIntegers(true);
-  /** The writes that travel with a message write; answers the fan-out's id. */
-  const alongside = (conversationId: bigint, messageId: bigint, at: number, options: MessageWriteOptions | undefined): bigint | undefined => {
+  /** The writes that travel with a message write. */
+  const alongside = (conversationId: bigint, messageId: bigint, at: number, options: MessageWriteOptions | undefined) => {
     if (options?.recordAsLast) recordAsLast(conversationId, messageId, at, options.recordAsLast.participants);
-    return options?.fanOut && writeFanOut(options.fanOut);
+    if (options?.fanOut) writeFanOut(options.fanOut);
   };
   const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
     insert.run(
@@ -68,13 +68,13 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
       m.edited ? 1 : 0,
     );
     if (options?.opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
-    return alongside(m.conversationId, m.messageId, m.createdAt, options);
+    alongside(m.conversationId, m.messageId, m.createdAt, options);
   });
   const updateWithStream = db.transaction(
     (conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, options: (Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean }) | undefined) => {
       update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
       if (options?.closesStream) closeStream.run(conversationId, messageId);
-      return alongside(conversationId, messageId, change.updatedAt ?? 0, options);
+      alongside(conversationId, messageId, change.updatedAt ?? 0, options);
     },
   );
   const visibleBefore = db
@@ -108,8 +108,8 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
   return {
     async insertMessage(m, options) {
       try {
-        const fanOutId = insertWithStream(m, options);
-        return fanOutId === undefined ? { outcome: "ok" } : { outcome: "ok", fanOutId };
+        insertWithStream(m, options);
+        return { outcome: "ok" };
       } catch (err) {
         const code = constraintCode(err);
         if (code === "SQLITE_CONSTRAINT_PRIMARYKEY") return { outcome: "conflict" };
@@ -132,8 +132,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
       return row && toMessage(row);
     },
     async updateMessage(conversationId, messageId, change, options) {
-      const fanOutId = updateWithStream(conversationId, messageId, change, options);
-      return fanOutId === undefined ? {} : { fanOutId };
+      updateWithStream(conversationId, messageId, change, options);
     },
     async listOpenStreams(startedBefore, limit) {
       return openStreams.all(startedBefore, limit).map((row) => ({

@@ -269,7 +269,7 @@ export const migrations: readonly Migration[] = [
     // looks for it, within one user's retained entries.
     up: `
       CREATE TABLE fan_outs (
-        fan_out_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        fan_out_id INTEGER PRIMARY KEY,
         scope TEXT NOT NULL,
         recipients TEXT NOT NULL,
         entry BLOB NOT NULL,
