@@ -202,7 +202,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // their place in front of every later event.
   if (fanOuts) {
     const finished = await fanOuts.finishRecorded(broker);
-    if (finished > 0) broker.logger.info(`finished ${finished} event fan-out(s) cut short before the last stop`);
+    const posted = await fanOuts.postRecordedSystemMessages(broker);
+    if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
   }
   let port = 0;
   if (server) {

@@ -178,7 +178,7 @@ export class ConversationActor {
   private async insert(
     ctx: Context,
     record: Omit<MessageRecord, "messageId">,
-    options: { participants: readonly number[]; recipients: readonly number[]; sender: UserRecord | undefined; opensStream?: boolean },
+    options: { participants: readonly number[]; recipients: readonly number[]; sender: UserRecord | undefined; opensStream?: boolean; postsSystemMessage?: bigint },
   ): Promise<{ record: MessageRecord; duplicate: boolean }> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
@@ -186,6 +186,7 @@ export class ConversationActor {
       const fanOut = this.messageFanOut(candidate, options.recipients, options.sender);
       const result = await this.store.messages.insertMessage(candidate, {
         opensStream: options.opensStream,
+        postsSystemMessage: options.postsSystemMessage,
         recordAsLast: { participants: options.participants },
         fanOut: fanOut.record,
       });
@@ -266,9 +267,11 @@ export class ConversationActor {
    * Posts a message of the server (senderId 0, clientMessageId 0), e.g. a group change, at the
    * conversation's next id to its current participants.
    */
-  async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[] = []) {
+  async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[], systemMessageId: bigint) {
     return this.mailboxes.run(String(conversationId), async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
+      // Posted already (the record goes with the message's write): a repeat after a crash or a sweep.
+      if (!(await this.store.fanOuts.isSystemMessagePending(systemMessageId))) return {};
       const now = this.deps.clock.now();
       const members = isGroupConversationId(conversationId) ? (await this.store.groups.listMembers(Number(conversationId))).map((m) => m.userId) : [];
       const recipients = [...new Set([...members, ...extraRecipients])];
@@ -282,7 +285,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, { participants: members, recipients, sender: undefined });
+      }, { participants: members, recipients, sender: undefined, postsSystemMessage: systemMessageId });
       return { messageId: record.messageId };
     });
   }
@@ -576,6 +579,8 @@ export interface SystemMessageParams {
   body: WireMessage;
   /** Users who get the message besides the current members (e.g. one who just left). */
   extraRecipients?: number[];
+  /** The recorded system message this is (decimal): posted once, however often asked. */
+  systemMessageId: string;
 }
 
 const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "request.conversationId" } };
@@ -663,8 +668,14 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       postSystemMessage: {
         ...shardByConversation,
         handler: async (ctx: Context<SystemMessageParams>) => {
-          const { messageId } = await actor.postSystemMessage(ctx, BigInt(ctx.params.request.conversationId), fromWire(MessageBodySchema, ctx.params.body), ctx.params.extraRecipients);
-          return { messageId: String(messageId) };
+          const { messageId } = await actor.postSystemMessage(
+            ctx,
+            BigInt(ctx.params.request.conversationId),
+            fromWire(MessageBodySchema, ctx.params.body),
+            ctx.params.extraRecipients ?? [],
+            BigInt(ctx.params.systemMessageId),
+          );
+          return messageId === undefined ? {} : { messageId: String(messageId) };
         },
       },
       answerCardAction: sharded(

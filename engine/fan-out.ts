@@ -11,15 +11,17 @@
 // Each stream takes a given fan-out at most once: a fan-out delivered again asks the store to check
 // for it first (a first delivery need not, and the check is not free), and a fan-out still being
 // delivered by this process is never delivered again beside it.
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context } from "moleculer";
 import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
+import { MessageBodySchema, type MessageBody } from "../shared/gen/api/v1/message_pb.js";
 import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import { encodeEntry, type AppendParams, type EncodedEntry } from "./inbox.js";
 import type { Clock } from "./clock.js";
-import type { FanOutRecord, Store } from "./store/store.js";
+import type { SystemMessageParams } from "./conversation.js";
+import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
 
 type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
 
@@ -77,7 +79,7 @@ const idEpochMs = Date.UTC(2026, 0, 1);
 
 /** The events of one change: prepared as the change's store write asks for them (EventsOf), delivered once it committed. */
 export class EventBatch {
-  private readonly prepared: PreparedFanOut[] = [];
+  private readonly prepared: (PreparedFanOut | SystemMessageRecord)[] = [];
 
   constructor(private readonly fanOuts: FanOuts) {}
 
@@ -88,9 +90,19 @@ export class EventBatch {
     return fanOut.record;
   }
 
-  /** Delivers the events, in the order they were added; call it after the change's write succeeded. */
+  /** Prepares a system message for the conversation and answers its record, for the change's write to record. */
+  systemMessage(conversationId: bigint, body: MessageBody, extraRecipients: number[] = []): SystemMessageRecord {
+    const record = this.fanOuts.prepareSystemMessage(conversationId, body, extraRecipients);
+    this.prepared.push(record);
+    return record;
+  }
+
+  /** Delivers the events and posts the system messages, in the order they were added; call it after the change's write succeeded. */
   async deliver(ctx: Pick<Context, "call">): Promise<void> {
-    for (const fanOut of this.prepared.splice(0)) await this.fanOuts.deliver(ctx, fanOut);
+    for (const item of this.prepared.splice(0)) {
+      if ("systemMessageId" in item) await this.fanOuts.postSystemMessage(ctx, item);
+      else await this.fanOuts.deliver(ctx, item);
+    }
   }
 }
 
@@ -133,6 +145,37 @@ export class FanOuts {
       users: related.users!,
       groups: related.groups!,
     };
+  }
+
+  /** A system message as the outbox records it. */
+  prepareSystemMessage(conversationId: bigint, body: MessageBody, extraRecipients: number[]): SystemMessageRecord {
+    return { systemMessageId: this.nextId(), conversationId, body: toBinary(MessageBodySchema, body), extraRecipients, createdAt: this.clock.now() };
+  }
+
+  /**
+   * Has the conversation actor post a recorded system message; posting one already posted does
+   * nothing (the actor finds it no longer recorded).
+   */
+  async postSystemMessage(ctx: Pick<Context, "call">, record: SystemMessageRecord): Promise<void> {
+    const params: SystemMessageParams = {
+      request: { conversationId: String(record.conversationId) },
+      body: toWire(MessageBodySchema, fromBinary(MessageBodySchema, record.body)),
+      extraRecipients: record.extraRecipients,
+      systemMessageId: String(record.systemMessageId),
+    };
+    await ctx.call("conversation.postSystemMessage", params);
+  }
+
+  /** Posts the recorded system messages not posted yet (all, or those recorded before `recordedBefore`), oldest first. */
+  async postRecordedSystemMessages(ctx: Pick<Context, "call">, recordedBefore = Infinity): Promise<number> {
+    let posted = 0;
+    for (;;) {
+      const listed = await this.store.fanOuts.pendingSystemMessages(FanOutPolicy.pageSize);
+      const page = listed.filter((record) => record.createdAt < recordedBefore);
+      for (const record of page) await this.postSystemMessage(ctx, record);
+      posted += page.length;
+      if (listed.length < FanOutPolicy.pageSize || page.length === 0) return posted;
+    }
   }
 
   /** A batch for the events of one change (see EventBatch). */
@@ -188,6 +231,7 @@ export class FanOuts {
       if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
       else await this.finishRecorded(ctx, { scope, recordedBefore });
     }
+    await this.postRecordedSystemMessages(ctx, recordedBefore);
   }
 
   /**

@@ -28,13 +28,11 @@ import {
 import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/api/v1/message_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { Caller } from "../shared/caller.js";
-import { toWire } from "../shared/wire.js";
-import type { SystemMessageParams } from "./conversation.js";
 import type { EngineDeps } from "./deps.js";
-import { accountScope } from "./fan-out.js";
+import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, ConversationKind, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 const maxMembers = 200;
@@ -88,11 +86,12 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
     return result;
   }
 
-  async function postSystem(ctx: Context, groupId: number, event: GroupContent["event"], extraRecipients: number[] = []): Promise<void> {
-    const body = create(MessageBodySchema, { type: MessageType.GROUP, content: { case: "group", value: { groupId, event } } });
-    const params: SystemMessageParams = { request: { conversationId: String(groupId) }, body: toWire(MessageBodySchema, body), extraRecipients };
-    await ctx.call("conversation.postSystemMessage", params);
-  }
+  /**
+   * The GROUP system message announcing a change, added to the change's batch: the change's write
+   * records it and the conversation actor posts it once the write committed (EventBatch).
+   */
+  const announce = (events: EventBatch, groupId: number, event: GroupContent["event"], extraRecipients: number[] = []) =>
+    events.systemMessage(BigInt(groupId), create(MessageBodySchema, { type: MessageType.GROUP, content: { case: "group", value: { groupId, event } } }), extraRecipients);
 
   const userInfo = async (userId: number) => {
     const user = await store.users.getUser(userId);
@@ -102,8 +101,10 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
     return serialised(groupId, async () => {
       await requireOwnedGroup(caller, groupId);
-      await groups.updateGroup(groupId, change);
-      await postSystem(ctx, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator: await userInfo(caller.userId), field } });
+      const operator = await userInfo(caller.userId);
+      const events = deps.fanOuts.batch();
+      await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator, field } })]);
+      await events.deliver(ctx);
       return {};
     });
   }
@@ -123,17 +124,20 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         if (size > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(size) });
         if (members.filter((m) => m.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
         const now = clock.now();
+        const creatorInfo = await userInfo(creator.userId);
+        const events = deps.fanOuts.batch();
+        // The group's conversation and every member's state in it come with the group (GroupStore.createGroup).
         const group = await groups.createGroup(
           { name: request.name, avatarUrl: request.avatarUrl, description: request.description, ownerId: creator.userId, createdAt: now },
           [{ userId: creator.userId, role: MemberRole.owner, joinedAt: now }, ...members.map((m) => ({ userId: m.userId, role: MemberRole.member, joinedAt: now }))],
+          (created) => [
+            announce(events, created.groupId, {
+              case: "memberJoined",
+              value: { $typeName: "api.v1.MemberJoinedEvent", members: [...(creatorInfo ? [creatorInfo] : []), ...members.map(userInfoView)] },
+            }),
+          ],
         );
-        const memberIds = [creator.userId, ...members.map((m) => m.userId)];
-        await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, memberIds, now);
-        const creatorInfo = await userInfo(creator.userId);
-        await postSystem(ctx, group.groupId, {
-          case: "memberJoined",
-          value: { $typeName: "api.v1.MemberJoinedEvent", members: [...(creatorInfo ? [creatorInfo] : []), ...members.map(userInfoView)] },
-        });
+        await events.deliver(ctx);
         return { group: groupInfoView(group) };
       }),
       dissolveGroup: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, ({ request, caller, ctx }) => {
@@ -171,13 +175,15 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const currentAgents = (await store.users.getUsers([...currentIds])).filter((u) => u.accountType === AccountType.agent).length;
           if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
           const now = clock.now();
-          const added = new Set(await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }))));
-          if (added.size === 0) return {};
-          await store.conversations.ensureConversation(BigInt(group.groupId), ConversationKind.group, [...added], now);
-          await postSystem(ctx, group.groupId, {
-            case: "memberJoined",
-            value: { $typeName: "api.v1.MemberJoinedEvent", members: candidates.filter((u) => added.has(u.userId)).map(userInfoView), inviter: await userInfo(inviter.userId) },
+          const inviterInfo = await userInfo(inviter.userId);
+          const events = deps.fanOuts.batch();
+          await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now })), (addedIds) => {
+            const added = new Set(addedIds);
+            if (added.size === 0) return [];
+            const joined = candidates.filter((u) => added.has(u.userId)).map(userInfoView);
+            return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "api.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
           });
+          await events.deliver(ctx);
           return {};
         });
       }),
@@ -190,15 +196,17 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           // with the removal; the announcement goes to those who remain.
           const events = deps.fanOuts.batch();
           const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
+          const memberRemoved = { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) } as const;
           const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
-            done ? [events.add(accountScope(owner.userId), [request.targetId], removedFromGroup, [], [groupInfoView(group)])] : [],
+            done
+              ? [
+                  events.add(accountScope(owner.userId), [request.targetId], removedFromGroup, [], [groupInfoView(group)]),
+                  announce(events, group.groupId, { case: "memberRemoved", value: memberRemoved }),
+                ]
+              : [],
           );
           if (!removed) throw new ParleyError(Errors.memberNotFound);
           await events.deliver(ctx);
-          await postSystem(ctx, group.groupId, {
-            case: "memberRemoved",
-            value: { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) },
-          });
           return {};
         });
       }),
@@ -210,10 +218,12 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
           if (!(await groups.getMember(group.groupId, member.userId))) throw new ParleyError(Errors.memberNotFound);
           if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
-          await groups.removeMember(group.groupId, member.userId);
           // The leaver gets the announcement too: it is the only entry on their stream that tells
           // their other devices they left.
-          await postSystem(ctx, group.groupId, { case: "memberLeft", value: { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } }, [member.userId]);
+          const memberLeft = { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } as const;
+          const events = deps.fanOuts.batch();
+          await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []));
+          await events.deliver(ctx);
           return {};
         });
       }),

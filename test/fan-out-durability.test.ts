@@ -4,6 +4,7 @@
 // purpose; everything else is a real server with real clients.
 import { expect } from "chai";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
@@ -190,6 +191,34 @@ describe("events of accepted changes reach every stream exactly once, whatever s
     await server.broker.call("conversation.finishFanOuts", { request: { conversationId: String(conversationId) } });
     expect(await streamedMessageIds(watch, bob)).to.deep.equal([1n]);
     expect(await streamedMessageIds(watch, alice)).to.deep.equal([1n]);
+  });
+
+  it("a group change whose system message failed posts it at start-up, once, to every member's stream", async () => {
+    const carol = await signInWithCode(server);
+    const { group } = await client(server, GroupService, "json", alice.accessToken).createGroup({ name: "before", memberIds: [bob.userId, carol.userId] });
+    const groupConversation = BigInt(group!.groupId);
+    const watch = await Watch.of([alice, bob, carol]);
+    faults.messageWrites = 1;
+    await expectFailure(client(server, GroupService, "json", alice.accessToken).updateGroupName({ groupId: group!.groupId, name: "after" }));
+    // The rename is stored; its announcement is recorded but not posted yet.
+    expect((await client(server, GroupService, "json", bob.accessToken).getGroupInfo({ groupId: group!.groupId })).group?.name).to.equal("after");
+    const announcements = async () =>
+      (await messages(bob).getMessageHistory({ conversationId: groupConversation })).messages.flatMap((m) =>
+        m.body?.content.case === "group" ? [m.body.content.value.event.case] : [],
+      );
+    expect(await announcements()).to.deep.equal(["memberJoined"]);
+    server = await server.restart();
+    expect(await announcements()).to.deep.equal(["groupInfoChanged", "memberJoined"]);
+    for (const user of [alice, bob, carol]) expect(await streamedMessageIds(watch, user)).to.deep.equal([2n]);
+    // Asking for a system message no longer recorded (a sweep or a start after it was posted) posts nothing.
+    await server.broker.call("conversation.postSystemMessage", {
+      request: { conversationId: String(groupConversation) },
+      body: { type: "MESSAGE_TYPE_GROUP" },
+      systemMessageId: "12345",
+    });
+    server = await server.restart();
+    expect(await announcements()).to.deep.equal(["groupInfoChanged", "memberJoined"]);
+    for (const user of [alice, bob, carol]) expect(await streamedMessageIds(watch, user)).to.deep.equal([2n]);
   });
 
   it("an event of a change outside conversations (a profile update) is finished at start-up once", async () => {

@@ -154,6 +154,38 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
     });
 
+    describe("group writes", () => {
+      const member = (userId: number) => ({ userId, role: 2, joinedAt: 5 });
+
+      it("creates the group with its GROUP conversation and each member's state in it; added members get theirs", async () => {
+        const group = await store.groups.createGroup({ name: "g", avatarUrl: "", description: "", ownerId: 7, createdAt: 5 }, [{ userId: 7, role: 1, joinedAt: 5 }, member(8)]);
+        const conversationId = BigInt(group.groupId);
+        expect(await store.conversations.getConversation(conversationId)).to.deep.include({ type: 2, lastMessageId: 0n, lastMessageTime: 5 });
+        await store.conversations.setMuted(9, conversationId, true);
+        expect(await store.groups.addMembers(group.groupId, [member(8), member(9)])).to.deep.equal([9]);
+        const listed = async (userId: number) => (await store.conversations.listForUser(userId, Number.MAX_SAFE_INTEGER, 10)).map((row) => row.conversation.conversationId);
+        for (const userId of [7, 8, 9]) expect(await listed(userId)).to.deep.equal([conversationId]);
+        expect((await store.conversations.getUserState(9, conversationId)).isMuted).to.equal(true);
+      });
+
+      it("records a group change's system message with it; the message's write deletes the record", async () => {
+        const group = await store.groups.createGroup({ name: "g", avatarUrl: "", description: "", ownerId: 7, createdAt: 5 }, [{ userId: 7, role: 1, joinedAt: 5 }]);
+        const conversationId = BigInt(group.groupId);
+        const systemMessage = { systemMessageId: 2n ** 61n + 3n, conversationId, body: new Uint8Array([8, 7]), extraRecipients: [9], createdAt: 6 };
+        await store.groups.updateGroup(group.groupId, { name: "renamed" }, (updated) => (updated.name === "renamed" ? [systemMessage] : []));
+        expect(await store.fanOuts.pendingSystemMessages(10)).to.deep.equal([systemMessage]);
+        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        const message = { conversationId, messageId: 1n, senderId: 0, clientMessageId: 0n, body: new Uint8Array([8, 7]), replyTo: null, metadata: {}, createdAt: 7, updatedAt: null, edited: false };
+        // A refused insert leaves it recorded.
+        await store.messages.insertMessage(message);
+        expect((await store.messages.insertMessage(message, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("conflict");
+        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        expect((await store.messages.insertMessage({ ...message, messageId: 2n }, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("ok");
+        expect(await store.fanOuts.pendingSystemMessages(10)).to.deep.equal([]);
+        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(false);
+      });
+    });
+
     describe("social writes that carry their consequences", () => {
       it("accepting a request connects both users and their PRIVATE conversation; rejecting connects nothing", async () => {
         const [a, b, c] = [await newUser("ra@x.io"), await newUser("rb@x.io"), await newUser("rc@x.io")];

@@ -163,10 +163,28 @@ export interface FanOutRecord {
 }
 
 /**
- * The events of a change, recorded as fan-outs in the change's own transaction; given what the
- * change answers, so a change that did nothing can record nothing. Writes that take it say so.
+ * A GROUP system message a group change calls for (the outbox's second kind): recorded in the
+ * change's transaction, posted by the conversation actor, whose message write deletes it. While it
+ * is recorded the message is not posted, so posting it again after a crash posts it once.
  */
-export type EventsOf<Result> = (result: Result) => readonly FanOutRecord[];
+export interface SystemMessageRecord {
+  /** Chosen by the engine, from the same sequence as fan-out ids. */
+  systemMessageId: bigint;
+  conversationId: bigint;
+  /** The protobuf binary form of the api.v1.MessageBody. */
+  body: Uint8Array;
+  /** Users who get the message besides the conversation's members (one who just left). */
+  extraRecipients: number[];
+  createdAt: number;
+}
+
+export type OutboxRecord = FanOutRecord | SystemMessageRecord;
+
+/**
+ * The events of a change, recorded in the change's own transaction; given what the change
+ * answers, so a change that did nothing can record nothing. Writes that take it say so.
+ */
+export type EventsOf<Result> = (result: Result) => readonly OutboxRecord[];
 
 export interface FanOutStore {
   /** Records fan-outs of a change made by other writes, together. */
@@ -175,6 +193,10 @@ export interface FanOutStore {
   pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
   /** Marks the fan-out finished: every recipient's stream has it. */
   finish(fanOutId: bigint): Promise<void>;
+  /** System messages recorded and not yet posted, oldest first, at most `limit`. */
+  pendingSystemMessages(limit: number): Promise<SystemMessageRecord[]>;
+  /** Whether the system message is still to be posted. */
+  isSystemMessagePending(systemMessageId: bigint): Promise<boolean>;
 }
 
 export interface UpdateLogStore {
@@ -387,20 +409,23 @@ export interface MemberRecord {
 }
 
 export interface GroupStore {
-  /** Creates a NORMAL group with its members (the owner included) and answers it. */
-  createGroup(group: Omit<GroupRecord, "groupId" | "status">, members: readonly Omit<MemberRecord, "groupId">[]): Promise<GroupRecord>;
+  /**
+   * Creates a NORMAL group with its members (the owner included), its GROUP conversation and their
+   * state in it, with its events; answers it.
+   */
+  createGroup(group: Omit<GroupRecord, "groupId" | "status">, members: readonly Omit<MemberRecord, "groupId">[], events?: EventsOf<GroupRecord>): Promise<GroupRecord>;
   /** The group, or undefined. */
   getGroup(groupId: number): Promise<GroupRecord | undefined>;
-  /** Replaces the given descriptive fields. */
-  updateGroup(groupId: number, change: Partial<Pick<GroupRecord, "name" | "avatarUrl" | "description">>): Promise<GroupRecord>;
+  /** Replaces the given descriptive fields, with its events. */
+  updateGroup(groupId: number, change: Partial<Pick<GroupRecord, "name" | "avatarUrl" | "description">>, events?: EventsOf<GroupRecord>): Promise<GroupRecord>;
   /** Marks the group DISSOLVED and removes every member, with its events; answers the removed member ids. */
   dissolveGroup(groupId: number, events?: EventsOf<number[]>): Promise<number[]>;
   /** The group's members, by join time then id. */
   listMembers(groupId: number): Promise<MemberRecord[]>;
   /** The member record, or undefined. */
   getMember(groupId: number, userId: number): Promise<MemberRecord | undefined>;
-  /** Adds members not already present; answers the ids actually added. */
-  addMembers(groupId: number, members: readonly Omit<MemberRecord, "groupId">[]): Promise<number[]>;
+  /** Adds members not already present, with their state in the group's conversation and its events; answers the ids actually added. */
+  addMembers(groupId: number, members: readonly Omit<MemberRecord, "groupId">[], events?: EventsOf<number[]>): Promise<number[]>;
   /** Removes a member, with its events; answers whether they were one. */
   removeMember(groupId: number, userId: number, events?: EventsOf<boolean>): Promise<boolean>;
   /** The NORMAL groups the user belongs to with id > afterId, ascending, at most `limit`. */
@@ -491,6 +516,8 @@ export interface MessageWriteOptions {
   recordAsLast?: { participants: readonly number[] };
   /** Records the event reporting the write. */
   fanOut?: FanOutRecord;
+  /** The message is this recorded system message: the write deletes its record. */
+  postsSystemMessage?: bigint;
 }
 
 export interface MessageStore {

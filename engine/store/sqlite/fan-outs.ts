@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { EventsOf, FanOutRecord, FanOutStore } from "../store.js";
+import type { EventsOf, FanOutRecord, FanOutStore, OutboxRecord, SystemMessageRecord } from "../store.js";
 
 interface FanOutRow {
   fan_out_id: bigint;
@@ -19,23 +19,50 @@ const toFanOut = (row: FanOutRow): FanOutRecord => ({
   createdAt: Number(row.created_at),
 });
 
-/** Writes one fan-out row; shared with the stores whose changes record their event in the same transaction. */
-export function fanOutWriter(db: Database.Database) {
-  const insert = db.prepare("INSERT INTO fan_outs (fan_out_id, scope, recipients, entry, related, created_at) VALUES (?, ?, ?, ?, ?, ?)");
-  return (fanOut: FanOutRecord): void => {
-    insert.run(fanOut.fanOutId, fanOut.scope, JSON.stringify(fanOut.recipients), Buffer.from(fanOut.entry), fanOut.related, fanOut.createdAt);
+interface SystemMessageRow {
+  system_message_id: bigint;
+  conversation_id: bigint;
+  body: Buffer;
+  extra_recipients: string;
+  created_at: bigint;
+}
+
+const toSystemMessage = (row: SystemMessageRow): SystemMessageRecord => ({
+  systemMessageId: row.system_message_id,
+  conversationId: row.conversation_id,
+  body: new Uint8Array(row.body),
+  extraRecipients: JSON.parse(row.extra_recipients) as number[],
+  createdAt: Number(row.created_at),
+});
+
+/** Writes outbox rows; shared with the stores whose changes record their events in the same transaction. */
+export function outboxWriter(db: Database.Database) {
+  const insertFanOut = db.prepare("INSERT INTO fan_outs (fan_out_id, scope, recipients, entry, related, created_at) VALUES (?, ?, ?, ?, ?, ?)");
+  const insertSystemMessage = db.prepare("INSERT INTO system_messages (system_message_id, conversation_id, body, extra_recipients, created_at) VALUES (?, ?, ?, ?, ?)");
+  const deleteSystemMessage = db.prepare("DELETE FROM system_messages WHERE system_message_id = ?");
+  return {
+    write(record: OutboxRecord): void {
+      if ("fanOutId" in record) {
+        insertFanOut.run(record.fanOutId, record.scope, JSON.stringify(record.recipients), Buffer.from(record.entry), record.related, record.createdAt);
+      } else {
+        insertSystemMessage.run(record.systemMessageId, record.conversationId, Buffer.from(record.body), JSON.stringify(record.extraRecipients), record.createdAt);
+      }
+    },
+    systemMessagePosted(systemMessageId: bigint): void {
+      deleteSystemMessage.run(systemMessageId);
+    },
   };
 }
 
-export type FanOutWriter = ReturnType<typeof fanOutWriter>;
+export type OutboxWriter = ReturnType<typeof outboxWriter>;
 
 /** Runs a synchronous change and records the events it answers for in one transaction. */
 export type Recorder = <Result>(change: () => Result, events: EventsOf<Result> | undefined) => Result;
 
-export function recorder(db: Database.Database, write: FanOutWriter): Recorder {
+export function recorder(db: Database.Database, outbox: OutboxWriter): Recorder {
   const run = db.transaction((change: () => unknown, events: EventsOf<unknown> | undefined) => {
     const result = change();
-    for (const fanOut of events?.(result) ?? []) write(fanOut);
+    for (const record of events?.(result) ?? []) outbox.write(record);
     return result;
   });
   return <Result>(change: () => Result, events: EventsOf<Result> | undefined) => run(change, events as EventsOf<unknown> | undefined) as Result;
@@ -48,11 +75,13 @@ export function recorder(db: Database.Database, write: FanOutWriter): Recorder {
  */
 const finishBatch = { size: 256, delayMs: 20 };
 
-export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutStore & { close(): void } {
+export function fanOutStore(db: Database.Database, outbox: OutboxWriter): FanOutStore & { close(): void } {
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const pendingOf = db.prepare<[string, number], FanOutRow>("SELECT * FROM fan_outs WHERE scope = ? ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const finishAll = db.prepare("DELETE FROM fan_outs WHERE fan_out_id IN (SELECT value FROM json_each(?))");
-  const recordAll = db.transaction((fanOuts: readonly FanOutRecord[]) => fanOuts.forEach(write));
+  const recordAll = db.transaction((fanOuts: readonly FanOutRecord[]) => fanOuts.forEach(outbox.write));
+  const pendingSystemMessages = db.prepare<[number], SystemMessageRow>("SELECT * FROM system_messages ORDER BY system_message_id LIMIT ?").safeIntegers(true);
+  const systemMessage = db.prepare<[bigint], { n: number }>("SELECT 1 AS n FROM system_messages WHERE system_message_id = ?");
   const finished = new Set<bigint>();
   let flushTimer: NodeJS.Timeout | undefined;
   const flush = () => {
@@ -78,6 +107,12 @@ export function fanOutStore(db: Database.Database, write: FanOutWriter): FanOutS
         flushTimer = setTimeout(flush, finishBatch.delayMs);
         flushTimer.unref();
       }
+    },
+    async pendingSystemMessages(limit) {
+      return pendingSystemMessages.all(limit).map(toSystemMessage);
+    },
+    async isSystemMessagePending(systemMessageId) {
+      return systemMessage.get(systemMessageId) !== undefined;
     },
     close: flush,
   };

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import { GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+import { ConversationKind, GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
 import type { Recorder } from "./fan-outs.js";
 
 interface GroupRow {
@@ -48,15 +48,23 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
   );
   const idsOf = db.prepare<[number], { group_id: number }>("SELECT group_id FROM group_members WHERE user_id = ?");
 
-  const create = db.transaction((group: Omit<GroupRecord, "groupId" | "status">, initial: readonly Omit<MemberRecord, "groupId">[]) => {
+  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
+  const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
+  /** Adds members with their state in the group's conversation; answers the ids actually added. */
+  const add = (groupId: number, added: readonly Omit<MemberRecord, "groupId">[]) =>
+    added
+      .filter((m) => insertMember.run(groupId, m.userId, m.role, m.joinedAt).changes === 1)
+      .map((m) => {
+        insertState.run(m.userId, BigInt(groupId));
+        return m.userId;
+      });
+  const create = (group: Omit<GroupRecord, "groupId" | "status">, initial: readonly Omit<MemberRecord, "groupId">[]) => {
     const { lastInsertRowid } = insertGroup.run(group.name, group.avatarUrl, group.description, group.ownerId, GroupStatus.normal, group.createdAt);
     const groupId = Number(lastInsertRowid);
-    for (const m of initial) insertMember.run(groupId, m.userId, m.role, m.joinedAt);
+    insertConversation.run(BigInt(groupId), ConversationKind.group, group.createdAt, group.createdAt);
+    add(groupId, initial);
     return toGroup(byId.get(groupId)!);
-  });
-  const add = db.transaction((groupId: number, added: readonly Omit<MemberRecord, "groupId">[]) =>
-    added.filter((m) => insertMember.run(groupId, m.userId, m.role, m.joinedAt).changes === 1).map((m) => m.userId),
-  );
+  };
   const dissolve = db.transaction((groupId: number) => {
     const removed = members.all(groupId).map((row) => row.user_id);
     setStatus.run(GroupStatus.dissolved, groupId);
@@ -65,16 +73,18 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
   });
 
   return {
-    async createGroup(group, initial) {
-      return create(group, initial);
+    async createGroup(group, initial, events) {
+      return record(() => create(group, initial), events);
     },
     async getGroup(groupId) {
       const row = byId.get(groupId);
       return row && toGroup(row);
     },
-    async updateGroup(groupId, change) {
-      update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
-      return toGroup(byId.get(groupId)!);
+    async updateGroup(groupId, change, events) {
+      return record(() => {
+        update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
+        return toGroup(byId.get(groupId)!);
+      }, events);
     },
     async dissolveGroup(groupId, events) {
       return record(() => dissolve(groupId), events);
@@ -86,8 +96,8 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
       const row = member.get(groupId, userId);
       return row && toMember(row);
     },
-    async addMembers(groupId, added) {
-      return add(groupId, added);
+    async addMembers(groupId, added, events) {
+      return record(() => add(groupId, added), events);
     },
     async removeMember(groupId, userId, events) {
       return record(() => deleteMember.run(groupId, userId).changes === 1, events);

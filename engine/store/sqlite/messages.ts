@@ -1,7 +1,7 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
-import type { FanOutWriter, Recorder } from "./fan-outs.js";
+import type { OutboxWriter, Recorder } from "./fan-outs.js";
 
 interface MessageRow {
   conversation_id: bigint;
@@ -33,7 +33,7 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, writeFanOut: FanOutWriter, record: Recorder): MessageStore {
+export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, outbox: OutboxWriter, record: Recorder): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -52,7 +52,8 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
   /** The writes that travel with a message write. */
   const alongside = (conversationId: bigint, messageId: bigint, at: number, options: MessageWriteOptions | undefined) => {
     if (options?.recordAsLast) recordAsLast(conversationId, messageId, at, options.recordAsLast.participants);
-    if (options?.fanOut) writeFanOut(options.fanOut);
+    if (options?.fanOut) outbox.write(options.fanOut);
+    if (options?.postsSystemMessage !== undefined) outbox.systemMessagePosted(options.postsSystemMessage);
   };
   const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
     insert.run(

@@ -278,6 +278,13 @@ export const migrations: readonly Migration[] = [
       );
       CREATE INDEX fan_outs_by_scope ON fan_outs (scope, fan_out_id);
       ALTER TABLE updates ADD COLUMN fan_out_id INTEGER;
+      CREATE TABLE system_messages (
+        system_message_id INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL,
+        body BLOB NOT NULL,
+        extra_recipients TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
     `,
   },
 ];

@@ -25,7 +25,7 @@ import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
-import { fanOutStore, fanOutWriter, recorder, type Recorder } from "./fan-outs.js";
+import { fanOutStore, outboxWriter, recorder, type Recorder } from "./fan-outs.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -364,10 +364,10 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   const agentDelivery = agentDeliveryWriters(db);
   const recordAsLast = lastMessageWriter(db);
-  const writeFanOut = fanOutWriter(db);
-  const record = recorder(db, writeFanOut);
+  const outbox = outboxWriter(db);
+  const record = recorder(db, outbox);
   const users = userStore(db, record);
-  const fanOuts = fanOutStore(db, writeFanOut);
+  const fanOuts = fanOutStore(db, outbox);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
@@ -375,7 +375,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
-    messages: messageStore(db, recordAsLast, writeFanOut, record),
+    messages: messageStore(db, recordAsLast, outbox, record),
     fanOuts,
     media: mediaStore(db),
     sessions: sessionStore(db),
