@@ -49,7 +49,7 @@ import { invalidAddressRule } from "../shared/ip.js";
 import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../shared/webhook-check.js";
 import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
-import { accountScope } from "./fan-out.js";
+import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireParticipant } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
@@ -246,22 +246,16 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
   const retries = new Set<NodeJS.Timeout>();
 
   /**
-   * What follows a deletion: the agent leaves its groups and everyone who added it is told. A
-   * failure (a busy stream, a store error) is retried in the background with growing pauses, so
-   * the caller's answer does not depend on it. Leaving is naturally resumable: only the groups
-   * the agent is still in are left; a contact told before a failure may be told again.
+   * What follows a deletion: the agent leaves its groups, then everyone who added it is told (the
+   * event was recorded with the deletion, so it reaches them even if this never completes: the
+   * sweep or the next start delivers it). A failure (a busy stream, a store error) is retried in
+   * the background with growing pauses, so the caller's answer does not depend on it. Leaving is
+   * naturally resumable: only the groups the agent is still in are left.
    */
-  async function completeDeletion(ctx: Context, agentUserId: number, user: UserRecord, attempt = 1): Promise<void> {
+  async function completeDeletion(ctx: Context, agentUserId: number, told: EventBatch, attempt = 1): Promise<void> {
     const steps = async () => {
       await leaveAllGroups(ctx, agentUserId);
-      const contactOwners = await store.social.listContactOwners(agentUserId);
-      await deps.fanOuts.emit(
-        ctx,
-        accountScope(agentUserId),
-        contactOwners,
-        { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } },
-        [userInfoView(user)],
-      );
+      await told.deliver(ctx);
     };
     try {
       await steps();
@@ -275,7 +269,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       ctx.broker.logger.warn(`agent ${agentUserId}: finishing the deletion failed (attempt ${attempt}); retrying`, err);
       const retry = setTimeout(() => {
         retries.delete(retry);
-        void completeDeletion(ctx, agentUserId, user, attempt + 1);
+        void completeDeletion(ctx, agentUserId, told, attempt + 1);
       }, 1000 * 2 ** attempt);
       retry.unref();
       retries.add(retry);
@@ -423,13 +417,19 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         // Checked again and written in the agent's mailbox, so of two deletes at once only one
         // goes on to announce it. The status is what authentication checks: the token stops
         // working with this write.
-        await mailboxes.run(agent.agentUserId, async () => {
-          await ownedAgent(creatorId, agent.agentUserId);
-          await store.agents.updateAgent(agent.agentUserId, { status: AgentStatus.deleted, updatedAt: clock.now() });
+        const told = deps.fanOuts.batch();
+        const agentUserId = agent.agentUserId;
+        await mailboxes.run(agentUserId, async () => {
+          await ownedAgent(creatorId, agentUserId);
+          const contactOwners = await store.social.listContactOwners(agentUserId);
+          const statusChanged = { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
+          await store.agents.updateAgent(agentUserId, { status: AgentStatus.deleted, updatedAt: clock.now() }, () => [
+            told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)]),
+          ]);
         });
-        announceChange(ctx, agent.agentUserId, true);
+        announceChange(ctx, agentUserId, true);
         // The deletion stands once written; what follows from it is retried until it is done.
-        await completeDeletion(ctx, agent.agentUserId, user);
+        await completeDeletion(ctx, agentUserId, told);
         return {};
       }),
       regenerateAgentToken: rpcAction(RegenerateAgentTokenRequestSchema, RegenerateAgentTokenResponseSchema, async ({ request, caller, ctx }) => {

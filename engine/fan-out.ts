@@ -184,16 +184,6 @@ export class FanOuts {
   }
 
   /**
-   * Records and delivers one event of a change that has no write of its own to carry it: it is
-   * durable before the call answers, but not in the change's transaction.
-   */
-  async emit(ctx: Pick<Context, "call">, scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): Promise<void> {
-    const fanOut = this.prepare(scope, recipients, update, users, groups);
-    await this.store.fanOuts.record([fanOut.record]);
-    await this.deliver(ctx, fanOut);
-  }
-
-  /**
    * Appends a recorded fan-out to every recipient's stream, then marks it finished. When an
    * append fails the fan-out stays recorded (to be finished later) and the error is thrown.
    * `again`: an earlier delivery may have reached some streams.

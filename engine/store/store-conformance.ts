@@ -1,6 +1,6 @@
 // The promises of the storage port, as one mocha suite every adapter must pass.
 import { expect } from "chai";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, maxQueuedWebhooksPerAgent, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, maxQueuedWebhooksPerAgent, type FanOutRecord, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
 
 export interface StoreUnderTest {
   store: Store;
@@ -318,11 +318,13 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         createdAt,
       });
       const ids = (fanOuts: { fanOutId: bigint }[]) => fanOuts.map((f) => f.fanOutId);
+      /** Records fan-outs as a change does: with a write of its own (here a mute flag). */
+      const record = (fanOuts: FanOutRecord[]) => store.conversations.setMuted(1, 1n, false, () => fanOuts);
 
       it("lists recorded fan-outs whole, by id, by scope too, and forgets finished ones", async () => {
         const [a, b, c] = [fanOut("1", 10), fanOut("user:7", 20, [9]), fanOut("1", 30)];
-        await store.fanOuts.record([c, b]);
-        await store.fanOuts.record([a]);
+        await record([c, b]);
+        await record([a]);
         expect(await store.fanOuts.pending(10)).to.deep.equal([a, b, c]);
         expect(ids(await store.fanOuts.pending(1))).to.deep.equal([a.fanOutId]);
         expect(ids(await store.fanOuts.pending(10, "1"))).to.deep.equal([a.fanOutId, c.fanOutId]);
@@ -332,13 +334,14 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.fanOuts.pending(10, "2")).to.deep.equal([]);
       });
 
-      it("records the fan-outs of one call together: a repeated id records none of them", async () => {
+      it("records the fan-outs of one change with it: a repeated id records none of them, nor the change", async () => {
         const [a, b] = [fanOut("1", 10), fanOut("1", 20)];
-        await store.fanOuts.record([a]);
+        await record([a]);
         let refused = false;
-        await store.fanOuts.record([b, { ...a }]).catch(() => (refused = true));
+        await store.conversations.setMuted(1, 1n, true, () => [b, { ...a }]).catch(() => (refused = true));
         expect(refused).to.equal(true);
         expect(await store.fanOuts.pending(10)).to.deep.equal([a]);
+        expect((await store.conversations.getUserState(1, 1n)).isMuted).to.equal(false);
       });
 
       it("records a message's fan-out and its place as the last message with the message, in one write", async () => {
@@ -410,7 +413,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       it("keeps recorded fan-outs across close and reopen", async function () {
         if (!subject.reopen) this.skip();
         const kept = fanOut("1", 10);
-        await store.fanOuts.record([kept]);
+        await record([kept]);
         store = await subject.reopen!();
         expect(await store.fanOuts.pending(10)).to.deep.equal([kept]);
       });

@@ -187,8 +187,6 @@ export type OutboxRecord = FanOutRecord | SystemMessageRecord;
 export type EventsOf<Result> = (result: Result) => readonly OutboxRecord[];
 
 export interface FanOutStore {
-  /** Records fan-outs of a change made by other writes, together. */
-  record(fanOuts: readonly FanOutRecord[]): Promise<void>;
   /** Unfinished fan-outs, oldest first, at most `limit`; of one scope only when given. */
   pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
   /** Marks the fan-out finished: every recipient's stream has it. */
@@ -272,8 +270,8 @@ export interface AgentStore {
   listByCreator(creatorId: number): Promise<AgentRecord[]>;
   /** Up to `limit` public, active agents in random order (a new sample each call). */
   sampleFeatured(limit: number): Promise<AgentRecord[]>;
-  /** Replaces the given fields of the agent record. */
-  updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>): Promise<AgentRecord>;
+  /** Replaces the given fields of the agent record, with its events. */
+  updateAgent(agentUserId: number, change: Partial<Omit<AgentRecord, "agentUserId" | "creatorId" | "createdAt">>, events?: EventsOf<AgentRecord>): Promise<AgentRecord>;
 }
 
 /** A queued webhook delivery; the dispatcher's view of the queue is shared/agent-delivery.ts. */

@@ -1,5 +1,6 @@
 import type Database from "better-sqlite3";
 import { AccountType, noMiniApp, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
+import type { Recorder } from "./fan-outs.js";
 
 interface AgentRow {
   agent_user_id: number;
@@ -52,7 +53,7 @@ const columns: Record<string, [string, (value: never) => unknown]> = {
   updatedAt: ["updated_at", (v: number) => v],
 };
 
-export function agentStore(db: Database.Database, getUser: (userId: number) => UserRecord): AgentStore {
+export function agentStore(db: Database.Database, getUser: (userId: number) => UserRecord, record: Recorder): AgentStore {
   // An explicit user_id below the AUTOINCREMENT sequence leaves the sequence where it is.
   const insertUser = db.prepare(
     "INSERT INTO users (user_id, account_type, username, username_custom, nickname, signature, created_at) VALUES (?, ?, ?, 1, ?, ?, ?)",
@@ -111,16 +112,18 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     async listByCreator(creatorId) {
       return byCreator.all(creatorId).map(toAgent);
     },
-    async updateAgent(agentUserId, change) {
-      const entries = Object.entries(change).filter(([key, value]) => value !== undefined && key in columns);
-      if (entries.length > 0) {
-        const assignments = entries.map(([key]) => `${columns[key][0]} = ?`).join(", ");
-        const values = entries.map(([key, value]) => columns[key][1](value as never));
-        db.prepare(`UPDATE agents SET ${assignments} WHERE agent_user_id = ?`).run(...values, agentUserId);
-      }
-      const row = byId.get(agentUserId);
-      if (!row) throw new Error(`agent ${agentUserId} does not exist`);
-      return toAgent(row);
+    async updateAgent(agentUserId, change, events) {
+      return record(() => {
+        const entries = Object.entries(change).filter(([key, value]) => value !== undefined && key in columns);
+        if (entries.length > 0) {
+          const assignments = entries.map(([key]) => `${columns[key][0]} = ?`).join(", ");
+          const values = entries.map(([key, value]) => columns[key][1](value as never));
+          db.prepare(`UPDATE agents SET ${assignments} WHERE agent_user_id = ?`).run(...values, agentUserId);
+        }
+        const row = byId.get(agentUserId);
+        if (!row) throw new Error(`agent ${agentUserId} does not exist`);
+        return toAgent(row);
+      }, events);
     },
   };
 }

@@ -75,11 +75,10 @@ export function recorder(db: Database.Database, outbox: OutboxWriter): Recorder 
  */
 const finishBatch = { size: 256, delayMs: 20 };
 
-export function fanOutStore(db: Database.Database, outbox: OutboxWriter): FanOutStore & { close(): void } {
+export function fanOutStore(db: Database.Database): FanOutStore & { close(): void } {
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const pendingOf = db.prepare<[string, number], FanOutRow>("SELECT * FROM fan_outs WHERE scope = ? ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const finishAll = db.prepare("DELETE FROM fan_outs WHERE fan_out_id IN (SELECT value FROM json_each(?))");
-  const recordAll = db.transaction((fanOuts: readonly FanOutRecord[]) => fanOuts.forEach(outbox.write));
   const pendingSystemMessages = db.prepare<[number], SystemMessageRow>("SELECT * FROM system_messages ORDER BY system_message_id LIMIT ?").safeIntegers(true);
   const systemMessage = db.prepare<[bigint], { n: number }>("SELECT 1 AS n FROM system_messages WHERE system_message_id = ?");
   const finished = new Set<bigint>();
@@ -93,9 +92,6 @@ export function fanOutStore(db: Database.Database, outbox: OutboxWriter): FanOut
     finished.clear();
   };
   return {
-    async record(fanOuts) {
-      recordAll(fanOuts);
-    },
     async pending(limit, scope) {
       flush();
       return (scope === undefined ? pending.all(limit) : pendingOf.all(scope, limit)).map(toFanOut);

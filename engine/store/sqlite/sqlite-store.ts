@@ -367,10 +367,10 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const outbox = outboxWriter(db);
   const record = recorder(db, outbox);
   const users = userStore(db, record);
-  const fanOuts = fanOutStore(db, outbox);
+  const fanOuts = fanOutStore(db);
   return {
     users,
-    agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!)),
+    agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
     social: socialStore(db, record),
     groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
