@@ -236,7 +236,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
     describe("conversation state", () => {
       it("answers which of the users muted a conversation, without creating state", async () => {
         const conversationId = (2n ** 40n) | 3n;
-        await store.conversations.ensureConversation(conversationId, 1, [1, 2], 10);
+        await store.social.connect(1, 2, conversationId, 10);
         await store.conversations.setMuted(2, conversationId, true);
         expect(await store.conversations.mutedAmong(conversationId, [1, 2, 3])).to.deep.equal([2]);
         expect(await store.conversations.mutedAmong(conversationId + 1n, [2])).to.deep.equal([]);
@@ -346,7 +346,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
 
       it("records a message's fan-out and its place as the last message with the message, in one write", async () => {
         const conversationId = 2n ** 33n + 3n;
-        await store.conversations.ensureConversation(conversationId, 1, [7, 8], 500);
+        await store.social.connect(7, 8, conversationId, 500);
         await store.conversations.markDeleted(8, conversationId, 0n);
         const message = { conversationId, messageId: 1n, senderId: 7, clientMessageId: 1n, body: new Uint8Array([1]), replyTo: null, metadata: {}, createdAt: 1000, updatedAt: null, edited: false };
         const inserted = fanOut(String(conversationId), 1000);

@@ -455,8 +455,6 @@ export interface UserConversationRecord {
 }
 
 export interface ConversationStore {
-  /** Creates the conversation and each participant's state if missing (idempotent). */
-  ensureConversation(conversationId: bigint, type: ConversationKindValue, participants: readonly number[], createdAt: number): Promise<void>;
   /** The conversation, or undefined. */
   getConversation(conversationId: bigint): Promise<ConversationRecord | undefined>;
   /** The user's state in the conversation, created with defaults if missing. */

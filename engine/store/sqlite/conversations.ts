@@ -58,7 +58,6 @@ export function lastMessageWriter(db: Database.Database) {
 export type LastMessageWriter = ReturnType<typeof lastMessageWriter>;
 
 export function conversationStore(db: Database.Database, recordLastMessage: LastMessageWriter, record: Recorder): ConversationStore {
-  const insertConversation = db.prepare("INSERT OR IGNORE INTO conversations (conversation_id, type, created_at, last_message_time) VALUES (?, ?, ?, ?)");
   const insertState = db.prepare("INSERT OR IGNORE INTO user_conversations (user_id, conversation_id) VALUES (?, ?)");
   const conversation = db.prepare<[bigint], ConversationRow>("SELECT * FROM conversations WHERE conversation_id = ?").safeIntegers(true);
   const state = db.prepare<[number, bigint], StateRow>("SELECT * FROM user_conversations WHERE user_id = ? AND conversation_id = ?").safeIntegers(true);
@@ -82,10 +81,6 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
     )
     .safeIntegers(true);
 
-  const ensure = db.transaction((conversationId: bigint, type: number, participants: readonly number[], createdAt: number) => {
-    insertConversation.run(conversationId, type, createdAt, createdAt);
-    for (const userId of participants) insertState.run(userId, conversationId);
-  });
   /** Deletes history up to `upTo` (never back) and counts it read: deleted messages cannot stay unread. */
   const clearAndRead = (userId: number, conversationId: bigint, upTo: bigint) => {
     insertState.run(userId, conversationId);
@@ -98,9 +93,6 @@ export function conversationStore(db: Database.Database, recordLastMessage: Last
   };
 
   return {
-    async ensureConversation(conversationId, type, participants, createdAt) {
-      ensure(conversationId, type, participants, createdAt);
-    },
     async getConversation(conversationId) {
       const row = conversation.get(conversationId);
       return row && toConversation(row);
