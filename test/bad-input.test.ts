@@ -5,12 +5,8 @@ import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";
+import { postRpc, type ConnectErrorBody } from "./support/raw-rpc.js";
 
-interface ConnectErrorBody {
-  code: string;
-  message: string;
-  details: { type: string; value: string; debug: { errorCode: number; errorName: string } }[];
-}
 
 describe("bad input on the Connect endpoint", () => {
   let server: TestServer;
@@ -23,21 +19,19 @@ describe("bad input on the Connect endpoint", () => {
   after(async () => server.dispose());
 
   async function post(path: string, body: string | Uint8Array, contentType = "application/json", token: string | null = user.accessToken) {
-    const headers: Record<string, string> = { "content-type": contentType };
-    if (token) headers.authorization = `Bearer ${token}`;
-    const response = await fetch(server.url + path, { method: "POST", headers, body: typeof body === "string" ? body : Buffer.from(body) });
-    const text = await response.text();
-    return { status: response.status, body: JSON.parse(text) as ConnectErrorBody };
+    const answer = await postRpc(server, path, body, { contentType, token });
+    return { status: answer.status, body: answer.error() };
   }
 
   function expectDetail(body: ConnectErrorBody, code: string, errorName: string) {
     expect(body.code).to.equal(code);
     expect(body.details).to.have.length(1);
-    expect(body.details[0].type).to.equal("shared.v1.ErrorDetail");
-    const detail = fromBinary(ErrorDetailSchema, base64Decode(body.details[0].value));
+    const [only] = body.details!;
+    expect(only.type).to.equal("shared.v1.ErrorDetail");
+    const detail = fromBinary(ErrorDetailSchema, base64Decode(only.value));
     expect(detail.errorName).to.equal(errorName);
-    expect(body.details[0].debug.errorName).to.equal(errorName);
-    expect(body.details[0].debug.errorCode).to.equal(detail.errorCode);
+    expect(only.debug.errorName).to.equal(errorName);
+    expect(only.debug.errorCode).to.equal(detail.errorCode);
   }
 
   it("answers invalid_argument (400) with an ErrorDetail for malformed JSON", async () => {

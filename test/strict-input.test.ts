@@ -12,6 +12,7 @@ import { Errors } from "../shared/errors.js";
 import { device, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer, type WireMode } from "./support/harness.js";
+import { postRpc, type ConnectErrorBody } from "./support/raw-rpc.js";
 
 /** The rule a call was refused by, or undefined when it was not refused for a rule. */
 async function refusedRule(call: Promise<unknown>): Promise<{ rule: string; field: string } | undefined> {
@@ -108,11 +109,6 @@ describe("names refuse control characters", () => {
   });
 });
 
-interface ErrorBody {
-  code: string;
-  message: string;
-  details?: { debug: { errorName: string } }[];
-}
 
 describe("JSON request bodies are decoded strictly", () => {
   let server: TestServer;
@@ -124,17 +120,10 @@ describe("JSON request bodies are decoded strictly", () => {
   });
   after(async () => server.dispose());
 
-  async function post(path: string, body: Uint8Array | string, contentType = "application/json") {
-    const response = await fetch(server.url + path, {
-      method: "POST",
-      headers: { "content-type": contentType, authorization: `Bearer ${user.accessToken}` },
-      body: typeof body === "string" ? body : Buffer.from(body),
-    });
-    return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
-  }
+  const post = (path: string, body: Uint8Array | string, contentType = "application/json") => postRpc(server, path, body, { contentType, token: user.accessToken });
   async function postJson(path: string, body: Uint8Array | string) {
-    const { status, bytes } = await post(path, body);
-    return { status, body: JSON.parse(new TextDecoder().decode(bytes)) as ErrorBody };
+    const answer = await post(path, body);
+    return { status: answer.status, body: answer.error() };
   }
   const nickname = async () => (await client(server, UserService, "json", user.accessToken).getProfile({})).profile?.nickname;
   const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p))));
@@ -175,7 +164,7 @@ describe("JSON request bodies are decoded strictly", () => {
       // UpdateProfileRequest field 1 (nickname), length 4: "E", 0xff, 0xfe, "l"
       const { status, bytes: answer } = await post("/api.v1.UserService/UpdateProfile", new Uint8Array([0x0a, 0x04, 0x45, 0xff, 0xfe, 0x6c]), "application/proto");
       expect(status).to.equal(400);
-      const body = JSON.parse(new TextDecoder().decode(answer)) as ErrorBody;
+      const body = JSON.parse(new TextDecoder().decode(answer)) as ConnectErrorBody;
       expect(body.code).to.equal("invalid_argument");
       expect(body.details?.map((d) => d.debug.errorName)).to.deep.equal(["MALFORMED_REQUEST"]);
       expect(await nickname()).to.equal("Intact");
