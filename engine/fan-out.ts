@@ -11,6 +11,10 @@
 // Each stream takes a given fan-out at most once: a fan-out delivered again asks the store to check
 // for it first (a first delivery need not, and the check is not free), and a fan-out still being
 // delivered by this process is never delivered again beside it.
+//
+// The outbox has a second kind: a GROUP system message a group change calls for, recorded with the
+// change and posted by the conversation actor (which owns message ids), whose message write
+// deletes the record; it is posted at start-up and by the sweep like a fan-out is finished.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context } from "moleculer";
 import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
