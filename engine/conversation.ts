@@ -52,7 +52,7 @@ import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./f
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
-import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, openStreamOf, recalledBody, streamStartBody } from "./message-body.js";
+import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, openStreamOf, recalledBody, startsStream, streamStartBody } from "./message-body.js";
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
@@ -235,7 +235,7 @@ export class ConversationActor {
       const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
       if (existing) return { messageId: existing.messageId, createdAt: BigInt(existing.createdAt) };
       await requireCanPost(this.store, access, caller.userId);
-      const isStream = request.body!.content.case === "stream";
+      const isStream = startsStream(request.body!);
       const body = isStream ? streamStartBody(request.body!) : request.body!;
       const now = this.deps.clock.now();
       const sender = await this.store.users.getUser(caller.userId);

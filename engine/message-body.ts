@@ -66,8 +66,20 @@ export function checkEntities(text: string, entities: readonly MessageEntity[]):
  * Checks a body a client sends. Agents may start a stream; nobody sends GROUP or RECALLED bodies
  * (the server produces those). A custom payload travels with type UNSPECIFIED.
  */
+/**
+ * Whether a body starts a stream: STREAM content in phase START, or a bare body of type STREAM
+ * (what the upstream Go SDK sends: the type alone, no content).
+ */
+export function startsStream(body: MessageBody): boolean {
+  return body.content.case === "stream" || (body.content.case === undefined && body.type === MessageType.STREAM);
+}
+
 export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): void {
   const content = body.content;
+  if (content.case === undefined && body.type === MessageType.STREAM) {
+    if (!senderIsAgent) invalid("only agents stream messages");
+    return;
+  }
   if (content.case === "customPayload") {
     if (body.type !== MessageType.UNSPECIFIED) invalid("a custom payload is sent with type MESSAGE_TYPE_UNSPECIFIED");
     return;

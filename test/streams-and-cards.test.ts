@@ -114,6 +114,19 @@ for (const mode of wireModes) {
       expect(streamOf(after.message)?.entities).to.have.length(1);
     });
 
+    it("starts a stream from a bare STREAM body (type only, no content, as the upstream Go SDK sends it) in text/plain", async () => {
+      const { messageId } = await asAgent().sendMessage({ conversationId: conversationId(), clientMessageId: clientIds++, body: { type: MessageType.STREAM } });
+      await eventually(() => envelopes(userSocket, "snUpdate").some((e) => e.messageId === messageId));
+      expect(streamOf(envelopes(userSocket, "snUpdate").find((e) => e.messageId === messageId))).to.deep.include({ phase: StreamPhase.START, contentType: "text/plain" });
+      await asAgent().pushStreamDelta({ conversationId: conversationId(), messageId, seq: 1, delta: "hi" });
+      await asAgent().endStream({ conversationId: conversationId(), messageId, accumulatedText: "hi" });
+      const after = await asUser().getMessage({ conversationId: conversationId(), messageId });
+      expect(streamOf(after.message)).to.deep.include({ phase: StreamPhase.END, accumulatedText: "hi" });
+      // A person may not stream, bare body or not; a body of another type still needs its content.
+      await expectError(asUser().sendMessage({ conversationId: conversationId(), clientMessageId: clientIds++, body: { type: MessageType.STREAM } }), Errors.invalidBody);
+      await expectError(asAgent().sendMessage({ conversationId: conversationId(), clientMessageId: clientIds++, body: { type: MessageType.TEXT } }), Errors.invalidBody);
+    });
+
     it("drops repeated seq values and reorders deltas that arrive ahead of a gap", async () => {
       const { messageId } = await startStream();
       const push = (seq: number, delta: string) => asAgent().pushStreamDelta({ conversationId: conversationId(), messageId, seq, delta });
