@@ -307,6 +307,10 @@ export class Accounts {
   /**
    * Resolves a bearer token to its identity; UNAUTHENTICATED for anything not currently valid.
    * An agent with an IP whitelist is refused (PERMISSION_DENIED) from any other client address.
+   * A deleted agent's token still identifies it, so that every call it makes (RPC or /ws) learns
+   * why it is refused: FAILED_PRECONDITION AGENT_NOT_ACTIVE, as the spec's state table asks of
+   * UpdateAgentSelfConfig. The whitelist is checked first: from an address the agent never
+   * allowed, a token says nothing about the agent, its state included.
    */
   async authenticate(token: string, clientIp = ""): Promise<AuthenticatedToken> {
     if (isWellFormedToken(token, TokenPrefix.userAccess)) {
@@ -320,10 +324,11 @@ export class Accounts {
     }
     if (isWellFormedToken(token, TokenPrefix.agent)) {
       const agent = await this.deps.store.agents.findByTokenHash(hashToken(token));
-      if (!agent || agent.status !== AgentStatus.active) throw new ParleyError(Errors.unauthenticated);
+      if (!agent) throw new ParleyError(Errors.unauthenticated);
       if (agent.ipWhitelist.length > 0 && !this.whitelists.contains(agent.ipWhitelist, clientIp)) {
         throw new ParleyError(Errors.ipNotAllowed, { clientIp });
       }
+      if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
       return { kind: "agent", userId: agent.agentUserId, deviceId: "" };
     }
     throw new ParleyError(Errors.unauthenticated);

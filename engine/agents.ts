@@ -415,8 +415,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         const creatorId = requireUser(caller).userId;
         const { agent, user } = await ownedAgent(creatorId, request.agentUserId);
         // Checked again and written in the agent's mailbox, so of two deletes at once only one
-        // goes on to announce it. The status is what authentication checks: the token stops
-        // working with this write.
+        // goes on to announce it. The status is what authentication checks: from this write on,
+        // every call made with the token answers AGENT_NOT_ACTIVE.
         const told = deps.fanOuts.batch();
         const agentUserId = agent.agentUserId;
         await mailboxes.run(agentUserId, async () => {

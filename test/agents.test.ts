@@ -376,7 +376,7 @@ for (const mode of wireModes) {
         expect(profile?.commands).to.deep.equal([]);
       });
 
-      it("answers PERMISSION_DENIED to users, INVALID_ARGUMENT to bad values, UNAUTHENTICATED once deleted", async () => {
+      it("answers PERMISSION_DENIED to users, INVALID_ARGUMENT to bad values, FAILED_PRECONDITION once deleted", async () => {
         const agent = await newAgent();
         await expectError(agents(owner).updateAgentSelfConfig({ commands: { items: [] } }), Errors.agentOnly);
         await expectError(agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK }), Errors.webhookUrlRequired);
@@ -386,7 +386,7 @@ for (const mode of wireModes) {
         await expectError(agents(agent).updateAgentSelfConfig({ webhookUrl: "x".repeat(2049) }), Errors.invalidArgument);
         expect((await agents(owner).getMyAgent({ agentUserId: agent.userId })).profile?.deliveryMode).to.equal(AgentDeliveryMode.WEBSOCKET);
         await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
-        await expectError(agents(agent).updateAgentSelfConfig({ commands: { items: [] } }), Errors.unauthenticated);
+        await expectError(agents(agent).updateAgentSelfConfig({ commands: { items: [] } }), Errors.agentNotActive);
       });
     });
 
@@ -533,7 +533,7 @@ for (const mode of wireModes) {
         await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
 
         expect((await socket.closed).code).to.equal(4003);
-        await expectError(client(server, UserService, mode, agent.token).getProfile({}), Errors.unauthenticated);
+        await expectError(client(server, UserService, mode, agent.token).getProfile({}), Errors.agentNotActive);
         await expectError(agents(stranger).getAgentInfo({ agentUserId: agent.userId }), Errors.agentNotFound);
         await expectError(agents(owner).getMyAgent({ agentUserId: agent.userId }), Errors.agentNotFound);
         expect((await agents(owner).listMyAgents({})).agents.map((a) => a.user?.userId)).to.not.include(agent.userId);
@@ -577,6 +577,73 @@ for (const mode of wireModes) {
         await expectError(agents(owner).deleteMyAgent({ agentUserId: 99_999_999 }), Errors.agentNotFound);
         await expectError(agents(owner).deleteMyAgent({ agentUserId: systemAgentUserId }), Errors.notAgentCreator);
         expect((await agents(stranger).getAgentInfo({ agentUserId: agent.userId })).agent?.status).to.equal(AgentStatus.ACTIVE);
+      });
+    });
+
+    describe("a deleted agent's token", () => {
+      it("still identifies the agent: every RPC answers FAILED_PRECONDITION AGENT_NOT_ACTIVE before validation or the handler", async () => {
+        const agent = await newAgent();
+        expect((await client(server, UserService, mode, agent.token).getProfile({})).profile?.userId).to.equal(agent.userId);
+        await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
+
+        await expectError(agents(agent).updateAgentSelfConfig({ commands: { items: [{ command: "help", description: "d" }] } }), Errors.agentNotActive);
+        // Out of bounds: validation would answer INVALID_ARGUMENT had authentication let it through.
+        await expectError(agents(agent).updateAgentSelfConfig({ webhookUrl: "x".repeat(2049) }), Errors.agentNotActive);
+        const detail = await expectError(client(server, UserService, mode, agent.token).getProfile({}), Errors.agentNotActive);
+        expect(detail.errorCode).to.equal(7003);
+        // The handler would answer CONVERSATION_READ_ONLY, and a user-only call USER_ONLY.
+        await expectError(
+          client(server, MessageService, mode, agent.token).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text("still here") }),
+          Errors.agentNotActive,
+        );
+        await expectError(agents(agent).createAgent({ username: `bot_${Date.now()}`, name: "Bot" }), Errors.agentNotActive);
+        // Its creator cannot add it back either (the spec's code 7003).
+        await expectError(client(server, ContactService, mode, owner.accessToken).addContact({ targetUserId: agent.userId }), Errors.agentNotActive);
+      });
+
+      it("is refused at /ws authentication with AGENT_NOT_ACTIVE, and the connection closes", async () => {
+        const agent = await newAgent();
+        await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
+        const { auth, closed } = await wsAuthenticate(server, mode, agent.token);
+        expect(auth?.success).to.equal(false);
+        expect(auth?.error).to.deep.include({ errorName: Errors.agentNotActive.errorName, errorCode: Errors.agentNotActive.errorCode });
+        expect(await closed).to.equal(4001);
+      });
+
+      it("leaves a token replaced before the deletion UNAUTHENTICATED; the current one answers AGENT_NOT_ACTIVE", async () => {
+        const agent = await newAgent();
+        const { token } = await agents(owner).regenerateAgentToken({ agentUserId: agent.userId });
+        await expectError(client(server, UserService, mode, agent.token).getProfile({}), Errors.unauthenticated);
+        await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
+
+        await expectError(agents(agent).updateAgentSelfConfig({ commands: { items: [] } }), Errors.unauthenticated);
+        await expectError(client(server, UserService, mode, agent.token).getProfile({}), Errors.unauthenticated);
+        const old = await wsAuthenticate(server, mode, agent.token);
+        expect(old.auth?.error?.errorName).to.equal(Errors.unauthenticated.errorName);
+        expect(await old.closed).to.equal(4001);
+
+        const current = { ...agent, token };
+        await expectError(agents(current).updateAgentSelfConfig({ commands: { items: [] } }), Errors.agentNotActive);
+        await expectError(client(server, UserService, mode, token).getProfile({}), Errors.agentNotActive);
+        const refused = await wsAuthenticate(server, mode, token);
+        expect(refused.auth?.error?.errorName).to.equal(Errors.agentNotActive.errorName);
+        expect(await refused.closed).to.equal(4001);
+        // Nor can a deleted agent be given a fresh token.
+        await expectError(agents(owner).regenerateAgentToken({ agentUserId: agent.userId }), Errors.agentNotFound);
+      });
+
+      it("is checked against the IP whitelist first: outside it the answer stays IP_NOT_ALLOWED", async () => {
+        const agent = await newAgent();
+        await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["203.0.113.0/24"] });
+        await agents(owner).deleteMyAgent({ agentUserId: agent.userId });
+        const from = (forwardedFor: string) => clientWithHeaders(server, UserService, mode, agent.token, { "x-forwarded-for": forwardedFor }).getProfile({});
+        await expectError(from("198.51.100.1"), Errors.ipNotAllowed);
+        await expectError(from("203.0.113.7"), Errors.agentNotActive);
+        const outside = await wsAuthenticate(server, mode, agent.token, { "x-forwarded-for": "198.51.100.1" });
+        expect(outside.auth?.error?.errorName).to.equal(Errors.ipNotAllowed.errorName);
+        const inside = await wsAuthenticate(server, mode, agent.token, { "x-forwarded-for": "203.0.113.7" });
+        expect(inside.auth?.error?.errorName).to.equal(Errors.agentNotActive.errorName);
+        await Promise.all([outside.closed, inside.closed]);
       });
     });
 

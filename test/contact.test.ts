@@ -300,7 +300,7 @@ for (const mode of wireModes) {
         await contacts(owner).deleteContact({ contactUserId: agent.userId });
         const detail = await expectError(contacts(owner).addContact({ targetUserId: agent.userId }), Errors.agentNotActive);
         expect(detail.errorCode).to.equal(7003);
-        await expectError(client(server, AgentService, mode, agent.token).getAgentInfo({ agentUserId: agent.userId }), Errors.unauthenticated);
+        await expectError(client(server, AgentService, mode, agent.token).getAgentInfo({ agentUserId: agent.userId }), Errors.agentNotActive);
       });
     });
 
