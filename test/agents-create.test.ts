@@ -35,7 +35,7 @@ for (const mode of wireModes) {
     it("creates an ACTIVE, PRIVATE, WEBSOCKET-mode agent: token and key once, prefixes only afterwards, contact and conversation with the creator", async () => {
       const username = uniqueName();
       const created = await agents(owner.accessToken).createAgent({ username, name: "Helper", signature: "answers questions" });
-      expect(created.token).to.match(/^ply_a_/);
+      expect(created.token).to.match(/^nxa_/);
       expect(created.secretKey.length).to.be.greaterThan(20);
       const profile = created.profile!;
       expect(profile.user).to.deep.include({ username, nickname: "Helper", signature: "answers questions", accountType: AccountType.AGENT });

@@ -210,14 +210,14 @@ for (const mode of wireModes) {
           ipWhitelist: ["127.0.0.1", "10.0.0.0/8"],
           commands: { items: [{ command: "start", description: "Start" }, { command: "help", description: "Help" }] },
         });
-        expect(first.secretKey).to.match(/^ply_s_/).and.not.equal(agent.secretKey);
+        expect(first.secretKey).to.match(/^nxk_/).and.not.equal(agent.secretKey);
         expect(first.profile).to.deep.include({ visibility: AgentVisibility.PUBLIC, deliveryMode: AgentDeliveryMode.WEBSOCKET, secretKeyPrefix: first.secretKey.slice(0, 12) });
         expect(first.profile?.ipWhitelist).to.deep.equal(["127.0.0.1", "10.0.0.0/8"]);
         expect(first.profile?.commands.map((c) => c.command)).to.deep.equal(["start", "help"]);
 
         // Visibility and commands are absent, so they stay; the whitelist is a list and always replaces.
         const second = await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["2001:db8::/32"] });
-        expect(second.secretKey).to.match(/^ply_s_/).and.not.equal(first.secretKey);
+        expect(second.secretKey).to.match(/^nxk_/).and.not.equal(first.secretKey);
         expect(second.profile?.visibility).to.equal(AgentVisibility.PUBLIC);
         expect(second.profile?.commands.map((c) => c.command)).to.deep.equal(["start", "help"]);
         expect(second.profile?.ipWhitelist).to.deep.equal(["2001:db8::/32"]);
@@ -380,7 +380,7 @@ for (const mode of wireModes) {
 
         const before = verifications(ok).length;
         const { secretKey } = await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: webhookUrl(ok, "/self") });
-        expect(secretKey).to.match(/^ply_s_/);
+        expect(secretKey).to.match(/^nxk_/);
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/self");
         expect(signedWith(test, secretKey)).to.equal(true);
@@ -487,7 +487,7 @@ for (const mode of wireModes) {
         await userSocket.authenticate(owner.accessToken);
 
         const { token } = await agents(owner).regenerateAgentToken({ agentUserId: agent.userId });
-        expect(token).to.match(/^ply_a_/).and.not.equal(agent.token);
+        expect(token).to.match(/^nxa_/).and.not.equal(agent.token);
         const closed = await socket.closed;
         expect(closed).to.deep.equal({ code: 4003, reason: Errors.agentTokenRevoked.errorName });
         const errorFrame = socket.frames.find((f) => f.payload.case === "error");
@@ -516,7 +516,7 @@ for (const mode of wireModes) {
         const agent = await newAgent();
         expect(await isCurrentKey(agent, agent.secretKey)).to.equal(true);
         const { secretKey } = await agents(owner).regenerateAgentSecretKey({ agentUserId: agent.userId });
-        expect(secretKey).to.match(/^ply_s_/).and.not.equal(agent.secretKey);
+        expect(secretKey).to.match(/^nxk_/).and.not.equal(agent.secretKey);
         expect(await isCurrentKey(agent, secretKey)).to.equal(true);
         expect(await isCurrentKey(agent, agent.secretKey)).to.equal(false);
         expect((await agents(owner).getMyAgent({ agentUserId: agent.userId })).profile?.secretKeyPrefix).to.equal(secretKey.slice(0, 12));
@@ -782,7 +782,7 @@ for (const mode of wireModes) {
         const before = verifications(ok).length;
         const reply = await ask(owner, `/setwebhook @${username} ${webhookUrl(ok, "/via-system")}`);
         expect(reply.body?.type).to.equal(MessageType.TEXT);
-        const key = /New secret key: (ply_s_\S+)/.exec(textOf(reply))?.[1];
+        const key = /New secret key: (nxk_\S+)/.exec(textOf(reply))?.[1];
         expect(key, textOf(reply)).to.be.a("string");
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/via-system");
@@ -836,7 +836,7 @@ describe("the system agent across restarts", () => {
       expect(featured.agents.filter((a) => a.isSystemAgent)).to.have.length(1);
       // Ordinary ids still start at 10001.
       expect(user.userId).to.equal(10001);
-      await expectError(client(server, AgentService, "json", "ply_a_" + "A".repeat(43)).getAgentInfo({ agentUserId: systemAgentUserId }), Code.Unauthenticated);
+      await expectError(client(server, AgentService, "json", "nxa_" + "A".repeat(43)).getAgentInfo({ agentUserId: systemAgentUserId }), Code.Unauthenticated);
     } finally {
       await server.dispose();
     }

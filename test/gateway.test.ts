@@ -40,7 +40,7 @@ for (const mode of wireModes) {
 
     it("refuses a revoked or unknown token", async () => {
       const ws = await connect();
-      const answer = await ws.authenticate("ply_u_unknown");
+      const answer = await ws.authenticate("nxs_unknown");
       expect(answer.payload.case === "authResponse" && answer.payload.value.success).to.equal(false);
       expect(answer.payload.case === "authResponse" && answer.payload.value.error?.errorName).to.equal("UNAUTHENTICATED");
       await ws.closed;
