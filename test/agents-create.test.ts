@@ -67,11 +67,11 @@ for (const mode of wireModes) {
     it("answers ALREADY_EXISTS for a taken username, whether a user's or an agent's", async () => {
       const username = uniqueName();
       await agents(owner.accessToken).createAgent({ username, name: "First" });
-      await expectError(agents(other.accessToken).createAgent({ username, name: "Second" }), Errors.usernameTaken);
+      await expectError(agents(other.accessToken).createAgent({ username, name: "Second" }), Errors.agentUsernameTaken);
       const person = await signInWithCode(server, mode);
       const personName = uniqueName();
       await client(server, UserService, mode, person.accessToken).setUsername({ username: personName });
-      await expectError(agents(owner.accessToken).createAgent({ username: personName, name: "Clash" }), Errors.usernameTaken);
+      await expectError(agents(owner.accessToken).createAgent({ username: personName, name: "Clash" }), Errors.agentUsernameTaken);
     });
 
     it("answers INVALID_ARGUMENT for an invalid username or name and creates nothing", async () => {

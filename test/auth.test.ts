@@ -51,8 +51,8 @@ for (const mode of wireModes) {
       });
 
       it("answers INVALID_ARGUMENT for a malformed email or phone", async () => {
-        await expectError(auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: "not-an-email" }), Errors.invalidIdentity);
-        await expectError(auth.requestVerifyCode({ identityType: IdentityType.PHONE, identityValue: "12" }), Errors.invalidIdentity);
+        await expectError(auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: "not-an-email" }), Errors.invalidEmail);
+        await expectError(auth.requestVerifyCode({ identityType: IdentityType.PHONE, identityValue: "12" }), Errors.invalidPhone);
       });
 
       it("answers INVALID_ARGUMENT for an unspecified identity type", async () => {
