@@ -96,9 +96,11 @@ export function normalizeIdentity(type: IdentityType, raw: string): Identity {
   if (type === IdentityType.EMAIL) {
     const email = value.toLowerCase();
     if (emailPattern.test(email)) return { type: "IDENTITY_TYPE_EMAIL", value: email };
+    throw new ParleyError(Errors.invalidEmail);
   } else if (type === IdentityType.PHONE) {
     const phone = value.replace(/[\s\-().]/g, "");
     if (phonePattern.test(phone)) return { type: "IDENTITY_TYPE_PHONE", value: phone };
+    throw new ParleyError(Errors.invalidPhone);
   }
   throw new ParleyError(Errors.invalidIdentity);
 }

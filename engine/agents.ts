@@ -320,7 +320,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         const problem = usernameProblem(request.username);
         if (problem) throw new ParleyError(Errors.invalidUsername, {}, problem);
         if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "name cannot be blank");
-        if (await store.users.findByUsername(request.username)) throw new ParleyError(Errors.usernameTaken);
+        if (await store.users.findByUsername(request.username)) throw new ParleyError(Errors.agentUsernameTaken);
         const token = newToken(TokenPrefix.agent);
         const secretKey = newToken(TokenPrefix.secretKey);
         const now = clock.now();
@@ -347,7 +347,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           );
         } catch (err) {
           // Another request took the username between the check and the insert.
-          if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") throw new ParleyError(Errors.usernameTaken);
+          if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") throw new ParleyError(Errors.agentUsernameTaken);
           throw err;
         }
         const { user, agent } = created;

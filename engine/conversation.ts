@@ -44,7 +44,7 @@ import {
 } from "../shared/gen/api/v1/message_pb.js";
 import { CardActionPayloadSchema } from "../shared/gen/api/v1/updates_pb.js";
 import type { Caller } from "../shared/caller.js";
-import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
+import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
 import { fromWire, type WireMessage } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
@@ -319,21 +319,21 @@ export class ConversationActor {
   }
 
   /** Shared checks of EditMessage and RecallMessage. */
-  private async ownChange(caller: Caller, conversationId: bigint, messageId: bigint) {
+  private async ownChange(caller: Caller, conversationId: bigint, messageId: bigint, tooLate: CatalogueEntry) {
     const access = await requireParticipant(this.store, conversationId, caller.userId);
     const record = await this.store.messages.getMessage(conversationId, messageId);
     if (!record) throw new ParleyError(Errors.messageNotFound);
     if (record.senderId !== caller.userId) throw new ParleyError(Errors.notSender);
     const body = fromBinary(MessageBodySchema, record.body);
     if (body.type === MessageType.RECALLED) throw new ParleyError(Errors.messageRecalled);
-    if (this.deps.clock.now() - record.createdAt > MessagePolicy.editWindowMs) throw new ParleyError(Errors.editWindowClosed);
+    if (this.deps.clock.now() - record.createdAt > MessagePolicy.editWindowMs) throw new ParleyError(tooLate);
     return { access, record, body };
   }
 
   async edit(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, newBody: MessageBody) {
     return this.mailboxes.run(String(conversationId), async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { access, record, body } = await this.ownChange(caller, conversationId, messageId);
+      const { access, record, body } = await this.ownChange(caller, conversationId, messageId, Errors.editWindowClosed);
       if (newBody.type !== body.type) throw new ParleyError(Errors.bodyTypeChanged);
       if (body.type === MessageType.STREAM) throw new ParleyError(Errors.invalidBody, {}, "a stream is finished with EndStream, not edited");
       checkOutgoingBody(newBody, caller.kind === "agent");
@@ -347,7 +347,7 @@ export class ConversationActor {
   async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
     return this.mailboxes.run(String(conversationId), async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { access, record } = await this.ownChange(caller, conversationId, messageId);
+      const { access, record } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
       await this.update(ctx, access, updated, { closesStream: true });
       return {};

@@ -3,14 +3,31 @@
 // only their SHA-256 is ever stored.
 import { createHash, createHmac, randomBytes, randomInt, scrypt, timingSafeEqual } from "node:crypto";
 
+/**
+ * User access and agent tokens use the prefixes the upstream SDKs check (nexus-openclaw refuses
+ * an agent token without `nxa_`); the other kinds follow the same pattern with a letter each.
+ */
 export const TokenPrefix = {
-  userAccess: "ply_u_",
-  agent: "ply_a_",
-  refresh: "ply_r_",
-  verify: "ply_v_",
-  reset: "ply_p_",
-  secretKey: "ply_s_",
+  userAccess: "nxs_",
+  agent: "nxa_",
+  refresh: "nxr_",
+  verify: "nxv_",
+  reset: "nxp_",
+  secretKey: "nxk_",
 } as const;
+
+/**
+ * The prefixes tokens were issued with before, still accepted for the same kind: a stored hash
+ * covers the whole token, so a token handed out earlier (an agent token lives until it is
+ * regenerated, a refresh token 30 days) keeps working instead of failing on its prefix.
+ */
+const legacyTokenPrefix: Partial<Record<string, string>> = {
+  [TokenPrefix.userAccess]: "ply_u_",
+  [TokenPrefix.agent]: "ply_a_",
+  [TokenPrefix.refresh]: "ply_r_",
+  [TokenPrefix.verify]: "ply_v_",
+  [TokenPrefix.reset]: "ply_p_",
+};
 
 const tokenBodyLength = 43; // base64url of 32 bytes
 
@@ -18,9 +35,14 @@ export function newToken(prefix: string): string {
   return prefix + randomBytes(32).toString("base64url");
 }
 
-/** Whether a string has the exact shape of a token of this kind (prefix and 256-bit body). */
-export function isWellFormedToken(token: string, prefix: string): boolean {
+function hasShape(token: string, prefix: string): boolean {
   return token.length === prefix.length + tokenBodyLength && token.startsWith(prefix) && /^[A-Za-z0-9_-]+$/.test(token.slice(prefix.length));
+}
+
+/** Whether a string has the exact shape of a token of this kind (its prefix, or the kind's earlier one, and a 256-bit body). */
+export function isWellFormedToken(token: string, prefix: string): boolean {
+  const legacy = legacyTokenPrefix[prefix];
+  return hasShape(token, prefix) || (legacy !== undefined && hasShape(token, legacy));
 }
 
 export function hashToken(token: string): string {

@@ -10,13 +10,16 @@
 //   start_param      the deep-link or card-action parameter, possibly empty
 //   user             the proto3 JSON of the launching user's UserInfo; only {"userId":…} unless
 //                    the agent holds the READ_PROFILE permission
-//   signature        lowercase hex HMAC-SHA256 keyed with the agent's secret key over the
-//                    data-check string: every other field as key=value (decoded values), sorted
-//                    by key, joined with "\n"
+//   hash             lowercase hex HMAC-SHA256 over the data-check string (every other field as
+//                    key=value, decoded values, sorted by key, joined with "\n"), keyed with
+//                    HMAC-SHA256(key "NexusMiniApp", message the agent's secret key)
+// This is the rule the upstream agent SDK (nexus-x) verifies, so its agents check our initData
+// unchanged; it accepts an auth_date up to 5 minutes from its clock either way.
 // No value may contain a line break (the server refuses such a startParam; JSON escapes its own),
-// and a verifier must accept exactly these fields, each once: otherwise "a=x\nb=y" inside one
+// and a verifier should accept exactly these fields, each once: otherwise "a=x\nb=y" inside one
 // value would read as two fields and a signed string could be re-cut into forged ones.
-// verifyInitData below needs only node:crypto, dataCheckString and initDataKeys: an agent copies the three.
+// verifyInitData below needs only node:crypto, dataCheckString, initDataKey and initDataKeys: an
+// agent copies the four.
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 
 /** The Mini App permission bitmask. Undefined bits are refused by SetAgentMiniApp. */
@@ -43,13 +46,21 @@ export interface InitDataFields {
 
 function dataCheckString(fields: Iterable<[string, string]>): string {
   return [...fields]
-    .filter(([key]) => key !== "signature")
+    .filter(([key]) => key !== "hash")
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([key, value]) => `${key}=${value}`)
     .join("\n");
 }
 
-const initDataKeys = ["agent_user_id", "auth_date", "conversation_id", "platform", "query_id", "signature", "start_param", "user"];
+/** The key the hash is made with: derived from the secret key, never the secret key itself. */
+function initDataKey(secretKey: string): Buffer {
+  return createHmac("sha256", "NexusMiniApp").update(secretKey).digest();
+}
+
+const initDataKeys = ["agent_user_id", "auth_date", "conversation_id", "hash", "platform", "query_id", "start_param", "user"];
+
+/** How far auth_date may be from the verifier's clock, either way: the upstream SDK's window. */
+export const initDataMaxSkewSeconds = 5 * 60;
 
 /** Builds and signs the initData query string. */
 export function signInitData(secretKey: string, fields: InitDataFields): string {
@@ -65,26 +76,26 @@ export function signInitData(secretKey: string, fields: InitDataFields): string 
     start_param: fields.startParam,
     user: fields.userJson,
   });
-  params.append("signature", createHmac("sha256", secretKey).update(dataCheckString(params)).digest("hex"));
+  params.append("hash", createHmac("sha256", initDataKey(secretKey)).update(dataCheckString(params)).digest("hex"));
   return params.toString();
 }
 
 /**
- * What an agent runs on the initData its Mini App received: answers the fields when the signature
- * is the agent's and the data is at most `maxAgeSeconds` old, undefined otherwise.
+ * What an agent runs on the initData its Mini App received: answers the fields when the hash is
+ * the agent's and auth_date is at most `maxSkewSeconds` from now either way, undefined otherwise.
  */
-export function verifyInitData(initData: string, secretKey: string, maxAgeSeconds = 24 * 60 * 60, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> | undefined {
+export function verifyInitData(initData: string, secretKey: string, maxSkewSeconds = initDataMaxSkewSeconds, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> | undefined {
   const params = new URLSearchParams(initData);
-  const signature = params.get("signature") ?? "";
-  if (params.getAll("signature").length !== 1 || !/^[0-9a-f]{64}$/.test(signature)) return undefined;
+  const hash = params.get("hash") ?? "";
+  if (!/^[0-9a-f]{64}$/.test(hash)) return undefined;
   const entries = [...params.entries()];
   // Exactly the known fields, once each, without line breaks: otherwise one value could be made
-  // to read as several fields of the data-check string, and a signature reused for forged ones.
+  // to read as several fields of the data-check string, and a hash reused for forged ones.
   if (entries.length !== initDataKeys.length || initDataKeys.some((key) => params.getAll(key).length !== 1)) return undefined;
   if (entries.some(([, value]) => /[\r\n]/.test(value))) return undefined;
-  const expected = createHmac("sha256", secretKey).update(dataCheckString(entries)).digest();
-  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) return undefined;
+  const expected = createHmac("sha256", initDataKey(secretKey)).update(dataCheckString(entries)).digest();
+  if (!timingSafeEqual(expected, Buffer.from(hash, "hex"))) return undefined;
   const authDate = Number(params.get("auth_date"));
-  if (!Number.isInteger(authDate) || nowSeconds - authDate > maxAgeSeconds || authDate - nowSeconds > 60) return undefined;
+  if (!Number.isInteger(authDate) || Math.abs(nowSeconds - authDate) > maxSkewSeconds) return undefined;
   return Object.fromEntries(entries);
 }

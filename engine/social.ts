@@ -31,7 +31,7 @@ import {
   type PendingRequestItem,
 } from "../shared/gen/api/v1/contact_pb.js";
 import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
+import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
@@ -64,8 +64,8 @@ export function socialService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
   const social = store.social;
 
-  async function requireTarget(caller: Caller, targetUserId: number): Promise<UserRecord> {
-    if (targetUserId === caller.userId) throw new ParleyError(Errors.cannotTargetSelf);
+  async function requireTarget(caller: Caller, targetUserId: number, self: CatalogueEntry = Errors.cannotTargetSelf): Promise<UserRecord> {
+    if (targetUserId === caller.userId) throw new ParleyError(self);
     const target = await store.users.getUser(targetUserId);
     if (!target) throw new ParleyError(Errors.userNotFound);
     return target;
@@ -221,7 +221,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       }),
       blockUser: rpcAction(BlockUserRequestSchema, BlockUserResponseSchema, async ({ request, caller, ctx }) => {
         const blocker = requireCaller(caller);
-        const target = await requireTarget(blocker, request.targetUserId);
+        const target = await requireTarget(blocker, request.targetUserId, Errors.cannotBlockSelf);
         const blocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
         // The blocker's contact side and the pending requests between them go in the same write.
         const events = deps.fanOuts.batch();

@@ -20,7 +20,7 @@ const limits = {
 };
 
 /** Well formed, so it reaches the session lookup, but no session has it. */
-const unknownVerifyToken = `ply_v_${"A".repeat(43)}`;
+const unknownVerifyToken = `nxv_${"A".repeat(43)}`;
 
 let phoneCounter = 0;
 const freshPhone = () => `+1555${String(process.pid % 1000).padStart(3, "0")}${String(++phoneCounter).padStart(4, "0")}`;

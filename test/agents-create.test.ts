@@ -35,7 +35,7 @@ for (const mode of wireModes) {
     it("creates an ACTIVE, PRIVATE, WEBSOCKET-mode agent: token and key once, prefixes only afterwards, contact and conversation with the creator", async () => {
       const username = uniqueName();
       const created = await agents(owner.accessToken).createAgent({ username, name: "Helper", signature: "answers questions" });
-      expect(created.token).to.match(/^ply_a_/);
+      expect(created.token).to.match(/^nxa_/);
       expect(created.secretKey.length).to.be.greaterThan(20);
       const profile = created.profile!;
       expect(profile.user).to.deep.include({ username, nickname: "Helper", signature: "answers questions", accountType: AccountType.AGENT });
@@ -67,11 +67,11 @@ for (const mode of wireModes) {
     it("answers ALREADY_EXISTS for a taken username, whether a user's or an agent's", async () => {
       const username = uniqueName();
       await agents(owner.accessToken).createAgent({ username, name: "First" });
-      await expectError(agents(other.accessToken).createAgent({ username, name: "Second" }), Errors.usernameTaken);
+      await expectError(agents(other.accessToken).createAgent({ username, name: "Second" }), Errors.agentUsernameTaken);
       const person = await signInWithCode(server, mode);
       const personName = uniqueName();
       await client(server, UserService, mode, person.accessToken).setUsername({ username: personName });
-      await expectError(agents(owner.accessToken).createAgent({ username: personName, name: "Clash" }), Errors.usernameTaken);
+      await expectError(agents(owner.accessToken).createAgent({ username: personName, name: "Clash" }), Errors.agentUsernameTaken);
     });
 
     it("answers INVALID_ARGUMENT for an invalid username or name and creates nothing", async () => {

@@ -1,5 +1,6 @@
 import { create, fromBinary, fromJson, toBinary, toJson, type DescService } from "@bufbuild/protobuf";
 import { Code, createClient, type Client } from "@connectrpc/connect";
+import { createHmac } from "node:crypto";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import WebSocket from "ws";
@@ -37,6 +38,24 @@ async function eventually<T>(probe: () => Promise<T | undefined> | T | undefined
 }
 
 /** A Connect client that sends extra headers (X-Forwarded-For) with every call. */
+/**
+ * The upstream agent SDK's initData check (nexus-x nxutil/hmac.go), written here from its rule
+ * rather than taken from the server: URL-decoded query, first value of each key, `hash` and
+ * `auth_date` required, auth_date within 5 minutes either way, the data-check string of every
+ * other key sorted as key=value joined by "\n", keyed with HMAC-SHA256("NexusMiniApp", secretKey).
+ */
+function upstreamVerifyInitData(initData: string, secretKey: string, nowSeconds: number): Record<string, string> | undefined {
+  const query = new URLSearchParams(initData);
+  const first: Record<string, string> = {};
+  for (const [key, value] of query) if (!(key in first)) first[key] = value;
+  if (first.hash === undefined || first.auth_date === undefined) return undefined;
+  const authDate = Number.parseInt(first.auth_date, 10);
+  if (Number.isNaN(authDate) || Math.abs(nowSeconds - authDate) > 300) return undefined;
+  const dataCheck = Object.keys(first).filter((key) => key !== "hash").sort().map((key) => `${key}=${first[key]}`).join("\n");
+  const secret = createHmac("sha256", "NexusMiniApp").update(secretKey).digest();
+  return createHmac("sha256", secret).update(dataCheck).digest("hex") === first.hash ? first : undefined;
+}
+
 function clientWithHeaders<S extends DescService>(server: TestServer, service: S, mode: WireMode, token: string, headers: Record<string, string>): Client<S> {
   const transport = createConnectTransport({
     baseUrl: server.url,
@@ -191,14 +210,14 @@ for (const mode of wireModes) {
           ipWhitelist: ["127.0.0.1", "10.0.0.0/8"],
           commands: { items: [{ command: "start", description: "Start" }, { command: "help", description: "Help" }] },
         });
-        expect(first.secretKey).to.match(/^ply_s_/).and.not.equal(agent.secretKey);
+        expect(first.secretKey).to.match(/^nxk_/).and.not.equal(agent.secretKey);
         expect(first.profile).to.deep.include({ visibility: AgentVisibility.PUBLIC, deliveryMode: AgentDeliveryMode.WEBSOCKET, secretKeyPrefix: first.secretKey.slice(0, 12) });
         expect(first.profile?.ipWhitelist).to.deep.equal(["127.0.0.1", "10.0.0.0/8"]);
         expect(first.profile?.commands.map((c) => c.command)).to.deep.equal(["start", "help"]);
 
         // Visibility and commands are absent, so they stay; the whitelist is a list and always replaces.
         const second = await agents(owner).setAgentConfig({ agentUserId: agent.userId, ipWhitelist: ["2001:db8::/32"] });
-        expect(second.secretKey).to.match(/^ply_s_/).and.not.equal(first.secretKey);
+        expect(second.secretKey).to.match(/^nxk_/).and.not.equal(first.secretKey);
         expect(second.profile?.visibility).to.equal(AgentVisibility.PUBLIC);
         expect(second.profile?.commands.map((c) => c.command)).to.deep.equal(["start", "help"]);
         expect(second.profile?.ipWhitelist).to.deep.equal(["2001:db8::/32"]);
@@ -361,7 +380,7 @@ for (const mode of wireModes) {
 
         const before = verifications(ok).length;
         const { secretKey } = await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: webhookUrl(ok, "/self") });
-        expect(secretKey).to.match(/^ply_s_/);
+        expect(secretKey).to.match(/^nxk_/);
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/self");
         expect(signedWith(test, secretKey)).to.equal(true);
@@ -468,7 +487,7 @@ for (const mode of wireModes) {
         await userSocket.authenticate(owner.accessToken);
 
         const { token } = await agents(owner).regenerateAgentToken({ agentUserId: agent.userId });
-        expect(token).to.match(/^ply_a_/).and.not.equal(agent.token);
+        expect(token).to.match(/^nxa_/).and.not.equal(agent.token);
         const closed = await socket.closed;
         expect(closed).to.deep.equal({ code: 4003, reason: Errors.agentTokenRevoked.errorName });
         const errorFrame = socket.frames.find((f) => f.payload.case === "error");
@@ -497,7 +516,7 @@ for (const mode of wireModes) {
         const agent = await newAgent();
         expect(await isCurrentKey(agent, agent.secretKey)).to.equal(true);
         const { secretKey } = await agents(owner).regenerateAgentSecretKey({ agentUserId: agent.userId });
-        expect(secretKey).to.match(/^ply_s_/).and.not.equal(agent.secretKey);
+        expect(secretKey).to.match(/^nxk_/).and.not.equal(agent.secretKey);
         expect(await isCurrentKey(agent, secretKey)).to.equal(true);
         expect(await isCurrentKey(agent, agent.secretKey)).to.equal(false);
         expect((await agents(owner).getMyAgent({ agentUserId: agent.userId })).profile?.secretKeyPrefix).to.equal(secretKey.slice(0, 12));
@@ -709,7 +728,7 @@ for (const mode of wireModes) {
         const fields = verifyInitData(initData, key, 60, nowSeconds());
         expect(fields).to.not.equal(undefined);
         expect(fields).to.deep.include({ agent_user_id: String(agent.userId), conversation_id: String(agent.conversationId), start_param: "ref_42", platform: "android" });
-        expect(Object.keys(fields!).sort()).to.deep.equal(["agent_user_id", "auth_date", "conversation_id", "platform", "query_id", "signature", "start_param", "user"]);
+        expect(Object.keys(fields!).sort()).to.deep.equal(["agent_user_id", "auth_date", "conversation_id", "hash", "platform", "query_id", "start_param", "user"]);
         expect(Math.abs(Number(fields!.auth_date) - nowSeconds())).to.be.lessThan(5);
         expect(JSON.parse(fields!.user)).to.deep.include({ userId: owner.userId, accountType: "ACCOUNT_TYPE_USER" });
         const again = verifyInitData((await launch(owner)).initData, key, 60, nowSeconds());
@@ -726,7 +745,24 @@ for (const mode of wireModes) {
         expect(verifyInitData(repeated, key, 60, nowSeconds())).to.equal(undefined);
         expect(verifyInitData(initData, agent.secretKey, 60, nowSeconds())).to.equal(undefined);
         expect(verifyInitData(initData, key, 60, nowSeconds() + 120)).to.equal(undefined);
-        expect(verifyInitData(initData.replace(/signature=[0-9a-f]+/, "signature=00"), key, 60, nowSeconds())).to.equal(undefined);
+        expect(verifyInitData(initData.replace(/hash=[0-9a-f]+/, "hash=00"), key, 60, nowSeconds())).to.equal(undefined);
+      });
+
+      it("builds initData that the upstream SDK's rule (nexus-x) verifies", async () => {
+        const { initData } = await launch(owner, { conversationId: agent.conversationId, startParam: "a b&c=d/é", platform: "desktop" });
+        const fields = upstreamVerifyInitData(initData, key, nowSeconds());
+        expect(fields).to.not.equal(undefined);
+        expect(fields).to.deep.include({ start_param: "a b&c=d/é", conversation_id: String(agent.conversationId), agent_user_id: String(agent.userId) });
+        expect(upstreamVerifyInitData(initData, agent.secretKey, nowSeconds()), "an old key").to.equal(undefined);
+        expect(upstreamVerifyInitData(initData, key, nowSeconds() + 301), "auth_date 5 minutes past").to.equal(undefined);
+        expect(upstreamVerifyInitData(initData, key, nowSeconds() - 301), "auth_date 5 minutes ahead").to.equal(undefined);
+        const tampered = new URLSearchParams(initData);
+        tampered.set("platform", "ios");
+        expect(upstreamVerifyInitData(tampered.toString(), key, nowSeconds())).to.equal(undefined);
+        // Keyed with the derived key, not the secret key itself.
+        const params = new URLSearchParams(initData);
+        const dataCheck = [...params.keys()].filter((k) => k !== "hash").sort().map((k) => `${k}=${params.get(k)}`).join("\n");
+        expect(params.get("hash")).to.not.equal(createHmac("sha256", key).update(dataCheck).digest("hex"));
       });
 
       it("refuses a startParam with line breaks, so a signed string cannot be re-cut into forged fields", async () => {
@@ -770,7 +806,7 @@ for (const mode of wireModes) {
         const hidden = await newAgent();
         await agents(owner).setAgentMiniApp({ agentUserId: hidden.userId, enabled: true, url: "https://app.example.com/", permissions: 0 });
         await expectError(agents(stranger).getMiniAppLaunchData({ agentUserId: hidden.userId, platform: "ios" }), Errors.noAgentAccess);
-        expect((await agents(owner).getMiniAppLaunchData({ agentUserId: hidden.userId, platform: "ios" })).initData).to.include("signature=");
+        expect((await agents(owner).getMiniAppLaunchData({ agentUserId: hidden.userId, platform: "ios" })).initData).to.include("hash=");
         await expectError(agents(agent).getMiniAppLaunchData({ agentUserId: agent.userId, platform: "ios" }), Errors.userOnly);
         await expectError(agents(stranger).getMiniAppLaunchData({ agentUserId: 99_999_999, platform: "ios" }), Errors.agentNotFound);
         await expectError(agents(stranger).getMiniAppLaunchData({ agentUserId: 0, platform: "ios" }), Errors.invalidArgument);
@@ -813,7 +849,7 @@ for (const mode of wireModes) {
         const before = verifications(ok).length;
         const reply = await ask(owner, `/setwebhook @${username} ${webhookUrl(ok, "/via-system")}`);
         expect(reply.body?.type).to.equal(MessageType.TEXT);
-        const key = /New secret key: (ply_s_\S+)/.exec(textOf(reply))?.[1];
+        const key = /New secret key: (nxk_\S+)/.exec(textOf(reply))?.[1];
         expect(key, textOf(reply)).to.be.a("string");
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/via-system");
@@ -867,7 +903,7 @@ describe("the system agent across restarts", () => {
       expect(featured.agents.filter((a) => a.isSystemAgent)).to.have.length(1);
       // Ordinary ids still start at 10001.
       expect(user.userId).to.equal(10001);
-      await expectError(client(server, AgentService, "json", "ply_a_" + "A".repeat(43)).getAgentInfo({ agentUserId: systemAgentUserId }), Code.Unauthenticated);
+      await expectError(client(server, AgentService, "json", "nxa_" + "A".repeat(43)).getAgentInfo({ agentUserId: systemAgentUserId }), Code.Unauthenticated);
     } finally {
       await server.dispose();
     }

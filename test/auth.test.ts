@@ -1,5 +1,8 @@
+import { randomBytes } from "node:crypto";
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
+import { hashToken } from "../engine/credentials.js";
+import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
@@ -7,6 +10,7 @@ import { Errors } from "../shared/errors.js";
 import { device, signInAnotherDevice, signInWithCode } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { createAgent } from "./support/social.js";
 
 const minutes = (n: number) => n * 60_000;
 
@@ -41,14 +45,14 @@ for (const mode of wireModes) {
       it("sends a code and answers a verify token with its lifetime", async () => {
         const email = freshEmail();
         const answer = await auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: email });
-        expect(answer.verifyToken).to.match(/^ply_v_/);
+        expect(answer.verifyToken).to.match(/^nxv_/);
         expect(answer.expiresIn).to.equal(300);
         expect(lastCode(server, email)).to.match(/^\d{6}$/);
       });
 
       it("answers INVALID_ARGUMENT for a malformed email or phone", async () => {
-        await expectError(auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: "not-an-email" }), Errors.invalidIdentity);
-        await expectError(auth.requestVerifyCode({ identityType: IdentityType.PHONE, identityValue: "12" }), Errors.invalidIdentity);
+        await expectError(auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: "not-an-email" }), Errors.invalidEmail);
+        await expectError(auth.requestVerifyCode({ identityType: IdentityType.PHONE, identityValue: "12" }), Errors.invalidPhone);
       });
 
       it("answers INVALID_ARGUMENT for an unspecified identity type", async () => {
@@ -80,8 +84,8 @@ for (const mode of wireModes) {
         expect(signed.isNewUser).to.equal(true);
         expect(signed.userId).to.be.greaterThan(10000);
         expect(signed.deviceId).to.equal("device-a");
-        expect(signed.accessToken).to.match(/^ply_u_/);
-        expect(signed.refreshToken).to.match(/^ply_r_/);
+        expect(signed.accessToken).to.match(/^nxs_/);
+        expect(signed.refreshToken).to.match(/^nxr_/);
         expect(signed.expiresIn).to.equal(7200);
         expect(signed.user?.email).to.equal(email);
         expect(signed.user?.username).to.equal(`u_${signed.userId}`);
@@ -130,13 +134,13 @@ for (const mode of wireModes) {
 
       it("answers INVALID_ARGUMENT for a malformed verify token and for a missing device", async () => {
         await expectError(auth.verifyCode({ verifyToken: "garbage", code: "123456", deviceInfo: device() }), Errors.malformedVerifyToken);
-        const detail = await expectError(auth.verifyCode({ verifyToken: "ply_v_x", code: "123456" }), Errors.invalidArgument);
+        const detail = await expectError(auth.verifyCode({ verifyToken: "nxv_x", code: "123456" }), Errors.invalidArgument);
         expect(detail.metadata.field).to.equal("device_info");
       });
 
       it("answers INVALID_ARGUMENT for a code longer than 10 characters and a device id over 128", async () => {
-        await expectError(auth.verifyCode({ verifyToken: "ply_v_x", code: "12345678901", deviceInfo: device() }), Errors.invalidArgument);
-        await expectError(auth.verifyCode({ verifyToken: "ply_v_x", code: "1", deviceInfo: device("d".repeat(129)) }), Errors.invalidArgument);
+        await expectError(auth.verifyCode({ verifyToken: "nxv_x", code: "12345678901", deviceInfo: device() }), Errors.invalidArgument);
+        await expectError(auth.verifyCode({ verifyToken: "nxv_x", code: "1", deviceInfo: device("d".repeat(129)) }), Errors.invalidArgument);
       });
 
       it("does not accept a reset session", async () => {
@@ -359,8 +363,8 @@ for (const mode of wireModes) {
       });
 
       it("answers NOT_FOUND for an unknown reset token", async () => {
-        await expectError(auth.resetPasswordConfirm({ resetToken: "ply_p_unknown", newPassword: "reset password 3" }), Errors.resetTokenNotFound);
-        await expectError(auth.resetPasswordVerify({ verifyToken: `ply_v_${"A".repeat(43)}`, code: "123456" }), Errors.verifySessionNotFound);
+        await expectError(auth.resetPasswordConfirm({ resetToken: "nxp_unknown", newPassword: "reset password 3" }), Errors.resetTokenNotFound);
+        await expectError(auth.resetPasswordVerify({ verifyToken: `nxv_${"A".repeat(43)}`, code: "123456" }), Errors.verifySessionNotFound);
       });
     });
 
@@ -368,8 +372,48 @@ for (const mode of wireModes) {
       it("answers UNAUTHENTICATED for a missing, malformed or unknown bearer token", async () => {
         await expectError(client(server, UserService, mode).getProfile({}), Errors.unauthenticated);
         await expectError(client(server, UserService, mode, "garbage").getProfile({}), Errors.unauthenticated);
-        await expectError(client(server, UserService, mode, `ply_u_${"A".repeat(43)}`).getProfile({}), Errors.unauthenticated);
-        await expectError(client(server, UserService, mode, `ply_a_${"A".repeat(43)}`).getProfile({}), Code.Unauthenticated);
+        await expectError(client(server, UserService, mode, `nxs_${"A".repeat(43)}`).getProfile({}), Errors.unauthenticated);
+        await expectError(client(server, UserService, mode, `nxa_${"A".repeat(43)}`).getProfile({}), Code.Unauthenticated);
+      });
+
+      it("still accepts tokens issued with the earlier ply_ prefixes, each for its own kind only", async () => {
+        const legacy = (prefix: string) => prefix + randomBytes(32).toString("base64url");
+        const user = await signInWithCode(server, mode);
+        const agent = await createAgent(server, user, mode);
+        const access = legacy("ply_u_");
+        const refresh = legacy("ply_r_");
+        const agentToken = legacy("ply_a_");
+        const agentTokenAsUser = legacy("ply_u_");
+        // Stored as such a server stored them: hashes of the whole token.
+        const store = await openSqliteStore(server.dataDir);
+        try {
+          const now = server.clock.now();
+          const swapped = await store.sessions.rotateTokens(user.userId, user.deviceId, hashToken(user.refreshToken), {
+            accessTokenHash: hashToken(access),
+            accessExpiresAt: now + minutes(60),
+            refreshTokenHash: hashToken(refresh),
+            refreshExpiresAt: now + minutes(60),
+            lastActiveAt: now,
+          });
+          expect(swapped).to.equal(true);
+          await store.agents.updateAgent(agent.userId, { tokenHash: hashToken(agentToken) });
+        } finally {
+          await store.close();
+        }
+        expect((await profileOf(access)).profile?.userId).to.equal(user.userId);
+        expect((await profileOf(agentToken)).profile?.userId).to.equal(agent.userId);
+        const renewed = await auth.refreshToken({ refreshToken: refresh });
+        expect(renewed.accessToken).to.match(/^nxs_/);
+        expect(renewed.refreshToken).to.match(/^nxr_/);
+        expect((await profileOf(renewed.accessToken)).profile?.userId).to.equal(user.userId);
+        // A prefix still names the kind: an agent's token hash presented as a user token finds nothing.
+        const store2 = await openSqliteStore(server.dataDir);
+        try {
+          await store2.agents.updateAgent(agent.userId, { tokenHash: hashToken(agentTokenAsUser) });
+        } finally {
+          await store2.close();
+        }
+        await expectError(profileOf(agentTokenAsUser), Errors.unauthenticated);
       });
     });
   });

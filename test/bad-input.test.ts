@@ -75,8 +75,8 @@ describe("bad input on the Connect endpoint", () => {
   });
 
   it("answers unauthenticated with an ErrorDetail for a missing or garbage token", async () => {
-    expectDetail((await post("/api.v1.UserService/GetProfile", "{}", "application/json", null)).body, "unauthenticated", "UNAUTHENTICATED");
-    expectDetail((await post("/api.v1.UserService/GetProfile", "{}", "application/json", "garbage!@#$%^")).body, "unauthenticated", "UNAUTHENTICATED");
+    expectDetail((await post("/api.v1.UserService/GetProfile", "{}", "application/json", null)).body, "unauthenticated", "INVALID_TOKEN");
+    expectDetail((await post("/api.v1.UserService/GetProfile", "{}", "application/json", "garbage!@#$%^")).body, "unauthenticated", "INVALID_TOKEN");
   });
 
   it("answers unknown JSON fields as invalid_argument rather than ignoring them silently", async () => {

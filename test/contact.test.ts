@@ -210,7 +210,7 @@ for (const mode of wireModes) {
         expect((await contacts(alice).listContacts({})).contacts).to.deep.equal([]);
         await expectError(contacts(alice).blockUser({ targetUserId: bob.userId }), Errors.alreadyBlocked);
         await expectError(contacts(alice).blockUser({ targetUserId: 99_999_999 }), Errors.userNotFound);
-        await expectError(contacts(alice).blockUser({ targetUserId: alice.userId }), Errors.cannotTargetSelf);
+        await expectError(contacts(alice).blockUser({ targetUserId: alice.userId }), Errors.cannotBlockSelf);
       });
 
       it("unblock does not restore the contact; ListBlocked is newest first", async () => {

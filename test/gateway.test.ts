@@ -1,4 +1,5 @@
 import { expect } from "chai";
+import { Errors } from "../shared/errors.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { ClientFrameType, ServerFrameType } from "../shared/gen/api/v1/gateway_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
@@ -40,9 +41,9 @@ for (const mode of wireModes) {
 
     it("refuses a revoked or unknown token", async () => {
       const ws = await connect();
-      const answer = await ws.authenticate("ply_u_unknown");
+      const answer = await ws.authenticate("nxs_unknown");
       expect(answer.payload.case === "authResponse" && answer.payload.value.success).to.equal(false);
-      expect(answer.payload.case === "authResponse" && answer.payload.value.error?.errorName).to.equal("UNAUTHENTICATED");
+      expect(answer.payload.case === "authResponse" && answer.payload.value.error?.errorName).to.equal(Errors.unauthenticated.errorName);
       await ws.closed;
     });
 
@@ -151,7 +152,7 @@ for (const mode of wireModes) {
         for (const requestId of ['"0x10"', '" 12"', '"1e3"', '""', "1e300"]) {
           ws.socket.send(`{"requestId":${requestId},"type":"CLIENT_FRAME_TYPE_HEARTBEAT_PING","heartbeatPing":{}}`);
           const error = await ws.next((f) => f.type === ServerFrameType.ERROR);
-          expect(error.payload.case === "error" && error.payload.value.error?.errorName, requestId).to.equal("GATEWAY_BAD_FRAME");
+          expect(error.payload.case === "error" && error.payload.value.error?.errorName, requestId).to.equal(Errors.gatewayBadFrame.errorName);
           expect(error.payload.case === "error" && error.payload.value.fatal).to.equal(false);
         }
         ws.socket.send('{"requestId":"16","type":"CLIENT_FRAME_TYPE_HEARTBEAT_PING","heartbeatPing":{}}');

@@ -305,7 +305,7 @@ describe("hostile HTTP input", () => {
                 headers.set("Content-Type", r.pick(["application/proto", "application/grpc-web+json", "application/grpc", "application/connect+json", "application/json; charset=latin1", "text/plain", "", "a\u0080b"]));
                 break;
               case 3:
-                headers.set("Authorization", r.pick(["Bearer", "Bearer ply_u_x", "Basic abc", "Bearer " + "z".repeat(2000), `bearer  ${victim.accessToken}`]));
+                headers.set("Authorization", r.pick(["Bearer", "Bearer nxs_x", "Basic abc", "Bearer " + "z".repeat(2000), `bearer  ${victim.accessToken}`]));
                 break;
               case 4:
                 extra.push(`Connect-Protocol-Version: ${r.pick(["1", "2", "x"])}`, `Connect-Timeout-Ms: ${r.pick(["1", "0", "-5", "99999999999999999999", "abc"])}`);

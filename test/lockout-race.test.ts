@@ -55,8 +55,8 @@ describe("Attempt limits under concurrent guesses", () => {
       const login = (guess: string) => auth.loginPassword({ identityType: IdentityType.EMAIL, identityValue: user.email, password: guess, deviceInfo: device() });
 
       const outcomes = await burst(() => login("wrong password 1"), () => login(password));
-      expect(tally(outcomes)).to.deep.equal({ WRONG_PASSWORD: 10, ACCOUNT_LOCKED: 22 });
-      expect(remaining(outcomes, "WRONG_PASSWORD")).to.deep.equal([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]);
+      expect(tally(outcomes)).to.deep.equal({ INVALID_PASSWORD: 10, ACCOUNT_LOCKED: 22 });
+      expect(remaining(outcomes, "INVALID_PASSWORD")).to.deep.equal([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]);
       for (const locked of outcomes.filter((o) => o.name === "ACCOUNT_LOCKED")) {
         expect(Number(locked.metadata.retryAfterSeconds)).to.be.within(1, 15 * 60);
       }
@@ -90,9 +90,9 @@ describe("Attempt limits under concurrent guesses", () => {
       const verify = (guess: string) => auth.verifyCode({ verifyToken, code: guess, deviceInfo: device() });
 
       const outcomes = await burst(() => verify(wrong), () => verify(code));
-      expect(tally(outcomes)).to.deep.equal({ WRONG_CODE: 5, TOO_MANY_CODE_ATTEMPTS: 27 });
-      expect(remaining(outcomes, "WRONG_CODE")).to.deep.equal([4, 3, 2, 1, 0]);
-      expect(outcomes[31].name, "the right code, sent last").to.equal("TOO_MANY_CODE_ATTEMPTS");
+      expect(tally(outcomes)).to.deep.equal({ VERIFY_CODE_INVALID: 5, VERIFY_CODE_TOO_MANY_ATTEMPTS: 27 });
+      expect(remaining(outcomes, "VERIFY_CODE_INVALID")).to.deep.equal([4, 3, 2, 1, 0]);
+      expect(outcomes[31].name, "the right code, sent last").to.equal("VERIFY_CODE_TOO_MANY_ATTEMPTS");
       await expectError(verify(code), Errors.tooManyCodeAttempts);
     });
   });
@@ -108,8 +108,8 @@ describe("Attempt limits under concurrent guesses", () => {
       const verify = (guess: string) => auth.resetPasswordVerify({ verifyToken, code: guess });
 
       const outcomes = await burst(() => verify(wrong), () => verify(code));
-      expect(tally(outcomes)).to.deep.equal({ WRONG_CODE: 5, TOO_MANY_CODE_ATTEMPTS: 27 });
-      expect(remaining(outcomes, "WRONG_CODE")).to.deep.equal([4, 3, 2, 1, 0]);
+      expect(tally(outcomes)).to.deep.equal({ VERIFY_CODE_INVALID: 5, VERIFY_CODE_TOO_MANY_ATTEMPTS: 27 });
+      expect(remaining(outcomes, "VERIFY_CODE_INVALID")).to.deep.equal([4, 3, 2, 1, 0]);
       await expectError(verify(code), Errors.tooManyCodeAttempts);
     });
   });

@@ -183,7 +183,7 @@ for (const mode of wireModes) {
         const renewed = await client(server, AuthService, mode).refreshToken({ refreshToken: alice.refreshToken });
         const later = { ...alice, accessToken: renewed.accessToken };
         await expectError(messages(later).editMessage({ conversationId, messageId: old.messageId, newBody: text("x") }), Errors.editWindowClosed);
-        await expectError(messages(later).recallMessage({ conversationId, messageId: old.messageId }), Errors.editWindowClosed);
+        await expectError(messages(later).recallMessage({ conversationId, messageId: old.messageId }), Errors.recallWindowClosed);
       });
 
       it("recalls: the body becomes RECALLED for everyone, sender kept, not marked edited", async () => {

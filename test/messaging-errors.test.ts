@@ -65,7 +65,7 @@ for (const mode of wireModes) {
 
     describe("access labels and credentials", () => {
       it("every RPC of the three services answers UNAUTHENTICATED without a token or with an unknown one", async () => {
-        for (const token of [undefined, "ply_u_not-a-token"]) {
+        for (const token of [undefined, "nxs_not-a-token"]) {
           const c = client(server, ContactService, mode, token);
           const v = client(server, ConversationService, mode, token);
           const m = client(server, MessageService, mode, token);

@@ -79,7 +79,7 @@ for (const mode of wireModes) {
     });
 
     it("all three answer UNAUTHENTICATED without a valid token", async () => {
-      const push = client(server, PushService, mode, "ply_u_bad");
+      const push = client(server, PushService, mode, "nxs_bad");
       await expectError(push.registerToken({ deviceId: "d", token: "t", platform: PushPlatform.FCM }), Errors.unauthenticated);
       await expectError(push.unregisterToken({ deviceId: "d" }), Errors.unauthenticated);
       await expectError(push.clearBadge({}), Errors.unauthenticated);

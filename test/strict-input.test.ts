@@ -58,7 +58,7 @@ describe("names refuse control characters", () => {
     { field: "alias", call: (mode, name) => client(server, ContactService, mode, user.accessToken).updateContactAlias({ contactUserId: 1, alias: name }) },
     {
       field: "device_info.device_name",
-      call: (mode, name) => client(server, AuthService, mode).verifyCode({ verifyToken: "ply_v_x", code: "123456", deviceInfo: device(undefined, { deviceName: name }) }),
+      call: (mode, name) => client(server, AuthService, mode).verifyCode({ verifyToken: "nxv_x", code: "123456", deviceInfo: device(undefined, { deviceName: name }) }),
     },
     {
       field: "file_name",

@@ -91,7 +91,7 @@ for (const mode of wireModes) {
 
     it("both answer UNAUTHENTICATED without a valid token", async () => {
       await expectError(client(server, SyncService, mode).getCurrentState({}), Errors.unauthenticated);
-      await expectError(client(server, SyncService, mode, "ply_u_x").getDifference({ sn: 0 }), Errors.unauthenticated);
+      await expectError(client(server, SyncService, mode, "nxs_x").getDifference({ sn: 0 }), Errors.unauthenticated);
     });
 
     it("keeps sn dense under concurrent appends for one user", async () => {

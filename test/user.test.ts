@@ -31,7 +31,7 @@ for (const mode of wireModes) {
       });
 
       it("answers UNAUTHENTICATED for an invalid token", async () => {
-        await expectError(client(server, UserService, mode, "ply_u_nope").getProfile({}), Errors.unauthenticated);
+        await expectError(client(server, UserService, mode, "nxs_nope").getProfile({}), Errors.unauthenticated);
       });
     });
 

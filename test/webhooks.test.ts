@@ -55,8 +55,12 @@ function verified(request: ReceivedRequest, secretKey: string): Update {
   expect(timestamp).to.match(/^\d+$/);
   // Seconds, not milliseconds: within the receivers' 5-minute replay window of now.
   expect(Math.abs(Number(timestamp) - Date.now() / 1000)).to.be.below(300);
+  // What nexus-x compares the whole header with: the "sha256=" prefix is part of it.
   expect(signature).to.equal("sha256=" + createHmac("sha256", secretKey).update(`${timestamp}.${request.body}`).digest("hex"));
   expect(verifyWebhookSignature(secretKey, timestamp, signature, request.body)).to.equal(true);
+  // The upstream SDKs read the same values under their own header names.
+  expect(request.headers["x-nexus-timestamp"]).to.equal(timestamp);
+  expect(request.headers["x-nexus-signature"]).to.equal(signature);
   const update = fromJsonString(UpdateSchema, request.body);
   // The body is the canonical proto3 JSON of the Update, nothing more or less.
   expect(JSON.parse(request.body)).to.deep.equal(toJson(UpdateSchema, update));

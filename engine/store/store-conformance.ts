@@ -427,8 +427,8 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         visibility: AgentVisibility.private,
         isSystem: false,
         tokenHash: `token-${creatorId}-${Math.random()}`,
-        tokenPrefix: "ply_a_prefix",
-        secretKey: "ply_s_secret",
+        tokenPrefix: "nxa_prefix",
+        secretKey: "nxk_secret",
         deliveryMode: DeliveryMode.websocket,
         webhookUrl: "",
         ipWhitelist: [],
@@ -464,8 +464,8 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const changed = await store.agents.updateAgent(agent.agentUserId, { ipWhitelist: ["10.0.0.0/8", "::1"], miniApp, webhookUrl: "https://h.example/", updatedAt: 2000 });
         expect(changed).to.deep.equal({ ...agent, ipWhitelist: ["10.0.0.0/8", "::1"], miniApp, webhookUrl: "https://h.example/", updatedAt: 2000 });
         expect(await store.agents.getAgent(agent.agentUserId)).to.deep.equal(changed);
-        const deleted = await store.agents.updateAgent(agent.agentUserId, { status: AgentStatus.deleted, tokenHash: "next", secretKey: "ply_s_next" });
-        expect(deleted).to.deep.include({ status: AgentStatus.deleted, tokenHash: "next", secretKey: "ply_s_next", commands: [{ command: "go", description: "Go" }], miniApp });
+        const deleted = await store.agents.updateAgent(agent.agentUserId, { status: AgentStatus.deleted, tokenHash: "next", secretKey: "nxk_next" });
+        expect(deleted).to.deep.include({ status: AgentStatus.deleted, tokenHash: "next", secretKey: "nxk_next", commands: [{ command: "go", description: "Go" }], miniApp });
         expect(await store.agents.findByTokenHash(agent.tokenHash)).to.equal(undefined);
       });
 

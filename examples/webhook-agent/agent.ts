@@ -3,6 +3,7 @@
 // the button the user presses. Run it with `npx tsx examples/webhook-agent/main.ts` (see the
 // README for the whole walk-through); tests start it in-process through `startWebhookAgent`.
 import { createHmac, timingSafeEqual } from "node:crypto";
+import type { IncomingHttpHeaders } from "node:http";
 import { createServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";
 import { fromJsonString } from "@bufbuild/protobuf";
@@ -47,6 +48,20 @@ export function verifySignature(secretKey: string, timestampHeader: string, sign
   const expected = Buffer.from("sha256=" + createHmac("sha256", secretKey).update(`${timestampHeader}.${rawBody}`).digest("hex"));
   const received = Buffer.from(signatureHeader);
   return expected.length === received.length && timingSafeEqual(expected, received);
+}
+
+/**
+ * The timestamp and signature of a request: Parley sends them as X-Service-* and again as
+ * X-Nexus-* (the upstream SDKs' names); either set is accepted, taken whole so the two are
+ * never mixed.
+ */
+export function signatureOf(headers: IncomingHttpHeaders): { timestamp: string; signature: string } {
+  for (const prefix of ["x-service-", "x-nexus-"]) {
+    const timestamp = headers[`${prefix}timestamp`];
+    const signature = headers[`${prefix}signature`];
+    if (typeof timestamp === "string" && typeof signature === "string") return { timestamp, signature };
+  }
+  return { timestamp: "", signature: "" };
 }
 
 function isEmptyUpdate(rawBody: string): boolean {
@@ -165,8 +180,7 @@ export async function startWebhookAgent(options: WebhookAgentOptions): Promise<R
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
       const rawBody = Buffer.concat(chunks).toString("utf8");
-      const timestamp = String(req.headers["x-service-timestamp"] ?? "");
-      const signature = String(req.headers["x-service-signature"] ?? "");
+      const { timestamp, signature } = signatureOf(req.headers);
       if (req.method !== "POST" || !verifySignature(secretKey, timestamp, signature, rawBody)) {
         // The reachability check the server makes when the webhook is configured is signed with
         // the new key, which the agent learns only from that configuration call's answer; it

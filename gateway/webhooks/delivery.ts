@@ -1,6 +1,6 @@
 // One signed webhook POST with the answer limit (5 seconds unless a test shortens it).
 import { Agent, request } from "undici";
-import { SignatureHeaders, signWebhookBody } from "./signing.js";
+import { signatureHeaders } from "./signing.js";
 import { guardedLookup, privateLiteralHost } from "./ssrf-guard.js";
 
 export const webhookTimeoutMs = 5000;
@@ -46,8 +46,7 @@ export class WebhookClient {
         dispatcher: this.dispatcher,
         headers: {
           "content-type": "application/json",
-          [SignatureHeaders.timestamp]: String(timestamp),
-          [SignatureHeaders.signature]: signWebhookBody(secretKey, timestamp, body),
+          ...signatureHeaders(secretKey, timestamp, body),
         },
         body,
         signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
