@@ -37,11 +37,16 @@ export function characterLength(text: string): number {
   return length;
 }
 
-const detailOfEntityType: Record<number, MessageEntity["detail"]["case"]> = {
+/** The detail each entity kind may carry; "none" for kinds that carry none. */
+const detailOfEntityType: Record<number, MessageEntity["data"]["case"] | "none"> = {
   [MessageEntityType.MENTION]: "mention",
   [MessageEntityType.URL]: "url",
   [MessageEntityType.PHONE]: "phone",
   [MessageEntityType.HASHTAG]: "hashtag",
+  [MessageEntityType.EMAIL]: "none",
+  [MessageEntityType.BOLD]: "none",
+  [MessageEntityType.ITALIC]: "none",
+  [MessageEntityType.CODE]: "none",
 };
 
 /**
@@ -53,8 +58,8 @@ export function checkEntities(text: string, entities: readonly MessageEntity[]):
   entities.forEach((entity, index) => {
     const expectedDetail = detailOfEntityType[entity.type];
     if (!expectedDetail) invalid(`entity ${index} has no type`, { entity: String(index) });
-    if (entity.detail.case !== undefined && entity.detail.case !== expectedDetail) {
-      invalid(`entity ${index} of type ${MessageEntityType[entity.type]} carries ${entity.detail.case} details`, { entity: String(index) });
+    if (entity.data.case !== undefined && entity.data.case !== expectedDetail) {
+      invalid(`entity ${index} of type ${MessageEntityType[entity.type]} carries ${entity.data.case} details`, { entity: String(index) });
     }
     if (entity.offset < 0 || entity.length <= 0 || entity.offset + entity.length > length) {
       invalid(`entity ${index} lies outside the text (offset ${entity.offset}, length ${entity.length}, text length ${length})`, { entity: String(index) });

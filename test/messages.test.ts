@@ -81,7 +81,7 @@ for (const mode of wireModes) {
           { type: MessageType.AUDIO, content: { case: "audio", value: { fileId: "f2", durationMs: 1000 } } },
           { type: MessageType.VIDEO, content: { case: "video", value: { fileId: "f3", durationMs: 1000 } } },
           { type: MessageType.FILE, content: { case: "file", value: { fileId: "f4", filename: "a.pdf", mimeType: "application/pdf" } } },
-          { type: MessageType.TEXT, content: { case: "text", value: { text: "hi @bob", entities: [{ type: MessageEntityType.MENTION, offset: 3, length: 4, detail: { case: "mention", value: { userId: 1 } } }] } } },
+          { type: MessageType.TEXT, content: { case: "text", value: { text: "hi @bob", entities: [{ type: MessageEntityType.MENTION, offset: 3, length: 4, data: { case: "mention", value: { userId: 1 } } }] } } },
         ];
         for (const body of bodies) await send(alice, conversationId, body);
         await expectError(send(alice, conversationId, text("")), Errors.invalidArgument);

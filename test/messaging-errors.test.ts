@@ -411,11 +411,14 @@ for (const mode of wireModes) {
           type,
           offset,
           length,
-          detail: detail === "mention" ? { case: "mention" as const, value: { userId: bob.userId } } : detail === "url" ? { case: "url" as const, value: { url: "https://x.io" } } : undefined,
+          data: detail === "mention" ? { case: "mention" as const, value: { userId: bob.userId } } : detail === "url" ? { case: "url" as const, value: { url: "https://x.io" } } : undefined,
         });
         // Two emoji and a space are three characters: offset 2 length 1 is the last one.
         await send(alice, conversationId, textBody("😀😀 ", [entity(MessageEntityType.HASHTAG, 2, 1)]));
         await send(alice, conversationId, textBody("hi @bob", [entity(MessageEntityType.MENTION, 3, 4, "mention"), entity(MessageEntityType.URL, 0, 2)]));
+        // The kinds upstream adds carry no detail and take the same offset and length checks.
+        const styled = [MessageEntityType.EMAIL, MessageEntityType.BOLD, MessageEntityType.ITALIC, MessageEntityType.CODE].map((type, index) => entity(type, index, 2));
+        await send(alice, conversationId, textBody("a@b.c!", styled));
         await withoutEvents([alice, bob], async () => {
           for (const bad of [
             entity(MessageEntityType.HASHTAG, 2, 2),
@@ -425,6 +428,9 @@ for (const mode of wireModes) {
             entity(MessageEntityType.HASHTAG, 4, 1),
             entity(MessageEntityType.UNSPECIFIED, 0, 1),
             entity(MessageEntityType.URL, 0, 1, "mention"),
+            entity(MessageEntityType.BOLD, 0, 1, "url"),
+            entity(MessageEntityType.CODE, 2, 2),
+            entity(MessageEntityType.EMAIL, -1, 1),
           ]) {
             const detail = await expectError(send(alice, conversationId, textBody("😀😀 ", [bad])), Errors.invalidBody);
             expect(detail.metadata.entity).to.equal("0");
@@ -433,9 +439,17 @@ for (const mode of wireModes) {
           const markdown: BodyInit = { type: MessageType.MARKDOWN, content: { case: "markdown", value: { rawMarkdown: "**b**", entities: [entity(MessageEntityType.URL, 3, 3)] } } };
           await expectError(send(alice, conversationId, markdown), Errors.invalidBody);
         });
+        const styledMessage = await messages(bob.accessToken).getMessage({ conversationId, messageId: 3n });
+        const styledContent = styledMessage.message?.body?.content;
+        expect(styledContent?.case === "text" && styledContent.value.entities.map((e) => [e.type, e.offset, e.length])).to.deep.equal([
+          [MessageEntityType.EMAIL, 0, 2],
+          [MessageEntityType.BOLD, 1, 2],
+          [MessageEntityType.ITALIC, 2, 2],
+          [MessageEntityType.CODE, 3, 2],
+        ]);
         const { message } = await messages(bob.accessToken).getMessage({ conversationId, messageId: 2n });
         const content = message?.body?.content;
-        expect(content?.case === "text" && content.value.entities.map((e) => [e.type, e.offset, e.length, e.detail.case])).to.deep.equal([
+        expect(content?.case === "text" && content.value.entities.map((e) => [e.type, e.offset, e.length, e.data.case])).to.deep.equal([
           [MessageEntityType.MENTION, 3, 4, "mention"],
           [MessageEntityType.URL, 0, 2, undefined],
         ]);

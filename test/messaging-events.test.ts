@@ -354,7 +354,7 @@ for (const mode of wireModes) {
           expect(deltas.every((d) => d.senderId === agent.userId && d.conversationId === conversationId && streamOf(d)?.contentType === "text/markdown")).to.equal(true);
         }
 
-        const entities = [{ type: MessageEntityType.HASHTAG, offset: 6, length: 5, detail: { case: "hashtag" as const, value: { tag: "world" } } }];
+        const entities = [{ type: MessageEntityType.HASHTAG, offset: 6, length: 5, data: { case: "hashtag" as const, value: { tag: "world" } } }];
         await messages(agent.token).endStream({ conversationId, messageId, accumulatedText: "Hello world", entities });
         for (const socket of [ownerSocket, memberSocket]) {
           await eventually(() => pushedEnvelopes(socket, "snUpdate", messageId).length === 2, "END pushed");

@@ -103,7 +103,7 @@ for (const mode of wireModes) {
         await store.close();
       }
 
-      const entities = [{ type: MessageEntityType.URL, offset: 0, length: 5, detail: { case: "url" as const, value: { url: "https://example.com" } } }];
+      const entities = [{ type: MessageEntityType.URL, offset: 0, length: 5, data: { case: "url" as const, value: { url: "https://example.com" } } }];
       await asAgent().endStream({ conversationId: conversationId(), messageId, accumulatedText: "Hello world", entities });
       await eventually(() => envelopes(userSocket, "snUpdate").filter((e) => e.messageId === messageId).length === 2);
       const end = streamOf(envelopes(userSocket, "snUpdate").filter((e) => e.messageId === messageId)[1]);
