@@ -1,5 +1,5 @@
 // The error catalogue against the upstream protocol's (nexus-proto v0.0.12, copied into
-// test/fixtures/nexus-proto-errors.json) and against the README table generated from it.
+// test/fixtures/nexus-proto-v0.0.12.json) and against the README table generated from it.
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
@@ -7,7 +7,12 @@ import { join } from "node:path";
 import { connectCodeName, withErrorTable } from "../scripts/error-table.js";
 import { Errors } from "../shared/errors.js";
 
-const upstream = (JSON.parse(readFileSync(join(import.meta.dirname, "fixtures", "nexus-proto-errors.json"), "utf8")) as { errors: Record<string, [number, string]> }).errors;
+const facts = JSON.parse(readFileSync(join(import.meta.dirname, "fixtures", "nexus-proto-v0.0.12.json"), "utf8")) as {
+  errorCodes: Record<string, number>;
+  errorConnectCodes: Record<string, string>;
+};
+/** Upstream's catalogue: error name -> [errorCode, Connect code]. */
+const upstream: Record<string, [number, string]> = Object.fromEntries(Object.entries(facts.errorCodes).map(([name, code]) => [name, [code, facts.errorConnectCodes[name]]]));
 const upstreamNameOf = new Map(Object.entries(upstream).map(([name, [code]]) => [code, name]));
 const entries = Object.values(Errors);
 
