@@ -52,7 +52,7 @@ import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./f
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
-import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, openStreamOf, recalledBody, startsStream, streamStartBody } from "./message-body.js";
+import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, groupEventUserIds, openStreamOf, recalledBody, startsStream, streamStartBody } from "./message-body.js";
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
@@ -167,8 +167,8 @@ export class ConversationActor {
   }
 
   /** The event of a message written or changed, to the given recipients. */
-  private messageFanOut(record: MessageRecord, recipients: readonly number[], sender: UserRecord | undefined): PreparedFanOut {
-    return this.deps.fanOuts.prepare(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, sender ? [userInfoView(sender)] : []);
+  private messageFanOut(record: MessageRecord, recipients: readonly number[], related: readonly UserRecord[]): PreparedFanOut {
+    return this.deps.fanOuts.prepare(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, related.map(userInfoView));
   }
 
   /**
@@ -178,12 +178,12 @@ export class ConversationActor {
   private async insert(
     ctx: Context,
     record: Omit<MessageRecord, "messageId">,
-    options: { participants: readonly number[]; recipients: readonly number[]; sender: UserRecord | undefined; opensStream?: boolean; postsSystemMessage?: bigint },
+    options: { participants: readonly number[]; recipients: readonly number[]; related: readonly UserRecord[]; opensStream?: boolean; postsSystemMessage?: bigint },
   ): Promise<{ record: MessageRecord; duplicate: boolean }> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
       const candidate = { ...record, messageId };
-      const fanOut = this.messageFanOut(candidate, options.recipients, options.sender);
+      const fanOut = this.messageFanOut(candidate, options.recipients, options.related);
       const result = await this.store.messages.insertMessage(candidate, {
         opensStream: options.opensStream,
         postsSystemMessage: options.postsSystemMessage,
@@ -207,7 +207,7 @@ export class ConversationActor {
    */
   private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { closesStream?: boolean } = {}): Promise<UserRecord | undefined> {
     const sender = await this.store.users.getUser(updated.senderId);
-    const fanOut = this.messageFanOut(updated, access.participants, sender);
+    const fanOut = this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
     await this.deps.fanOuts.deliver(ctx, fanOut);
@@ -249,7 +249,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, { participants: access.participants, recipients: access.participants, sender, opensStream: isStream });
+      }, { participants: access.participants, recipients: access.participants, related: sender ? [sender] : [], opensStream: isStream });
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
@@ -285,7 +285,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, { participants: members, recipients, sender: undefined, postsSystemMessage: systemMessageId });
+      }, { participants: members, recipients, related: await this.store.users.getUsers(groupEventUserIds(body)), postsSystemMessage: systemMessageId });
       return { messageId: record.messageId };
     });
   }

@@ -11,6 +11,7 @@ import {
   GetGroupInfoRequestSchema,
   GetGroupInfoResponseSchema,
   InviteMembersRequestSchema,
+  MemberInfoSchema,
   InviteMembersResponseSchema,
   LeaveGroupRequestSchema,
   LeaveGroupResponseSchema,
@@ -32,7 +33,7 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, GroupStatus, MemberRole, type GroupRecord, type UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, GroupStatus, MemberRole, type GroupRecord, type MemberRecord, type UserRecord } from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 const maxMembers = 200;
@@ -93,15 +94,19 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   const announce = (events: EventBatch, groupId: number, event: GroupContent["event"], extraRecipients: number[] = []) =>
     events.systemMessage(BigInt(groupId), create(MessageBodySchema, { type: MessageType.GROUP, content: { case: "group", value: { groupId, event } } }), extraRecipients);
 
-  const userInfo = async (userId: number) => {
-    const user = await store.users.getUser(userId);
-    return user ? userInfoView(user) : undefined;
+  /** A member as group events name them (their UserInfo travels in the update's users). */
+  const memberInfo = (member: Omit<MemberRecord, "groupId">) =>
+    create(MemberInfoSchema, { userId: member.userId, role: member.role, joinedAt: BigInt(member.joinedAt) });
+  /** The member record of a current member, as group events name them. */
+  const currentMember = async (groupId: number, userId: number) => {
+    const member = await groups.getMember(groupId, userId);
+    return member && memberInfo(member);
   };
 
   function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
     return serialised(groupId, async () => {
       await requireOwnedGroup(caller, groupId);
-      const operator = await userInfo(caller.userId);
+      const operator = await currentMember(groupId, caller.userId);
       const events = deps.fanOuts.batch();
       await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator, field } })]);
       await events.deliver(ctx);
@@ -124,18 +129,13 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         if (size > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(size) });
         if (members.filter((m) => m.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
         const now = clock.now();
-        const creatorInfo = await userInfo(creator.userId);
         const events = deps.fanOuts.batch();
+        const initial = [{ userId: creator.userId, role: MemberRole.owner, joinedAt: now }, ...members.map((m) => ({ userId: m.userId, role: MemberRole.member, joinedAt: now }))];
         // The group's conversation and every member's state in it come with the group (GroupStore.createGroup).
         const group = await groups.createGroup(
           { name: request.name, avatarUrl: request.avatarUrl, description: request.description, ownerId: creator.userId, createdAt: now },
-          [{ userId: creator.userId, role: MemberRole.owner, joinedAt: now }, ...members.map((m) => ({ userId: m.userId, role: MemberRole.member, joinedAt: now }))],
-          (created) => [
-            announce(events, created.groupId, {
-              case: "memberJoined",
-              value: { $typeName: "api.v1.MemberJoinedEvent", members: [...(creatorInfo ? [creatorInfo] : []), ...members.map(userInfoView)] },
-            }),
-          ],
+          initial,
+          (created) => [announce(events, created.groupId, { case: "memberJoined", value: { $typeName: "api.v1.MemberJoinedEvent", members: initial.map(memberInfo) } })],
         );
         await events.deliver(ctx);
         return { group: groupInfoView(group) };
@@ -175,12 +175,13 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const currentAgents = (await store.users.getUsers([...currentIds])).filter((u) => u.accountType === AccountType.agent).length;
           if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
           const now = clock.now();
-          const inviterInfo = await userInfo(inviter.userId);
+          const inviterInfo = await currentMember(group.groupId, inviter.userId);
           const events = deps.fanOuts.batch();
-          await groups.addMembers(group.groupId, candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now })), (addedIds) => {
+          const invited = candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }));
+          await groups.addMembers(group.groupId, invited, (addedIds) => {
             const added = new Set(addedIds);
             if (added.size === 0) return [];
-            const joined = candidates.filter((u) => added.has(u.userId)).map(userInfoView);
+            const joined = invited.filter((m) => added.has(m.userId)).map(memberInfo);
             return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "api.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
           });
           await events.deliver(ctx);
@@ -196,7 +197,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           // with the removal; the announcement goes to those who remain.
           const events = deps.fanOuts.batch();
           const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
-          const memberRemoved = { $typeName: "api.v1.MemberRemovedEvent", member: await userInfo(request.targetId), operator: await userInfo(owner.userId) } as const;
+          const memberRemoved = { $typeName: "api.v1.MemberRemovedEvent", member: await currentMember(group.groupId, request.targetId), operator: await currentMember(group.groupId, owner.userId) } as const;
           const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
             done
               ? [
@@ -216,11 +217,12 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const group = await groups.getGroup(request.groupId);
           if (!group) throw new ParleyError(Errors.groupNotFound);
           if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
-          if (!(await groups.getMember(group.groupId, member.userId))) throw new ParleyError(Errors.memberNotFound);
+          const leaver = await groups.getMember(group.groupId, member.userId);
+          if (!leaver) throw new ParleyError(Errors.memberNotFound);
           if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
           // The leaver gets the announcement too: it is the only entry on their stream that tells
           // their other devices they left.
-          const memberLeft = { $typeName: "api.v1.MemberLeftEvent", member: await userInfo(member.userId) } as const;
+          const memberLeft = { $typeName: "api.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
           const events = deps.fanOuts.batch();
           await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []));
           await events.deliver(ctx);

@@ -118,6 +118,27 @@ export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): vo
   }
 }
 
+/** The users a GROUP body's event names (members, inviter, operator): their UserInfo goes with it. */
+export function groupEventUserIds(body: MessageBody): number[] {
+  if (body.content.case !== "group") return [];
+  const { event } = body.content.value;
+  const named = (() => {
+    switch (event.case) {
+      case "memberJoined":
+        return [...event.value.members, event.value.inviter];
+      case "memberLeft":
+        return [event.value.member];
+      case "memberRemoved":
+        return [event.value.member, event.value.operator];
+      case "groupInfoChanged":
+        return [event.value.operator];
+      default:
+        return [];
+    }
+  })();
+  return [...new Set(named.flatMap((member) => (member ? [member.userId] : [])))];
+}
+
 /** The stream content of a body whose stream is still open (START or DELTA), or undefined. */
 export function openStreamOf(body: MessageBody): StreamContent | undefined {
   if (body.content.case !== "stream") return undefined;

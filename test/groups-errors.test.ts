@@ -405,7 +405,7 @@ for (const mode of wireModes) {
 
         await groups(bot).leaveGroup({ groupId: group.groupId });
         const left = groupEvent((await history(owner, group.groupId)).at(-1));
-        expect(left?.case === "memberLeft" && [left.value.member?.userId, left.value.member?.accountType]).to.deep.equal([bot.userId, AccountType.AGENT]);
+        expect(left?.case === "memberLeft" && [left.value.member?.userId, left.value.member?.role]).to.deep.equal([bot.userId, MemberRole.MEMBER]);
         expect(await memberIds(owner, group.groupId)).to.deep.equal(sorted([owner, b]));
         // Later messages reach only the remaining members.
         await say(b, group.groupId, "after");

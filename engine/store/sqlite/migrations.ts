@@ -1,10 +1,29 @@
 // Versioned schema migrations, applied in order and tracked in PRAGMA user_version.
 // Append only: a released migration is never edited; later issues add version 2, 3, …
 import type Database from "better-sqlite3";
+import { messageBodyToUpstream, snUpdateToUpstream } from "./upstream-numbering.js";
 
 export interface Migration {
   version: number;
-  up: string;
+  /** SQL to run. */
+  up?: string;
+  /** A step SQL alone cannot do, run in the same transaction after `up`. */
+  run?: (db: Database.Database) => void;
+}
+
+/** Rewrites one BLOB column of a table row by row, walking the table by its key in batches. */
+function rewriteColumn(db: Database.Database, table: string, key: readonly string[], column: string, rewrite: (bytes: Uint8Array) => Uint8Array): void {
+  const keyList = key.join(", ");
+  const after = key.length === 1 ? `${key[0]} > ?` : `(${keyList}) > (${key.map(() => "?").join(", ")})`;
+  const first = db.prepare(`SELECT ${keyList}, ${column} AS bytes FROM ${table} ORDER BY ${keyList} LIMIT 500`).safeIntegers(true);
+  const next = db.prepare(`SELECT ${keyList}, ${column} AS bytes FROM ${table} WHERE ${after} ORDER BY ${keyList} LIMIT 500`).safeIntegers(true);
+  const update = db.prepare(`UPDATE ${table} SET ${column} = ? WHERE ${key.map((name) => `${name} = ?`).join(" AND ")}`);
+  let rows = first.all() as Record<string, unknown>[];
+  while (rows.length > 0) {
+    for (const row of rows) update.run(Buffer.from(rewrite(new Uint8Array(row.bytes as Buffer))), ...key.map((name) => row[name]));
+    const last = rows[rows.length - 1];
+    rows = next.all(...key.map((name) => last[name])) as Record<string, unknown>[];
+  }
 }
 
 /** User ids start here, leaving room below for reserved accounts. */
@@ -287,6 +306,17 @@ export const migrations: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 9,
+    // Field numbers of the upstream protocol (nexus-proto v0.0.12): what was stored before in the
+    // old numbering is rewritten (upstream-numbering.ts).
+    run: (db) => {
+      rewriteColumn(db, "updates", ["user_id", "sn"], "payload", snUpdateToUpstream);
+      rewriteColumn(db, "fan_outs", ["fan_out_id"], "entry", snUpdateToUpstream);
+      rewriteColumn(db, "messages", ["conversation_id", "message_id"], "body", messageBodyToUpstream);
+      rewriteColumn(db, "system_messages", ["system_message_id"], "body", messageBodyToUpstream);
+    },
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */
@@ -299,7 +329,8 @@ export function migrate(db: Database.Database): void {
   for (const migration of migrations) {
     if (migration.version <= current) continue;
     db.transaction(() => {
-      db.exec(migration.up);
+      if (migration.up) db.exec(migration.up);
+      migration.run?.(db);
       db.pragma(`user_version = ${migration.version}`);
     })();
   }

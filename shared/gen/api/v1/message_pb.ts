@@ -6,6 +6,8 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { UserInfo, UserInfoJson } from "./common_pb.js";
 import { file_api_v1_common } from "./common_pb.js";
+import type { MemberInfo, MemberInfoJson } from "./group_pb.js";
+import { file_api_v1_group } from "./group_pb.js";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file api/v1/message.proto.
  */
 export const file_api_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("ChRhcGkvdjEvbWVzc2FnZS5wcm90bxIGYXBpLnYxIu0CCg9NZXNzYWdlRW52ZWxvcGUSEgoKbWVzc2FnZV9pZBgBIAEoAxIXCg9jb252ZXJzYXRpb25faWQYAiABKAMSEQoJc2VuZGVyX2lkGAMgASgFEiEKBGJvZHkYBCABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHkSJgoIcmVwbHlfdG8YBSABKAsyFC5hcGkudjEuUmVwbHlDb250ZXh0EjcKCG1ldGFkYXRhGAYgAygLMiUuYXBpLnYxLk1lc3NhZ2VFbnZlbG9wZS5NZXRhZGF0YUVudHJ5EhIKCmNyZWF0ZWRfYXQYByABKAMSFwoKdXBkYXRlZF9hdBgIIAEoA0gAiAEBEg4KBmVkaXRlZBgJIAEoCBIZChFjbGllbnRfbWVzc2FnZV9pZBgKIAEoAxovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX3VwZGF0ZWRfYXQi7QMKC01lc3NhZ2VCb2R5EisKBHR5cGUYASABKA4yEy5hcGkudjEuTWVzc2FnZVR5cGVCCLpIBYIBAhABEiMKBHRleHQYCiABKAsyEy5hcGkudjEuVGV4dENvbnRlbnRIABIlCgVpbWFnZRgLIAEoCzIULmFwaS52MS5JbWFnZUNvbnRlbnRIABIlCgVhdWRpbxgMIAEoCzIULmFwaS52MS5BdWRpb0NvbnRlbnRIABIlCgV2aWRlbxgNIAEoCzIULmFwaS52MS5WaWRlb0NvbnRlbnRIABIjCgRmaWxlGA4gASgLMhMuYXBpLnYxLkZpbGVDb250ZW50SAASKwoIbWFya2Rvd24YDyABKAsyFy5hcGkudjEuTWFya2Rvd25Db250ZW50SAASIwoEY2FyZBgQIAEoCzITLmFwaS52MS5DYXJkQ29udGVudEgAEicKBnN0cmVhbRgRIAEoCzIVLmFwaS52MS5TdHJlYW1Db250ZW50SAASJQoFZ3JvdXAYEiABKAsyFC5hcGkudjEuR3JvdXBDb250ZW50SAASKwoIcmVjYWxsZWQYEyABKAsyFy5hcGkudjEuUmVjYWxsZWRDb250ZW50SAASGAoOY3VzdG9tX3BheWxvYWQYFCABKAxIAEIJCgdjb250ZW50IlAKC1RleHRDb250ZW50EhgKBHRleHQYASABKAlCCrpIB3IFEAEYkE4SJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSKGAQoMSW1hZ2VDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSDQoFd2lkdGgYAyABKAUSDgoGaGVpZ2h0GAQgASgFEhIKCnNpemVfYnl0ZXMYBSABKAMSDgoGZm9ybWF0GAYgASgJIoIBCgxBdWRpb0NvbnRlbnQSGAoHZmlsZV9pZBgBIAEoCUIHukgEcgIQARIcCgtkdXJhdGlvbl9tcxgCIAEoBUIHukgEGgIoABISCgpzaXplX2J5dGVzGAMgASgDEhcKCnRyYW5zY3JpcHQYBCABKAlIAIgBAUINCgtfdHJhbnNjcmlwdCKLAQoMVmlkZW9Db250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSEwoLZHVyYXRpb25fbXMYAyABKAUSDQoFd2lkdGgYBCABKAUSDgoGaGVpZ2h0GAUgASgFEhIKCnNpemVfYnl0ZXMYBiABKAMiogEKC0ZpbGVDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESIAoIZmlsZW5hbWUYAiABKAlCDrpIC3IJiIgnARABGP8BEhIKCnNpemVfYnl0ZXMYAyABKAMSEQoJbWltZV90eXBlGAQgASgJEhwKD2NoZWNrc3VtX3NoYTI1NhgFIAEoCUgAiAEBQhIKEF9jaGVja3N1bV9zaGEyNTYiXQoPTWFya2Rvd25Db250ZW50EiEKDHJhd19tYXJrZG93bhgBIAEoCUILukgIcgYQARignAESJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSJOCgtDYXJkQ29udGVudBIeCgljYXJkX2pzb24YASABKAlCC7pICHIGEAIYgJADEh8KDWZhbGxiYWNrX3RleHQYAiABKAlCCLpIBXIDGOgHIr8BCg1TdHJlYW1Db250ZW50EiIKBXBoYXNlGAEgASgOMhMuYXBpLnYxLlN0cmVhbVBoYXNlEgsKA3NlcRgCIAEoBRINCgVkZWx0YRgDIAEoCRIUCgxjb250ZW50X3R5cGUYBCABKAkSGAoQYWNjdW11bGF0ZWRfdGV4dBgFIAEoCRInCghlbnRpdGllcxgGIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5EhUKDWVycm9yX21lc3NhZ2UYByABKAkigAIKDEdyb3VwQ29udGVudBIQCghncm91cF9pZBgBIAEoBRIyCg1tZW1iZXJfam9pbmVkGAogASgLMhkuYXBpLnYxLk1lbWJlckpvaW5lZEV2ZW50SAASLgoLbWVtYmVyX2xlZnQYCyABKAsyFy5hcGkudjEuTWVtYmVyTGVmdEV2ZW50SAASNAoObWVtYmVyX3JlbW92ZWQYDCABKAsyGi5hcGkudjEuTWVtYmVyUmVtb3ZlZEV2ZW50SAASOwoSZ3JvdXBfaW5mb19jaGFuZ2VkGA0gASgLMh0uYXBpLnYxLkdyb3VwSW5mb0NoYW5nZWRFdmVudEgAQgcKBWV2ZW50IlkKEU1lbWJlckpvaW5lZEV2ZW50EiEKB21lbWJlcnMYASADKAsyEC5hcGkudjEuVXNlckluZm8SIQoHaW52aXRlchgCIAEoCzIQLmFwaS52MS5Vc2VySW5mbyIzCg9NZW1iZXJMZWZ0RXZlbnQSIAoGbWVtYmVyGAEgASgLMhAuYXBpLnYxLlVzZXJJbmZvIloKEk1lbWJlclJlbW92ZWRFdmVudBIgCgZtZW1iZXIYASABKAsyEC5hcGkudjEuVXNlckluZm8SIgoIb3BlcmF0b3IYAiABKAsyEC5hcGkudjEuVXNlckluZm8iSgoVR3JvdXBJbmZvQ2hhbmdlZEV2ZW50EiIKCG9wZXJhdG9yGAEgASgLMhAuYXBpLnYxLlVzZXJJbmZvEg0KBWZpZWxkGAIgASgJIhEKD1JlY2FsbGVkQ29udGVudCJnCgxSZXBseUNvbnRleHQSEgoKbWVzc2FnZV9pZBgBIAEoAxIRCglzZW5kZXJfaWQYAiABKAUSFwoPc2VuZGVyX25pY2tuYW1lGAMgASgJEhcKD2NvbnRlbnRfcHJldmlldxgEIAEoCSKGAgoNTWVzc2FnZUVudGl0eRIxCgR0eXBlGAEgASgOMhkuYXBpLnYxLk1lc3NhZ2VFbnRpdHlUeXBlQgi6SAWCAQIQARIOCgZvZmZzZXQYAiABKAUSDgoGbGVuZ3RoGAMgASgFEigKB21lbnRpb24YCiABKAsyFS5hcGkudjEuTWVudGlvbkVudGl0eUgAEiAKA3VybBgLIAEoCzIRLmFwaS52MS5VcmxFbnRpdHlIABIkCgVwaG9uZRgMIAEoCzITLmFwaS52MS5QaG9uZUVudGl0eUgAEigKB2hhc2h0YWcYDSABKAsyFS5hcGkudjEuSGFzaHRhZ0VudGl0eUgAQgYKBGRhdGEiMAoNTWVudGlvbkVudGl0eRIPCgd1c2VyX2lkGAEgASgFEg4KBmlzX2FsbBgCIAEoCCJECglVcmxFbnRpdHkSCwoDdXJsGAEgASgJEhkKDGRpc3BsYXlfdGV4dBgCIAEoCUgAiAEBQg8KDV9kaXNwbGF5X3RleHQiIwoLUGhvbmVFbnRpdHkSFAoMcGhvbmVfbnVtYmVyGAEgASgJIhwKDUhhc2h0YWdFbnRpdHkSCwoDdGFnGAEgASgJIr8BChJTZW5kTWVzc2FnZVJlcXVlc3QSIgoRY2xpZW50X21lc3NhZ2VfaWQYASABKANCB7pIBCICIAASIAoPY29udmVyc2F0aW9uX2lkGAIgASgDQge6SAQiAiAAEikKBGJvZHkYAyABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHlCBrpIA8gBARIgChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgDSACIAQFCFgoUX3JlcGx5X3RvX21lc3NhZ2VfaWQiPQoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgDEhIKCmNyZWF0ZWRfYXQYAiABKAMiggEKEkVkaXRNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABItCghuZXdfYm9keRgDIAEoCzITLmFwaS52MS5NZXNzYWdlQm9keUIGukgDyAEBIikKE0VkaXRNZXNzYWdlUmVzcG9uc2USEgoKdXBkYXRlZF9hdBgBIAEoAyJZChVEZWxldGVNZXNzYWdlc1JlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KC21lc3NhZ2VfaWRzGAIgAygDQgm6SAaSAQMQyAEiLwoWRGVsZXRlTWVzc2FnZXNSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgFIlsKFERlbGV0ZUhpc3RvcnlSZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIhChB1cF90b19tZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAIhcKFURlbGV0ZUhpc3RvcnlSZXNwb25zZSJVChRSZWNhbGxNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgACIXChVSZWNhbGxNZXNzYWdlUmVzcG9uc2UiUgoRR2V0TWVzc2FnZVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAAiPgoSR2V0TWVzc2FnZVJlc3BvbnNlEigKB21lc3NhZ2UYASABKAsyFy5hcGkudjEuTWVzc2FnZUVudmVsb3BlIsEBChhHZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KEWJlZm9yZV9tZXNzYWdlX2lkGAIgASgDSACIAQESHQoQYWZ0ZXJfbWVzc2FnZV9pZBgDIAEoA0gBiAEBEhkKBWxpbWl0GAQgASgFQgq6SAcaBRjIASgAQhQKEl9iZWZvcmVfbWVzc2FnZV9pZEITChFfYWZ0ZXJfbWVzc2FnZV9pZCKBAQoZR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRIpCghtZXNzYWdlcxgBIAMoCzIXLmFwaS52MS5NZXNzYWdlRW52ZWxvcGUSEAoIaGFzX21vcmUYAiABKAgSJwoNcmVsYXRlZF91c2VycxgDIAMoCzIQLmFwaS52MS5Vc2VySW5mbyKRAQoXU3VibWl0Q2FyZEFjdGlvblJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASHwoLYWN0aW9uX2RhdGEYAyABKAlCCrpIB3IFEAEYgCASFgoEdmVyYhgEIAEoCUIIukgFcgMYgAEiLQoYU3VibWl0Q2FyZEFjdGlvblJlc3BvbnNlEhEKCWFjdGlvbl9pZBgBIAEoCSKFAQoWUHVzaFN0cmVhbURlbHRhUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIUCgNzZXEYAyABKAVCB7pIBBoCIAASFgoFZGVsdGEYBCABKAlCB7pIBHICEAEiGQoXUHVzaFN0cmVhbURlbHRhUmVzcG9uc2UilAEKEEVuZFN0cmVhbVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASGAoQYWNjdW11bGF0ZWRfdGV4dBgDIAEoCRInCghlbnRpdGllcxgEIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5IhMKEUVuZFN0cmVhbVJlc3BvbnNlInYKEkVycm9yU3RyZWFtUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIhCg1lcnJvcl9tZXNzYWdlGAMgASgJQgq6SAdyBRABGOgHIhUKE0Vycm9yU3RyZWFtUmVzcG9uc2UirgEKF0Fuc3dlckNhcmRBY3Rpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIbCgptZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAEhoKCWFjdGlvbl9pZBgDIAEoCUIHukgEcgIQARIbCgR0ZXh0GAQgASgJQgi6SAVyAxjIAUgAiAEBEhIKCnNob3dfYWxlcnQYBSABKAhCBwoFX3RleHQiGgoYQW5zd2VyQ2FyZEFjdGlvblJlc3BvbnNlKp8CCgtNZXNzYWdlVHlwZRIcChhNRVNTQUdFX1RZUEVfVU5TUEVDSUZJRUQQABIVChFNRVNTQUdFX1RZUEVfVEVYVBABEhYKEk1FU1NBR0VfVFlQRV9JTUFHRRACEhYKEk1FU1NBR0VfVFlQRV9BVURJTxADEhYKEk1FU1NBR0VfVFlQRV9WSURFTxAEEhUKEU1FU1NBR0VfVFlQRV9GSUxFEAUSGQoVTUVTU0FHRV9UWVBFX01BUktET1dOEAYSFQoRTUVTU0FHRV9UWVBFX0NBUkQQBxIXChNNRVNTQUdFX1RZUEVfU1RSRUFNEAgSFgoSTUVTU0FHRV9UWVBFX0dST1VQEAkSGQoVTUVTU0FHRV9UWVBFX1JFQ0FMTEVEEAoqiQEKC1N0cmVhbVBoYXNlEhwKGFNUUkVBTV9QSEFTRV9VTlNQRUNJRklFRBAAEhYKElNUUkVBTV9QSEFTRV9TVEFSVBABEhYKElNUUkVBTV9QSEFTRV9ERUxUQRACEhQKEFNUUkVBTV9QSEFTRV9FTkQQAxIWChJTVFJFQU1fUEhBU0VfRVJST1IQBCqxAgoRTWVzc2FnZUVudGl0eVR5cGUSIwofTUVTU0FHRV9FTlRJVFlfVFlQRV9VTlNQRUNJRklFRBAAEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfTUVOVElPThABEhsKF01FU1NBR0VfRU5USVRZX1RZUEVfVVJMEAISHQoZTUVTU0FHRV9FTlRJVFlfVFlQRV9QSE9ORRADEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfSEFTSFRBRxAEEh0KGU1FU1NBR0VfRU5USVRZX1RZUEVfRU1BSUwQBRIcChhNRVNTQUdFX0VOVElUWV9UWVBFX0JPTEQQBhIeChpNRVNTQUdFX0VOVElUWV9UWVBFX0lUQUxJQxAHEhwKGE1FU1NBR0VfRU5USVRZX1RZUEVfQ09ERRAIMrgHCg5NZXNzYWdlU2VydmljZRJGCgtTZW5kTWVzc2FnZRIaLmFwaS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZRJGCgtFZGl0TWVzc2FnZRIaLmFwaS52MS5FZGl0TWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuRWRpdE1lc3NhZ2VSZXNwb25zZRJPCg5EZWxldGVNZXNzYWdlcxIdLmFwaS52MS5EZWxldGVNZXNzYWdlc1JlcXVlc3QaHi5hcGkudjEuRGVsZXRlTWVzc2FnZXNSZXNwb25zZRJMCg1EZWxldGVIaXN0b3J5EhwuYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXNwb25zZRJMCg1SZWNhbGxNZXNzYWdlEhwuYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXF1ZXN0Gh0uYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXNwb25zZRJDCgpHZXRNZXNzYWdlEhkuYXBpLnYxLkdldE1lc3NhZ2VSZXF1ZXN0GhouYXBpLnYxLkdldE1lc3NhZ2VSZXNwb25zZRJYChFHZXRNZXNzYWdlSGlzdG9yeRIgLmFwaS52MS5HZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QaIS5hcGkudjEuR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRJVChBTdWJtaXRDYXJkQWN0aW9uEh8uYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXNwb25zZRJSCg9QdXNoU3RyZWFtRGVsdGESHi5hcGkudjEuUHVzaFN0cmVhbURlbHRhUmVxdWVzdBofLmFwaS52MS5QdXNoU3RyZWFtRGVsdGFSZXNwb25zZRJACglFbmRTdHJlYW0SGC5hcGkudjEuRW5kU3RyZWFtUmVxdWVzdBoZLmFwaS52MS5FbmRTdHJlYW1SZXNwb25zZRJGCgtFcnJvclN0cmVhbRIaLmFwaS52MS5FcnJvclN0cmVhbVJlcXVlc3QaGy5hcGkudjEuRXJyb3JTdHJlYW1SZXNwb25zZRJVChBBbnN3ZXJDYXJkQWN0aW9uEh8uYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate]);
+  fileDesc("ChRhcGkvdjEvbWVzc2FnZS5wcm90bxIGYXBpLnYxIu0CCg9NZXNzYWdlRW52ZWxvcGUSEgoKbWVzc2FnZV9pZBgBIAEoAxIXCg9jb252ZXJzYXRpb25faWQYAiABKAMSEQoJc2VuZGVyX2lkGAMgASgFEiEKBGJvZHkYBCABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHkSJgoIcmVwbHlfdG8YBSABKAsyFC5hcGkudjEuUmVwbHlDb250ZXh0EjcKCG1ldGFkYXRhGAYgAygLMiUuYXBpLnYxLk1lc3NhZ2VFbnZlbG9wZS5NZXRhZGF0YUVudHJ5EhIKCmNyZWF0ZWRfYXQYByABKAMSFwoKdXBkYXRlZF9hdBgIIAEoA0gAiAEBEg4KBmVkaXRlZBgJIAEoCBIZChFjbGllbnRfbWVzc2FnZV9pZBgKIAEoAxovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX3VwZGF0ZWRfYXQi7QMKC01lc3NhZ2VCb2R5EisKBHR5cGUYASABKA4yEy5hcGkudjEuTWVzc2FnZVR5cGVCCLpIBYIBAhABEiMKBHRleHQYCiABKAsyEy5hcGkudjEuVGV4dENvbnRlbnRIABIlCgVpbWFnZRgLIAEoCzIULmFwaS52MS5JbWFnZUNvbnRlbnRIABIlCgVhdWRpbxgMIAEoCzIULmFwaS52MS5BdWRpb0NvbnRlbnRIABIlCgV2aWRlbxgNIAEoCzIULmFwaS52MS5WaWRlb0NvbnRlbnRIABIjCgRmaWxlGA4gASgLMhMuYXBpLnYxLkZpbGVDb250ZW50SAASKwoIbWFya2Rvd24YDyABKAsyFy5hcGkudjEuTWFya2Rvd25Db250ZW50SAASIwoEY2FyZBgQIAEoCzITLmFwaS52MS5DYXJkQ29udGVudEgAEicKBnN0cmVhbRgRIAEoCzIVLmFwaS52MS5TdHJlYW1Db250ZW50SAASJQoFZ3JvdXAYEiABKAsyFC5hcGkudjEuR3JvdXBDb250ZW50SAASKwoIcmVjYWxsZWQYEyABKAsyFy5hcGkudjEuUmVjYWxsZWRDb250ZW50SAASGAoOY3VzdG9tX3BheWxvYWQYHiABKAxIAEIJCgdjb250ZW50IlAKC1RleHRDb250ZW50EhgKBHRleHQYASABKAlCCrpIB3IFEAEYkE4SJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSKGAQoMSW1hZ2VDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSDQoFd2lkdGgYAyABKAUSDgoGaGVpZ2h0GAQgASgFEhIKCnNpemVfYnl0ZXMYBSABKAMSDgoGZm9ybWF0GAYgASgJIoIBCgxBdWRpb0NvbnRlbnQSGAoHZmlsZV9pZBgBIAEoCUIHukgEcgIQARIcCgtkdXJhdGlvbl9tcxgCIAEoBUIHukgEGgIoABISCgpzaXplX2J5dGVzGAMgASgDEhcKCnRyYW5zY3JpcHQYBCABKAlIAIgBAUINCgtfdHJhbnNjcmlwdCKLAQoMVmlkZW9Db250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSEwoLZHVyYXRpb25fbXMYAyABKAUSDQoFd2lkdGgYBCABKAUSDgoGaGVpZ2h0GAUgASgFEhIKCnNpemVfYnl0ZXMYBiABKAMiogEKC0ZpbGVDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESIAoIZmlsZW5hbWUYAiABKAlCDrpIC3IJiIgnARABGP8BEhIKCnNpemVfYnl0ZXMYAyABKAMSEQoJbWltZV90eXBlGAQgASgJEhwKD2NoZWNrc3VtX3NoYTI1NhgFIAEoCUgAiAEBQhIKEF9jaGVja3N1bV9zaGEyNTYiXQoPTWFya2Rvd25Db250ZW50EiEKDHJhd19tYXJrZG93bhgBIAEoCUILukgIcgYQARignAESJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSJOCgtDYXJkQ29udGVudBIeCgljYXJkX2pzb24YASABKAlCC7pICHIGEAIYgJADEh8KDWZhbGxiYWNrX3RleHQYAiABKAlCCLpIBXIDGOgHIr8BCg1TdHJlYW1Db250ZW50EiIKBXBoYXNlGAEgASgOMhMuYXBpLnYxLlN0cmVhbVBoYXNlEgsKA3NlcRgCIAEoBRINCgVkZWx0YRgDIAEoCRIUCgxjb250ZW50X3R5cGUYBCABKAkSGAoQYWNjdW11bGF0ZWRfdGV4dBgFIAEoCRInCghlbnRpdGllcxgGIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5EhUKDWVycm9yX21lc3NhZ2UYByABKAkigAIKDEdyb3VwQ29udGVudBIQCghncm91cF9pZBgHIAEoBRIyCg1tZW1iZXJfam9pbmVkGAEgASgLMhkuYXBpLnYxLk1lbWJlckpvaW5lZEV2ZW50SAASLgoLbWVtYmVyX2xlZnQYAiABKAsyFy5hcGkudjEuTWVtYmVyTGVmdEV2ZW50SAASNAoObWVtYmVyX3JlbW92ZWQYAyABKAsyGi5hcGkudjEuTWVtYmVyUmVtb3ZlZEV2ZW50SAASOwoSZ3JvdXBfaW5mb19jaGFuZ2VkGAQgASgLMh0uYXBpLnYxLkdyb3VwSW5mb0NoYW5nZWRFdmVudEgAQgcKBWV2ZW50Il0KEU1lbWJlckpvaW5lZEV2ZW50EiMKB21lbWJlcnMYASADKAsyEi5hcGkudjEuTWVtYmVySW5mbxIjCgdpbnZpdGVyGAIgASgLMhIuYXBpLnYxLk1lbWJlckluZm8iNQoPTWVtYmVyTGVmdEV2ZW50EiIKBm1lbWJlchgBIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvIl4KEk1lbWJlclJlbW92ZWRFdmVudBIiCgZtZW1iZXIYASABKAsyEi5hcGkudjEuTWVtYmVySW5mbxIkCghvcGVyYXRvchgCIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvIkwKFUdyb3VwSW5mb0NoYW5nZWRFdmVudBIkCghvcGVyYXRvchgBIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvEg0KBWZpZWxkGAIgASgJIhEKD1JlY2FsbGVkQ29udGVudCJnCgxSZXBseUNvbnRleHQSEgoKbWVzc2FnZV9pZBgBIAEoAxIRCglzZW5kZXJfaWQYAiABKAUSFwoPc2VuZGVyX25pY2tuYW1lGAMgASgJEhcKD2NvbnRlbnRfcHJldmlldxgEIAEoCSKGAgoNTWVzc2FnZUVudGl0eRIxCgR0eXBlGAEgASgOMhkuYXBpLnYxLk1lc3NhZ2VFbnRpdHlUeXBlQgi6SAWCAQIQARIOCgZvZmZzZXQYAiABKAUSDgoGbGVuZ3RoGAMgASgFEigKB21lbnRpb24YCiABKAsyFS5hcGkudjEuTWVudGlvbkVudGl0eUgAEiAKA3VybBgLIAEoCzIRLmFwaS52MS5VcmxFbnRpdHlIABIkCgVwaG9uZRgMIAEoCzITLmFwaS52MS5QaG9uZUVudGl0eUgAEigKB2hhc2h0YWcYDSABKAsyFS5hcGkudjEuSGFzaHRhZ0VudGl0eUgAQgYKBGRhdGEiMAoNTWVudGlvbkVudGl0eRIPCgd1c2VyX2lkGAEgASgFEg4KBmlzX2FsbBgCIAEoCCJECglVcmxFbnRpdHkSCwoDdXJsGAEgASgJEhkKDGRpc3BsYXlfdGV4dBgCIAEoCUgAiAEBQg8KDV9kaXNwbGF5X3RleHQiIwoLUGhvbmVFbnRpdHkSFAoMcGhvbmVfbnVtYmVyGAEgASgJIhwKDUhhc2h0YWdFbnRpdHkSCwoDdGFnGAEgASgJIr8BChJTZW5kTWVzc2FnZVJlcXVlc3QSIgoRY2xpZW50X21lc3NhZ2VfaWQYASABKANCB7pIBCICIAASIAoPY29udmVyc2F0aW9uX2lkGAIgASgDQge6SAQiAiAAEikKBGJvZHkYAyABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHlCBrpIA8gBARIgChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgDSACIAQFCFgoUX3JlcGx5X3RvX21lc3NhZ2VfaWQiPQoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgDEhIKCmNyZWF0ZWRfYXQYAiABKAMiggEKEkVkaXRNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABItCghuZXdfYm9keRgDIAEoCzITLmFwaS52MS5NZXNzYWdlQm9keUIGukgDyAEBIikKE0VkaXRNZXNzYWdlUmVzcG9uc2USEgoKdXBkYXRlZF9hdBgBIAEoAyJZChVEZWxldGVNZXNzYWdlc1JlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KC21lc3NhZ2VfaWRzGAIgAygDQgm6SAaSAQMQyAEiLwoWRGVsZXRlTWVzc2FnZXNSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgFIlsKFERlbGV0ZUhpc3RvcnlSZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIhChB1cF90b19tZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAIhcKFURlbGV0ZUhpc3RvcnlSZXNwb25zZSJVChRSZWNhbGxNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgACIXChVSZWNhbGxNZXNzYWdlUmVzcG9uc2UiUgoRR2V0TWVzc2FnZVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAAiPgoSR2V0TWVzc2FnZVJlc3BvbnNlEigKB21lc3NhZ2UYASABKAsyFy5hcGkudjEuTWVzc2FnZUVudmVsb3BlIsEBChhHZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KEWJlZm9yZV9tZXNzYWdlX2lkGAIgASgDSACIAQESHQoQYWZ0ZXJfbWVzc2FnZV9pZBgDIAEoA0gBiAEBEhkKBWxpbWl0GAQgASgFQgq6SAcaBRjIASgAQhQKEl9iZWZvcmVfbWVzc2FnZV9pZEITChFfYWZ0ZXJfbWVzc2FnZV9pZCKBAQoZR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRIpCghtZXNzYWdlcxgBIAMoCzIXLmFwaS52MS5NZXNzYWdlRW52ZWxvcGUSEAoIaGFzX21vcmUYAiABKAgSJwoNcmVsYXRlZF91c2VycxgDIAMoCzIQLmFwaS52MS5Vc2VySW5mbyKRAQoXU3VibWl0Q2FyZEFjdGlvblJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASHwoLYWN0aW9uX2RhdGEYAyABKAlCCrpIB3IFEAEYgCASFgoEdmVyYhgEIAEoCUIIukgFcgMYgAEiLQoYU3VibWl0Q2FyZEFjdGlvblJlc3BvbnNlEhEKCWFjdGlvbl9pZBgBIAEoCSKFAQoWUHVzaFN0cmVhbURlbHRhUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIUCgNzZXEYAyABKAVCB7pIBBoCIAASFgoFZGVsdGEYBCABKAlCB7pIBHICEAEiGQoXUHVzaFN0cmVhbURlbHRhUmVzcG9uc2UilAEKEEVuZFN0cmVhbVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASGAoQYWNjdW11bGF0ZWRfdGV4dBgDIAEoCRInCghlbnRpdGllcxgEIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5IhMKEUVuZFN0cmVhbVJlc3BvbnNlInYKEkVycm9yU3RyZWFtUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIhCg1lcnJvcl9tZXNzYWdlGAMgASgJQgq6SAdyBRABGOgHIhUKE0Vycm9yU3RyZWFtUmVzcG9uc2UirgEKF0Fuc3dlckNhcmRBY3Rpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIbCgptZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAEhoKCWFjdGlvbl9pZBgDIAEoCUIHukgEcgIQARIbCgR0ZXh0GAQgASgJQgi6SAVyAxjIAUgAiAEBEhIKCnNob3dfYWxlcnQYBSABKAhCBwoFX3RleHQiGgoYQW5zd2VyQ2FyZEFjdGlvblJlc3BvbnNlKqUCCgtNZXNzYWdlVHlwZRIcChhNRVNTQUdFX1RZUEVfVU5TUEVDSUZJRUQQABIVChFNRVNTQUdFX1RZUEVfVEVYVBABEhYKEk1FU1NBR0VfVFlQRV9JTUFHRRACEhYKEk1FU1NBR0VfVFlQRV9BVURJTxADEhYKEk1FU1NBR0VfVFlQRV9WSURFTxAEEhUKEU1FU1NBR0VfVFlQRV9GSUxFEAUSGQoVTUVTU0FHRV9UWVBFX01BUktET1dOEAYSFQoRTUVTU0FHRV9UWVBFX0NBUkQQBxIXChNNRVNTQUdFX1RZUEVfU1RSRUFNEAgSFgoSTUVTU0FHRV9UWVBFX0dST1VQEAoSGQoVTUVTU0FHRV9UWVBFX1JFQ0FMTEVEEAsiBAgJEAkqiQEKC1N0cmVhbVBoYXNlEhwKGFNUUkVBTV9QSEFTRV9VTlNQRUNJRklFRBAAEhYKElNUUkVBTV9QSEFTRV9TVEFSVBABEhYKElNUUkVBTV9QSEFTRV9ERUxUQRACEhQKEFNUUkVBTV9QSEFTRV9FTkQQAxIWChJTVFJFQU1fUEhBU0VfRVJST1IQBCqxAgoRTWVzc2FnZUVudGl0eVR5cGUSIwofTUVTU0FHRV9FTlRJVFlfVFlQRV9VTlNQRUNJRklFRBAAEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfTUVOVElPThABEhsKF01FU1NBR0VfRU5USVRZX1RZUEVfVVJMEAISHQoZTUVTU0FHRV9FTlRJVFlfVFlQRV9QSE9ORRADEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfSEFTSFRBRxAEEh0KGU1FU1NBR0VfRU5USVRZX1RZUEVfRU1BSUwQBRIcChhNRVNTQUdFX0VOVElUWV9UWVBFX0JPTEQQBhIeChpNRVNTQUdFX0VOVElUWV9UWVBFX0lUQUxJQxAHEhwKGE1FU1NBR0VfRU5USVRZX1RZUEVfQ09ERRAIMrgHCg5NZXNzYWdlU2VydmljZRJGCgtTZW5kTWVzc2FnZRIaLmFwaS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZRJGCgtFZGl0TWVzc2FnZRIaLmFwaS52MS5FZGl0TWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuRWRpdE1lc3NhZ2VSZXNwb25zZRJPCg5EZWxldGVNZXNzYWdlcxIdLmFwaS52MS5EZWxldGVNZXNzYWdlc1JlcXVlc3QaHi5hcGkudjEuRGVsZXRlTWVzc2FnZXNSZXNwb25zZRJMCg1EZWxldGVIaXN0b3J5EhwuYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXNwb25zZRJMCg1SZWNhbGxNZXNzYWdlEhwuYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXF1ZXN0Gh0uYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXNwb25zZRJDCgpHZXRNZXNzYWdlEhkuYXBpLnYxLkdldE1lc3NhZ2VSZXF1ZXN0GhouYXBpLnYxLkdldE1lc3NhZ2VSZXNwb25zZRJYChFHZXRNZXNzYWdlSGlzdG9yeRIgLmFwaS52MS5HZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QaIS5hcGkudjEuR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRJVChBTdWJtaXRDYXJkQWN0aW9uEh8uYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXNwb25zZRJSCg9QdXNoU3RyZWFtRGVsdGESHi5hcGkudjEuUHVzaFN0cmVhbURlbHRhUmVxdWVzdBofLmFwaS52MS5QdXNoU3RyZWFtRGVsdGFSZXNwb25zZRJACglFbmRTdHJlYW0SGC5hcGkudjEuRW5kU3RyZWFtUmVxdWVzdBoZLmFwaS52MS5FbmRTdHJlYW1SZXNwb25zZRJGCgtFcnJvclN0cmVhbRIaLmFwaS52MS5FcnJvclN0cmVhbVJlcXVlc3QaGy5hcGkudjEuRXJyb3JTdHJlYW1SZXNwb25zZRJVChBBbnN3ZXJDYXJkQWN0aW9uEh8uYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_group, file_api_v1_rules, file_buf_validate_validate]);
 
 /**
  * @generated from message api.v1.MessageEnvelope
@@ -231,7 +233,7 @@ export type MessageBody = Message<"api.v1.MessageBody"> & {
     /**
      * Opaque extension payload.
      *
-     * @generated from field: bytes custom_payload = 20;
+     * @generated from field: bytes custom_payload = 30;
      */
     value: Uint8Array;
     case: "customPayload";
@@ -302,7 +304,7 @@ export type MessageBodyJson = {
   /**
    * Opaque extension payload.
    *
-   * @generated from field: bytes custom_payload = 20;
+   * @generated from field: bytes custom_payload = 30;
    */
   customPayload?: string;
 };
@@ -847,7 +849,7 @@ export const StreamContentSchema: GenMessage<StreamContent, {jsonType: StreamCon
  */
 export type GroupContent = Message<"api.v1.GroupContent"> & {
   /**
-   * @generated from field: int32 group_id = 1;
+   * @generated from field: int32 group_id = 7;
    */
   groupId: number;
 
@@ -856,25 +858,25 @@ export type GroupContent = Message<"api.v1.GroupContent"> & {
    */
   event: {
     /**
-     * @generated from field: api.v1.MemberJoinedEvent member_joined = 10;
+     * @generated from field: api.v1.MemberJoinedEvent member_joined = 1;
      */
     value: MemberJoinedEvent;
     case: "memberJoined";
   } | {
     /**
-     * @generated from field: api.v1.MemberLeftEvent member_left = 11;
+     * @generated from field: api.v1.MemberLeftEvent member_left = 2;
      */
     value: MemberLeftEvent;
     case: "memberLeft";
   } | {
     /**
-     * @generated from field: api.v1.MemberRemovedEvent member_removed = 12;
+     * @generated from field: api.v1.MemberRemovedEvent member_removed = 3;
      */
     value: MemberRemovedEvent;
     case: "memberRemoved";
   } | {
     /**
-     * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 13;
+     * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 4;
      */
     value: GroupInfoChangedEvent;
     case: "groupInfoChanged";
@@ -888,27 +890,27 @@ export type GroupContent = Message<"api.v1.GroupContent"> & {
  */
 export type GroupContentJson = {
   /**
-   * @generated from field: int32 group_id = 1;
+   * @generated from field: int32 group_id = 7;
    */
   groupId?: number;
 
   /**
-   * @generated from field: api.v1.MemberJoinedEvent member_joined = 10;
+   * @generated from field: api.v1.MemberJoinedEvent member_joined = 1;
    */
   memberJoined?: MemberJoinedEventJson;
 
   /**
-   * @generated from field: api.v1.MemberLeftEvent member_left = 11;
+   * @generated from field: api.v1.MemberLeftEvent member_left = 2;
    */
   memberLeft?: MemberLeftEventJson;
 
   /**
-   * @generated from field: api.v1.MemberRemovedEvent member_removed = 12;
+   * @generated from field: api.v1.MemberRemovedEvent member_removed = 3;
    */
   memberRemoved?: MemberRemovedEventJson;
 
   /**
-   * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 13;
+   * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 4;
    */
   groupInfoChanged?: GroupInfoChangedEventJson;
 };
@@ -925,18 +927,18 @@ export const GroupContentSchema: GenMessage<GroupContent, {jsonType: GroupConten
  */
 export type MemberJoinedEvent = Message<"api.v1.MemberJoinedEvent"> & {
   /**
-   * Everyone added in the same operation.
+   * Everyone added in the same operation (their UserInfo travels in Update.users).
    *
-   * @generated from field: repeated api.v1.UserInfo members = 1;
+   * @generated from field: repeated api.v1.MemberInfo members = 1;
    */
-  members: UserInfo[];
+  members: MemberInfo[];
 
   /**
    * Absent when the group was just created.
    *
-   * @generated from field: api.v1.UserInfo inviter = 2;
+   * @generated from field: api.v1.MemberInfo inviter = 2;
    */
-  inviter?: UserInfo | undefined;
+  inviter?: MemberInfo | undefined;
 };
 
 /**
@@ -944,18 +946,18 @@ export type MemberJoinedEvent = Message<"api.v1.MemberJoinedEvent"> & {
  */
 export type MemberJoinedEventJson = {
   /**
-   * Everyone added in the same operation.
+   * Everyone added in the same operation (their UserInfo travels in Update.users).
    *
-   * @generated from field: repeated api.v1.UserInfo members = 1;
+   * @generated from field: repeated api.v1.MemberInfo members = 1;
    */
-  members?: UserInfoJson[];
+  members?: MemberInfoJson[];
 
   /**
    * Absent when the group was just created.
    *
-   * @generated from field: api.v1.UserInfo inviter = 2;
+   * @generated from field: api.v1.MemberInfo inviter = 2;
    */
-  inviter?: UserInfoJson;
+  inviter?: MemberInfoJson;
 };
 
 /**
@@ -970,9 +972,9 @@ export const MemberJoinedEventSchema: GenMessage<MemberJoinedEvent, {jsonType: M
  */
 export type MemberLeftEvent = Message<"api.v1.MemberLeftEvent"> & {
   /**
-   * @generated from field: api.v1.UserInfo member = 1;
+   * @generated from field: api.v1.MemberInfo member = 1;
    */
-  member?: UserInfo | undefined;
+  member?: MemberInfo | undefined;
 };
 
 /**
@@ -980,9 +982,9 @@ export type MemberLeftEvent = Message<"api.v1.MemberLeftEvent"> & {
  */
 export type MemberLeftEventJson = {
   /**
-   * @generated from field: api.v1.UserInfo member = 1;
+   * @generated from field: api.v1.MemberInfo member = 1;
    */
-  member?: UserInfoJson;
+  member?: MemberInfoJson;
 };
 
 /**
@@ -997,16 +999,16 @@ export const MemberLeftEventSchema: GenMessage<MemberLeftEvent, {jsonType: Membe
  */
 export type MemberRemovedEvent = Message<"api.v1.MemberRemovedEvent"> & {
   /**
-   * @generated from field: api.v1.UserInfo member = 1;
+   * @generated from field: api.v1.MemberInfo member = 1;
    */
-  member?: UserInfo | undefined;
+  member?: MemberInfo | undefined;
 
   /**
    * The owner who removed the member.
    *
-   * @generated from field: api.v1.UserInfo operator = 2;
+   * @generated from field: api.v1.MemberInfo operator = 2;
    */
-  operator?: UserInfo | undefined;
+  operator?: MemberInfo | undefined;
 };
 
 /**
@@ -1014,16 +1016,16 @@ export type MemberRemovedEvent = Message<"api.v1.MemberRemovedEvent"> & {
  */
 export type MemberRemovedEventJson = {
   /**
-   * @generated from field: api.v1.UserInfo member = 1;
+   * @generated from field: api.v1.MemberInfo member = 1;
    */
-  member?: UserInfoJson;
+  member?: MemberInfoJson;
 
   /**
    * The owner who removed the member.
    *
-   * @generated from field: api.v1.UserInfo operator = 2;
+   * @generated from field: api.v1.MemberInfo operator = 2;
    */
-  operator?: UserInfoJson;
+  operator?: MemberInfoJson;
 };
 
 /**
@@ -1038,9 +1040,9 @@ export const MemberRemovedEventSchema: GenMessage<MemberRemovedEvent, {jsonType:
  */
 export type GroupInfoChangedEvent = Message<"api.v1.GroupInfoChangedEvent"> & {
   /**
-   * @generated from field: api.v1.UserInfo operator = 1;
+   * @generated from field: api.v1.MemberInfo operator = 1;
    */
-  operator?: UserInfo | undefined;
+  operator?: MemberInfo | undefined;
 
   /**
    * Which setting changed: name, avatar or description.
@@ -1055,9 +1057,9 @@ export type GroupInfoChangedEvent = Message<"api.v1.GroupInfoChangedEvent"> & {
  */
 export type GroupInfoChangedEventJson = {
   /**
-   * @generated from field: api.v1.UserInfo operator = 1;
+   * @generated from field: api.v1.MemberInfo operator = 1;
    */
-  operator?: UserInfoJson;
+  operator?: MemberInfoJson;
 
   /**
    * Which setting changed: name, avatar or description.
@@ -2408,16 +2410,16 @@ export enum MessageType {
   /**
    * Group system event (sender 0).
    *
-   * @generated from enum value: MESSAGE_TYPE_GROUP = 9;
+   * @generated from enum value: MESSAGE_TYPE_GROUP = 10;
    */
-  GROUP = 9,
+  GROUP = 10,
 
   /**
    * Recall notice replacing the original body.
    *
-   * @generated from enum value: MESSAGE_TYPE_RECALLED = 10;
+   * @generated from enum value: MESSAGE_TYPE_RECALLED = 11;
    */
-  RECALLED = 10,
+  RECALLED = 11,
 }
 
 /**

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file api/v1/updates.proto.
  */
 export const file_api_v1_updates: GenFile = /*@__PURE__*/
-  fileDesc("ChRhcGkvdjEvdXBkYXRlcy5wcm90bxIGYXBpLnYxIqsBCgZVcGRhdGUSHwoFdXNlcnMYASADKAsyEC5hcGkudjEuVXNlckluZm8SIQoGZ3JvdXBzGAIgAygLMhEuYXBpLnYxLkdyb3VwSW5mbxIlCglzbl91cGRhdGUYCiABKAsyEC5hcGkudjEuU25VcGRhdGVIABIsCg1ub25fc25fdXBkYXRlGAsgASgLMhMuYXBpLnYxLk5vblNuVXBkYXRlSABCCAoGdXBkYXRlIrAICghTblVwZGF0ZRIKCgJzbhgBIAEoBRIzChBtZXNzYWdlX2VudmVsb3BlGAogASgLMhcuYXBpLnYxLk1lc3NhZ2VFbnZlbG9wZUgAEkUKF2ZyaWVuZF9yZXF1ZXN0X3JlY2VpdmVkGAsgASgLMiIuYXBpLnYxLkZyaWVuZFJlcXVlc3RSZWNlaXZlZEV2ZW50SAASRQoXZnJpZW5kX3JlcXVlc3RfYWNjZXB0ZWQYDCABKAsyIi5hcGkudjEuRnJpZW5kUmVxdWVzdEFjY2VwdGVkRXZlbnRIABJFChdmcmllbmRfcmVxdWVzdF9yZWplY3RlZBgNIAEoCzIiLmFwaS52MS5GcmllbmRSZXF1ZXN0UmVqZWN0ZWRFdmVudEgAEj0KE2ZyaWVuZF9yZXF1ZXN0X3NlbnQYDiABKAsyHi5hcGkudjEuRnJpZW5kUmVxdWVzdFNlbnRFdmVudEgAEjYKD2NvbnRhY3RfZGVsZXRlZBgPIAEoCzIbLmFwaS52MS5Db250YWN0RGVsZXRlZEV2ZW50SAASMgoNY29udGFjdF9hZGRlZBgQIAEoCzIZLmFwaS52MS5Db250YWN0QWRkZWRFdmVudEgAEkEKFWNvbnRhY3RfYWxpYXNfdXBkYXRlZBgRIAEoCzIgLmFwaS52MS5Db250YWN0QWxpYXNVcGRhdGVkRXZlbnRIABI7ChJ1c2VyX2Jsb2NrX3RvZ2dsZWQYEiABKAsyHS5hcGkudjEuVXNlckJsb2NrVG9nZ2xlZEV2ZW50SAASPwoUdXNlcl9wcm9maWxlX3VwZGF0ZWQYEyABKAsyHy5hcGkudjEuVXNlclByb2ZpbGVVcGRhdGVkRXZlbnRIABI4ChB1c2VybmFtZV9jaGFuZ2VkGBQgASgLMhwuYXBpLnYxLlVzZXJuYW1lQ2hhbmdlZEV2ZW50SAASPgoTY29udmVyc2F0aW9uX2FjdGlvbhgVIAEoCzIfLmFwaS52MS5Db252ZXJzYXRpb25BY3Rpb25FdmVudEgAEjAKDHJlYWRfcmVjZWlwdBgWIAEoCzIYLmFwaS52MS5SZWFkUmVjZWlwdEV2ZW50SAASNgoPbWVzc2FnZV9kZWxldGVkGBcgASgLMhsuYXBpLnYxLk1lc3NhZ2VEZWxldGVkRXZlbnRIABI7ChJyZW1vdmVkX2Zyb21fZ3JvdXAYGCABKAsyHS5hcGkudjEuUmVtb3ZlZEZyb21Hcm91cEV2ZW50SAASNgoPZ3JvdXBfZGlzc29sdmVkGBkgASgLMhsuYXBpLnYxLkdyb3VwRGlzc29sdmVkRXZlbnRIABI/ChRhZ2VudF9zdGF0dXNfY2hhbmdlZBgaIAEoCzIfLmFwaS52MS5BZ2VudFN0YXR1c0NoYW5nZWRFdmVudEgAQggKBnVwZGF0ZSK2AQoLTm9uU25VcGRhdGUSMwoQbWVzc2FnZV9lbnZlbG9wZRgKIAEoCzIXLmFwaS52MS5NZXNzYWdlRW52ZWxvcGVIABI2ChJjYXJkX2FjdGlvbl9hbnN3ZXIYCyABKAsyGC5hcGkudjEuQ2FyZEFjdGlvbkFuc3dlckgAEjAKC2NhcmRfYWN0aW9uGAwgASgLMhkuYXBpLnYxLkNhcmRBY3Rpb25QYXlsb2FkSABCCAoGdXBkYXRlIiAKC1VwZGF0ZVN0YXRlEhEKCWxhdGVzdF9zbhgBIAEoBSJJChpGcmllbmRSZXF1ZXN0UmVjZWl2ZWRFdmVudBIrCgdyZXF1ZXN0GAEgASgLMhouYXBpLnYxLlBlbmRpbmdSZXF1ZXN0SXRlbSJJChpGcmllbmRSZXF1ZXN0QWNjZXB0ZWRFdmVudBIrCgdyZXF1ZXN0GAEgASgLMhouYXBpLnYxLlBlbmRpbmdSZXF1ZXN0SXRlbSJFChpGcmllbmRSZXF1ZXN0UmVqZWN0ZWRFdmVudBISCgpyZXF1ZXN0X2lkGAEgASgDEhMKC3JlamVjdG9yX2lkGAIgASgFIkQKFkZyaWVuZFJlcXVlc3RTZW50RXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoAxIWCg50YXJnZXRfdXNlcl9pZBgCIAEoBSIrChNDb250YWN0RGVsZXRlZEV2ZW50EhQKDHBlZXJfdXNlcl9pZBgBIAEoBSIpChFDb250YWN0QWRkZWRFdmVudBIUCgxwZWVyX3VzZXJfaWQYASABKAUiRgoYQ29udGFjdEFsaWFzVXBkYXRlZEV2ZW50EhcKD2NvbnRhY3RfdXNlcl9pZBgBIAEoBRIRCgluZXdfYWxpYXMYAiABKAkiQwoVVXNlckJsb2NrVG9nZ2xlZEV2ZW50EhYKDnRhcmdldF91c2VyX2lkGAEgASgFEhIKCmlzX2Jsb2NrZWQYAiABKAgitAEKF1VzZXJQcm9maWxlVXBkYXRlZEV2ZW50Eg8KB3VzZXJfaWQYASABKAUSGQoMbmV3X25pY2tuYW1lGAIgASgJSACIAQESGwoObmV3X2F2YXRhcl91cmwYAyABKAlIAYgBARIaCg1uZXdfc2lnbmF0dXJlGAQgASgJSAKIAQFCDwoNX25ld19uaWNrbmFtZUIRCg9fbmV3X2F2YXRhcl91cmxCEAoOX25ld19zaWduYXR1cmUiPQoUVXNlcm5hbWVDaGFuZ2VkRXZlbnQSDwoHdXNlcl9pZBgBIAEoBRIUCgxuZXdfdXNlcm5hbWUYAiABKAkiegoXQ29udmVyc2F0aW9uQWN0aW9uRXZlbnQSFwoPY29udmVyc2F0aW9uX2lkGAEgASgDEi4KBmFjdGlvbhgCIAEoDjIeLmFwaS52MS5Db252ZXJzYXRpb25BY3Rpb25UeXBlEhYKDmNsZWFyX21lc3NhZ2VzGAMgASgIInIKEFJlYWRSZWNlaXB0RXZlbnQSFwoPY29udmVyc2F0aW9uX2lkGAEgASgDEhYKDnJlYWRlcl91c2VyX2lkGAIgASgFEhwKFGxhc3RfcmVhZF9tZXNzYWdlX2lkGAMgASgDEg8KB3JlYWRfYXQYBCABKAMiXQoTTWVzc2FnZURlbGV0ZWRFdmVudBIXCg9jb252ZXJzYXRpb25faWQYASABKAMSEwoLbWVzc2FnZV9pZHMYAiADKAMSGAoQdXBfdG9fbWVzc2FnZV9pZBgDIAEoAyI+ChVSZW1vdmVkRnJvbUdyb3VwRXZlbnQSEAoIZ3JvdXBfaWQYASABKAUSEwoLb3BlcmF0b3JfaWQYAiABKAUiPAoTR3JvdXBEaXNzb2x2ZWRFdmVudBITCgtvcGVyYXRvcl9pZBgBIAEoBRIQCghncm91cF9pZBgCIAEoBSJZChdBZ2VudFN0YXR1c0NoYW5nZWRFdmVudBIVCg1hZ2VudF91c2VyX2lkGAEgASgFEicKCm5ld19zdGF0dXMYAiABKA4yEy5hcGkudjEuQWdlbnRTdGF0dXMiiwEKEENhcmRBY3Rpb25BbnN3ZXISEQoJYWN0aW9uX2lkGAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoAxISCgptZXNzYWdlX2lkGAMgASgDEhUKDWFnZW50X3VzZXJfaWQYBCABKAUSDAoEdGV4dBgFIAEoCRISCgpzaG93X2FsZXJ0GAYgASgIIokBChFDYXJkQWN0aW9uUGF5bG9hZBIRCglhY3Rpb25faWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgDEhIKCm1lc3NhZ2VfaWQYAyABKAMSEQoJc2VuZGVyX2lkGAQgASgFEhMKC2FjdGlvbl9kYXRhGAUgASgJEgwKBHZlcmIYBiABKAliBnByb3RvMw", [file_api_v1_agent, file_api_v1_common, file_api_v1_contact, file_api_v1_conversation, file_api_v1_group, file_api_v1_message]);
+  fileDesc("ChRhcGkvdjEvdXBkYXRlcy5wcm90bxIGYXBpLnYxIqsBCgZVcGRhdGUSHwoFdXNlcnMYASADKAsyEC5hcGkudjEuVXNlckluZm8SIQoGZ3JvdXBzGAIgAygLMhEuYXBpLnYxLkdyb3VwSW5mbxIlCglzbl91cGRhdGUYCiABKAsyEC5hcGkudjEuU25VcGRhdGVIABIsCg1ub25fc25fdXBkYXRlGAsgASgLMhMuYXBpLnYxLk5vblNuVXBkYXRlSABCCAoGdXBkYXRlIrAICghTblVwZGF0ZRIKCgJzbhgBIAEoBRIzChBtZXNzYWdlX2VudmVsb3BlGAIgASgLMhcuYXBpLnYxLk1lc3NhZ2VFbnZlbG9wZUgAEkUKF2ZyaWVuZF9yZXF1ZXN0X3JlY2VpdmVkGAMgASgLMiIuYXBpLnYxLkZyaWVuZFJlcXVlc3RSZWNlaXZlZEV2ZW50SAASRQoXZnJpZW5kX3JlcXVlc3RfYWNjZXB0ZWQYBCABKAsyIi5hcGkudjEuRnJpZW5kUmVxdWVzdEFjY2VwdGVkRXZlbnRIABJFChdmcmllbmRfcmVxdWVzdF9yZWplY3RlZBgFIAEoCzIiLmFwaS52MS5GcmllbmRSZXF1ZXN0UmVqZWN0ZWRFdmVudEgAEjYKD2NvbnRhY3RfZGVsZXRlZBgGIAEoCzIbLmFwaS52MS5Db250YWN0RGVsZXRlZEV2ZW50SAASOwoSdXNlcl9ibG9ja190b2dnbGVkGAcgASgLMh0uYXBpLnYxLlVzZXJCbG9ja1RvZ2dsZWRFdmVudEgAEj8KFHVzZXJfcHJvZmlsZV91cGRhdGVkGAggASgLMh8uYXBpLnYxLlVzZXJQcm9maWxlVXBkYXRlZEV2ZW50SAASPgoTY29udmVyc2F0aW9uX2FjdGlvbhgJIAEoCzIfLmFwaS52MS5Db252ZXJzYXRpb25BY3Rpb25FdmVudEgAEjAKDHJlYWRfcmVjZWlwdBgKIAEoCzIYLmFwaS52MS5SZWFkUmVjZWlwdEV2ZW50SAASPwoUYWdlbnRfc3RhdHVzX2NoYW5nZWQYCyABKAsyHy5hcGkudjEuQWdlbnRTdGF0dXNDaGFuZ2VkRXZlbnRIABI9ChNmcmllbmRfcmVxdWVzdF9zZW50GAwgASgLMh4uYXBpLnYxLkZyaWVuZFJlcXVlc3RTZW50RXZlbnRIABJBChVjb250YWN0X2FsaWFzX3VwZGF0ZWQYDSABKAsyIC5hcGkudjEuQ29udGFjdEFsaWFzVXBkYXRlZEV2ZW50SAASOAoQdXNlcm5hbWVfY2hhbmdlZBgOIAEoCzIcLmFwaS52MS5Vc2VybmFtZUNoYW5nZWRFdmVudEgAEjYKD2dyb3VwX2Rpc3NvbHZlZBgQIAEoCzIbLmFwaS52MS5Hcm91cERpc3NvbHZlZEV2ZW50SAASOwoScmVtb3ZlZF9mcm9tX2dyb3VwGBEgASgLMh0uYXBpLnYxLlJlbW92ZWRGcm9tR3JvdXBFdmVudEgAEjYKD21lc3NhZ2VfZGVsZXRlZBgSIAEoCzIbLmFwaS52MS5NZXNzYWdlRGVsZXRlZEV2ZW50SAASMgoNY29udGFjdF9hZGRlZBgTIAEoCzIZLmFwaS52MS5Db250YWN0QWRkZWRFdmVudEgAQggKBnVwZGF0ZSK2AQoLTm9uU25VcGRhdGUSMwoQbWVzc2FnZV9lbnZlbG9wZRgBIAEoCzIXLmFwaS52MS5NZXNzYWdlRW52ZWxvcGVIABI2ChJjYXJkX2FjdGlvbl9hbnN3ZXIYAiABKAsyGC5hcGkudjEuQ2FyZEFjdGlvbkFuc3dlckgAEjAKC2NhcmRfYWN0aW9uGAMgASgLMhkuYXBpLnYxLkNhcmRBY3Rpb25QYXlsb2FkSABCCAoGdXBkYXRlIiAKC1VwZGF0ZVN0YXRlEhEKCWxhdGVzdF9zbhgBIAEoBSJJChpGcmllbmRSZXF1ZXN0UmVjZWl2ZWRFdmVudBIrCgdyZXF1ZXN0GAEgASgLMhouYXBpLnYxLlBlbmRpbmdSZXF1ZXN0SXRlbSJJChpGcmllbmRSZXF1ZXN0QWNjZXB0ZWRFdmVudBIrCgdyZXF1ZXN0GAEgASgLMhouYXBpLnYxLlBlbmRpbmdSZXF1ZXN0SXRlbSJFChpGcmllbmRSZXF1ZXN0UmVqZWN0ZWRFdmVudBISCgpyZXF1ZXN0X2lkGAEgASgDEhMKC3JlamVjdG9yX2lkGAIgASgFIkQKFkZyaWVuZFJlcXVlc3RTZW50RXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoAxIWCg50YXJnZXRfdXNlcl9pZBgCIAEoBSIrChNDb250YWN0RGVsZXRlZEV2ZW50EhQKDHBlZXJfdXNlcl9pZBgBIAEoBSIpChFDb250YWN0QWRkZWRFdmVudBIUCgxwZWVyX3VzZXJfaWQYASABKAUiRgoYQ29udGFjdEFsaWFzVXBkYXRlZEV2ZW50EhcKD2NvbnRhY3RfdXNlcl9pZBgBIAEoBRIRCgluZXdfYWxpYXMYAiABKAkiQwoVVXNlckJsb2NrVG9nZ2xlZEV2ZW50EhYKDnRhcmdldF91c2VyX2lkGAEgASgFEhIKCmlzX2Jsb2NrZWQYAiABKAgitAEKF1VzZXJQcm9maWxlVXBkYXRlZEV2ZW50Eg8KB3VzZXJfaWQYASABKAUSGQoMbmV3X25pY2tuYW1lGAIgASgJSACIAQESGwoObmV3X2F2YXRhcl91cmwYAyABKAlIAYgBARIaCg1uZXdfc2lnbmF0dXJlGAQgASgJSAKIAQFCDwoNX25ld19uaWNrbmFtZUIRCg9fbmV3X2F2YXRhcl91cmxCEAoOX25ld19zaWduYXR1cmUiPQoUVXNlcm5hbWVDaGFuZ2VkRXZlbnQSDwoHdXNlcl9pZBgBIAEoBRIUCgxuZXdfdXNlcm5hbWUYAiABKAkiegoXQ29udmVyc2F0aW9uQWN0aW9uRXZlbnQSFwoPY29udmVyc2F0aW9uX2lkGAEgASgDEi4KBmFjdGlvbhgCIAEoDjIeLmFwaS52MS5Db252ZXJzYXRpb25BY3Rpb25UeXBlEhYKDmNsZWFyX21lc3NhZ2VzGAMgASgIInIKEFJlYWRSZWNlaXB0RXZlbnQSFwoPY29udmVyc2F0aW9uX2lkGAEgASgDEhYKDnJlYWRlcl91c2VyX2lkGAIgASgFEhwKFGxhc3RfcmVhZF9tZXNzYWdlX2lkGAMgASgDEg8KB3JlYWRfYXQYBCABKAMiXQoTTWVzc2FnZURlbGV0ZWRFdmVudBIXCg9jb252ZXJzYXRpb25faWQYASABKAMSEwoLbWVzc2FnZV9pZHMYAiADKAMSGAoQdXBfdG9fbWVzc2FnZV9pZBgDIAEoAyI+ChVSZW1vdmVkRnJvbUdyb3VwRXZlbnQSEAoIZ3JvdXBfaWQYASABKAUSEwoLb3BlcmF0b3JfaWQYAiABKAUiPAoTR3JvdXBEaXNzb2x2ZWRFdmVudBITCgtvcGVyYXRvcl9pZBgBIAEoBRIQCghncm91cF9pZBgCIAEoBSJZChdBZ2VudFN0YXR1c0NoYW5nZWRFdmVudBIVCg1hZ2VudF91c2VyX2lkGAEgASgFEicKCm5ld19zdGF0dXMYAiABKA4yEy5hcGkudjEuQWdlbnRTdGF0dXMiiwEKEENhcmRBY3Rpb25BbnN3ZXISEQoJYWN0aW9uX2lkGAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoAxISCgptZXNzYWdlX2lkGAMgASgDEhUKDWFnZW50X3VzZXJfaWQYBCABKAUSDAoEdGV4dBgFIAEoCRISCgpzaG93X2FsZXJ0GAYgASgIIokBChFDYXJkQWN0aW9uUGF5bG9hZBIRCglhY3Rpb25faWQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgDEhIKCm1lc3NhZ2VfaWQYAyABKAMSEQoJc2VuZGVyX2lkGAQgASgFEhMKC2FjdGlvbl9kYXRhGAUgASgJEgwKBHZlcmIYBiABKAliBnByb3RvMw", [file_api_v1_agent, file_api_v1_common, file_api_v1_contact, file_api_v1_conversation, file_api_v1_group, file_api_v1_message]);
 
 /**
  * One entry of a user's update stream, with the entities it references.
@@ -106,112 +106,114 @@ export type SnUpdate = Message<"api.v1.SnUpdate"> & {
   sn: number;
 
   /**
+   * Numbered as upstream numbers them (nexus-proto v0.0.12); 15 is unused there.
+   *
    * @generated from oneof api.v1.SnUpdate.update
    */
   update: {
     /**
      * New, edited or recalled message.
      *
-     * @generated from field: api.v1.MessageEnvelope message_envelope = 10;
+     * @generated from field: api.v1.MessageEnvelope message_envelope = 2;
      */
     value: MessageEnvelope;
     case: "messageEnvelope";
   } | {
     /**
-     * @generated from field: api.v1.FriendRequestReceivedEvent friend_request_received = 11;
+     * @generated from field: api.v1.FriendRequestReceivedEvent friend_request_received = 3;
      */
     value: FriendRequestReceivedEvent;
     case: "friendRequestReceived";
   } | {
     /**
-     * @generated from field: api.v1.FriendRequestAcceptedEvent friend_request_accepted = 12;
+     * @generated from field: api.v1.FriendRequestAcceptedEvent friend_request_accepted = 4;
      */
     value: FriendRequestAcceptedEvent;
     case: "friendRequestAccepted";
   } | {
     /**
-     * @generated from field: api.v1.FriendRequestRejectedEvent friend_request_rejected = 13;
+     * @generated from field: api.v1.FriendRequestRejectedEvent friend_request_rejected = 5;
      */
     value: FriendRequestRejectedEvent;
     case: "friendRequestRejected";
   } | {
     /**
-     * @generated from field: api.v1.FriendRequestSentEvent friend_request_sent = 14;
-     */
-    value: FriendRequestSentEvent;
-    case: "friendRequestSent";
-  } | {
-    /**
-     * @generated from field: api.v1.ContactDeletedEvent contact_deleted = 15;
+     * @generated from field: api.v1.ContactDeletedEvent contact_deleted = 6;
      */
     value: ContactDeletedEvent;
     case: "contactDeleted";
   } | {
     /**
-     * @generated from field: api.v1.ContactAddedEvent contact_added = 16;
-     */
-    value: ContactAddedEvent;
-    case: "contactAdded";
-  } | {
-    /**
-     * @generated from field: api.v1.ContactAliasUpdatedEvent contact_alias_updated = 17;
-     */
-    value: ContactAliasUpdatedEvent;
-    case: "contactAliasUpdated";
-  } | {
-    /**
-     * @generated from field: api.v1.UserBlockToggledEvent user_block_toggled = 18;
+     * @generated from field: api.v1.UserBlockToggledEvent user_block_toggled = 7;
      */
     value: UserBlockToggledEvent;
     case: "userBlockToggled";
   } | {
     /**
-     * @generated from field: api.v1.UserProfileUpdatedEvent user_profile_updated = 19;
+     * @generated from field: api.v1.UserProfileUpdatedEvent user_profile_updated = 8;
      */
     value: UserProfileUpdatedEvent;
     case: "userProfileUpdated";
   } | {
     /**
-     * @generated from field: api.v1.UsernameChangedEvent username_changed = 20;
-     */
-    value: UsernameChangedEvent;
-    case: "usernameChanged";
-  } | {
-    /**
-     * @generated from field: api.v1.ConversationActionEvent conversation_action = 21;
+     * @generated from field: api.v1.ConversationActionEvent conversation_action = 9;
      */
     value: ConversationActionEvent;
     case: "conversationAction";
   } | {
     /**
-     * @generated from field: api.v1.ReadReceiptEvent read_receipt = 22;
+     * @generated from field: api.v1.ReadReceiptEvent read_receipt = 10;
      */
     value: ReadReceiptEvent;
     case: "readReceipt";
   } | {
     /**
-     * @generated from field: api.v1.MessageDeletedEvent message_deleted = 23;
+     * @generated from field: api.v1.AgentStatusChangedEvent agent_status_changed = 11;
      */
-    value: MessageDeletedEvent;
-    case: "messageDeleted";
+    value: AgentStatusChangedEvent;
+    case: "agentStatusChanged";
   } | {
     /**
-     * @generated from field: api.v1.RemovedFromGroupEvent removed_from_group = 24;
+     * @generated from field: api.v1.FriendRequestSentEvent friend_request_sent = 12;
      */
-    value: RemovedFromGroupEvent;
-    case: "removedFromGroup";
+    value: FriendRequestSentEvent;
+    case: "friendRequestSent";
   } | {
     /**
-     * @generated from field: api.v1.GroupDissolvedEvent group_dissolved = 25;
+     * @generated from field: api.v1.ContactAliasUpdatedEvent contact_alias_updated = 13;
+     */
+    value: ContactAliasUpdatedEvent;
+    case: "contactAliasUpdated";
+  } | {
+    /**
+     * @generated from field: api.v1.UsernameChangedEvent username_changed = 14;
+     */
+    value: UsernameChangedEvent;
+    case: "usernameChanged";
+  } | {
+    /**
+     * @generated from field: api.v1.GroupDissolvedEvent group_dissolved = 16;
      */
     value: GroupDissolvedEvent;
     case: "groupDissolved";
   } | {
     /**
-     * @generated from field: api.v1.AgentStatusChangedEvent agent_status_changed = 26;
+     * @generated from field: api.v1.RemovedFromGroupEvent removed_from_group = 17;
      */
-    value: AgentStatusChangedEvent;
-    case: "agentStatusChanged";
+    value: RemovedFromGroupEvent;
+    case: "removedFromGroup";
+  } | {
+    /**
+     * @generated from field: api.v1.MessageDeletedEvent message_deleted = 18;
+     */
+    value: MessageDeletedEvent;
+    case: "messageDeleted";
+  } | {
+    /**
+     * @generated from field: api.v1.ContactAddedEvent contact_added = 19;
+     */
+    value: ContactAddedEvent;
+    case: "contactAdded";
   } | { case: undefined; value?: undefined };
 };
 
@@ -229,89 +231,89 @@ export type SnUpdateJson = {
   /**
    * New, edited or recalled message.
    *
-   * @generated from field: api.v1.MessageEnvelope message_envelope = 10;
+   * @generated from field: api.v1.MessageEnvelope message_envelope = 2;
    */
   messageEnvelope?: MessageEnvelopeJson;
 
   /**
-   * @generated from field: api.v1.FriendRequestReceivedEvent friend_request_received = 11;
+   * @generated from field: api.v1.FriendRequestReceivedEvent friend_request_received = 3;
    */
   friendRequestReceived?: FriendRequestReceivedEventJson;
 
   /**
-   * @generated from field: api.v1.FriendRequestAcceptedEvent friend_request_accepted = 12;
+   * @generated from field: api.v1.FriendRequestAcceptedEvent friend_request_accepted = 4;
    */
   friendRequestAccepted?: FriendRequestAcceptedEventJson;
 
   /**
-   * @generated from field: api.v1.FriendRequestRejectedEvent friend_request_rejected = 13;
+   * @generated from field: api.v1.FriendRequestRejectedEvent friend_request_rejected = 5;
    */
   friendRequestRejected?: FriendRequestRejectedEventJson;
 
   /**
-   * @generated from field: api.v1.FriendRequestSentEvent friend_request_sent = 14;
-   */
-  friendRequestSent?: FriendRequestSentEventJson;
-
-  /**
-   * @generated from field: api.v1.ContactDeletedEvent contact_deleted = 15;
+   * @generated from field: api.v1.ContactDeletedEvent contact_deleted = 6;
    */
   contactDeleted?: ContactDeletedEventJson;
 
   /**
-   * @generated from field: api.v1.ContactAddedEvent contact_added = 16;
-   */
-  contactAdded?: ContactAddedEventJson;
-
-  /**
-   * @generated from field: api.v1.ContactAliasUpdatedEvent contact_alias_updated = 17;
-   */
-  contactAliasUpdated?: ContactAliasUpdatedEventJson;
-
-  /**
-   * @generated from field: api.v1.UserBlockToggledEvent user_block_toggled = 18;
+   * @generated from field: api.v1.UserBlockToggledEvent user_block_toggled = 7;
    */
   userBlockToggled?: UserBlockToggledEventJson;
 
   /**
-   * @generated from field: api.v1.UserProfileUpdatedEvent user_profile_updated = 19;
+   * @generated from field: api.v1.UserProfileUpdatedEvent user_profile_updated = 8;
    */
   userProfileUpdated?: UserProfileUpdatedEventJson;
 
   /**
-   * @generated from field: api.v1.UsernameChangedEvent username_changed = 20;
-   */
-  usernameChanged?: UsernameChangedEventJson;
-
-  /**
-   * @generated from field: api.v1.ConversationActionEvent conversation_action = 21;
+   * @generated from field: api.v1.ConversationActionEvent conversation_action = 9;
    */
   conversationAction?: ConversationActionEventJson;
 
   /**
-   * @generated from field: api.v1.ReadReceiptEvent read_receipt = 22;
+   * @generated from field: api.v1.ReadReceiptEvent read_receipt = 10;
    */
   readReceipt?: ReadReceiptEventJson;
 
   /**
-   * @generated from field: api.v1.MessageDeletedEvent message_deleted = 23;
+   * @generated from field: api.v1.AgentStatusChangedEvent agent_status_changed = 11;
    */
-  messageDeleted?: MessageDeletedEventJson;
+  agentStatusChanged?: AgentStatusChangedEventJson;
 
   /**
-   * @generated from field: api.v1.RemovedFromGroupEvent removed_from_group = 24;
+   * @generated from field: api.v1.FriendRequestSentEvent friend_request_sent = 12;
    */
-  removedFromGroup?: RemovedFromGroupEventJson;
+  friendRequestSent?: FriendRequestSentEventJson;
 
   /**
-   * @generated from field: api.v1.GroupDissolvedEvent group_dissolved = 25;
+   * @generated from field: api.v1.ContactAliasUpdatedEvent contact_alias_updated = 13;
+   */
+  contactAliasUpdated?: ContactAliasUpdatedEventJson;
+
+  /**
+   * @generated from field: api.v1.UsernameChangedEvent username_changed = 14;
+   */
+  usernameChanged?: UsernameChangedEventJson;
+
+  /**
+   * @generated from field: api.v1.GroupDissolvedEvent group_dissolved = 16;
    */
   groupDissolved?: GroupDissolvedEventJson;
 
   /**
-   * @generated from field: api.v1.AgentStatusChangedEvent agent_status_changed = 26;
+   * @generated from field: api.v1.RemovedFromGroupEvent removed_from_group = 17;
    */
-  agentStatusChanged?: AgentStatusChangedEventJson;
+  removedFromGroup?: RemovedFromGroupEventJson;
+
+  /**
+   * @generated from field: api.v1.MessageDeletedEvent message_deleted = 18;
+   */
+  messageDeleted?: MessageDeletedEventJson;
+
+  /**
+   * @generated from field: api.v1.ContactAddedEvent contact_added = 19;
+   */
+  contactAdded?: ContactAddedEventJson;
 };
 
 /**
@@ -334,7 +336,7 @@ export type NonSnUpdate = Message<"api.v1.NonSnUpdate"> & {
     /**
      * Real-time stream delta.
      *
-     * @generated from field: api.v1.MessageEnvelope message_envelope = 10;
+     * @generated from field: api.v1.MessageEnvelope message_envelope = 1;
      */
     value: MessageEnvelope;
     case: "messageEnvelope";
@@ -342,7 +344,7 @@ export type NonSnUpdate = Message<"api.v1.NonSnUpdate"> & {
     /**
      * To the user who submitted a card action.
      *
-     * @generated from field: api.v1.CardActionAnswer card_action_answer = 11;
+     * @generated from field: api.v1.CardActionAnswer card_action_answer = 2;
      */
     value: CardActionAnswer;
     case: "cardActionAnswer";
@@ -350,7 +352,7 @@ export type NonSnUpdate = Message<"api.v1.NonSnUpdate"> & {
     /**
      * To the agent that owns the card.
      *
-     * @generated from field: api.v1.CardActionPayload card_action = 12;
+     * @generated from field: api.v1.CardActionPayload card_action = 3;
      */
     value: CardActionPayload;
     case: "cardAction";
@@ -366,21 +368,21 @@ export type NonSnUpdateJson = {
   /**
    * Real-time stream delta.
    *
-   * @generated from field: api.v1.MessageEnvelope message_envelope = 10;
+   * @generated from field: api.v1.MessageEnvelope message_envelope = 1;
    */
   messageEnvelope?: MessageEnvelopeJson;
 
   /**
    * To the user who submitted a card action.
    *
-   * @generated from field: api.v1.CardActionAnswer card_action_answer = 11;
+   * @generated from field: api.v1.CardActionAnswer card_action_answer = 2;
    */
   cardActionAnswer?: CardActionAnswerJson;
 
   /**
    * To the agent that owns the card.
    *
-   * @generated from field: api.v1.CardActionPayload card_action = 12;
+   * @generated from field: api.v1.CardActionPayload card_action = 3;
    */
   cardAction?: CardActionPayloadJson;
 };
