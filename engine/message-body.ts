@@ -79,6 +79,22 @@ export function startsStream(body: MessageBody): boolean {
   return body.content.case === "stream" || (body.content.case === undefined && body.type === MessageType.STREAM);
 }
 
+/**
+ * The types a custom payload may carry: none (UNSPECIFIED), or any content type a client sends,
+ * as upstream clients do (their schema refuses type 0); not the server's GROUP and RECALLED, nor
+ * STREAM (a stream starts with stream content or none).
+ */
+const customPayloadTypes = new Set<number>([
+  MessageType.UNSPECIFIED,
+  MessageType.TEXT,
+  MessageType.IMAGE,
+  MessageType.AUDIO,
+  MessageType.VIDEO,
+  MessageType.FILE,
+  MessageType.MARKDOWN,
+  MessageType.CARD,
+]);
+
 export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): void {
   const content = body.content;
   if (content.case === undefined && body.type === MessageType.STREAM) {
@@ -86,7 +102,7 @@ export function checkOutgoingBody(body: MessageBody, senderIsAgent: boolean): vo
     return;
   }
   if (content.case === "customPayload") {
-    if (body.type !== MessageType.UNSPECIFIED) invalid("a custom payload is sent with type MESSAGE_TYPE_UNSPECIFIED");
+    if (!customPayloadTypes.has(body.type)) invalid(`a custom payload does not go with type ${MessageType[body.type] ?? body.type}`);
     return;
   }
   if (content.case === undefined) invalid("the body has no content");

@@ -339,7 +339,9 @@ for (const mode of wireModes) {
             { type: MessageType.TEXT },
             { type: MessageType.UNSPECIFIED, content: { case: "text", value: { text: "no type" } } },
             { type: MessageType.MARKDOWN, content: { case: "text", value: { text: "wrong type" } } },
-            { type: MessageType.TEXT, content: { case: "customPayload", value: new Uint8Array([1]) } },
+            { type: MessageType.GROUP, content: { case: "customPayload", value: new Uint8Array([1]) } },
+            { type: MessageType.RECALLED, content: { case: "customPayload", value: new Uint8Array([1]) } },
+            { type: MessageType.STREAM, content: { case: "customPayload", value: new Uint8Array([1]) } },
             { type: MessageType.GROUP, content: { case: "group", value: { groupId: 1 } } },
             { type: MessageType.RECALLED, content: { case: "recalled", value: {} } },
           ];
@@ -350,6 +352,10 @@ for (const mode of wireModes) {
         const { message } = await messages(bob.accessToken).getMessage({ conversationId, messageId: custom.messageId });
         expect(message?.body?.content.case === "customPayload" && [...message.body.content.value]).to.deep.equal([1, 2, 3]);
         expect(custom.messageId, "refused bodies took no message id").to.equal(1n);
+        // As upstream clients send one: with a content type of their choosing.
+        const typed = await send(alice, conversationId, { type: MessageType.CARD, content: { case: "customPayload", value: new Uint8Array([9]) } });
+        const typedMessage = (await messages(bob.accessToken).getMessage({ conversationId, messageId: typed.messageId })).message;
+        expect([typedMessage?.body?.type, typedMessage?.body?.content.case]).to.deep.equal([MessageType.CARD, "customPayload"]);
       });
 
       it("counts text 1..10000 and markdown 1..20000 in characters, not UTF-16 units", async () => {
