@@ -13,9 +13,10 @@
 //   still queued, so the socket catch-up replays what the webhook had not delivered.
 import { fromBinary } from "@bufbuild/protobuf";
 import type { AgentBacklog, WebhookTarget } from "../shared/agent-delivery.js";
-import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
-import { GroupInfoSchema } from "../shared/gen/api/v1/group_pb.js";
-import { SnUpdateSchema, type SnUpdate, type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
+import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
+import { GroupInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
+import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
+import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import type { Clock } from "./clock.js";
 import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store, type WebhookHandoff } from "./store/store.js";

@@ -6,39 +6,9 @@
 // change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import moleculer, { type Context, type ServiceSchema } from "moleculer";
-import {
-  AgentInfoSchema,
-  AgentProfileSchema,
-  AgentStatus as AgentStatusEnum,
-  CreateAgentRequestSchema,
-  CreateAgentResponseSchema,
-  DeleteMyAgentRequestSchema,
-  DeleteMyAgentResponseSchema,
-  GetAgentInfoRequestSchema,
-  GetAgentInfoResponseSchema,
-  GetMiniAppLaunchDataRequestSchema,
-  GetMiniAppLaunchDataResponseSchema,
-  GetMyAgentRequestSchema,
-  GetMyAgentResponseSchema,
-  ListFeaturedAgentsRequestSchema,
-  ListFeaturedAgentsResponseSchema,
-  ListMyAgentsRequestSchema,
-  ListMyAgentsResponseSchema,
-  RegenerateAgentSecretKeyRequestSchema,
-  RegenerateAgentSecretKeyResponseSchema,
-  RegenerateAgentTokenRequestSchema,
-  RegenerateAgentTokenResponseSchema,
-  SetAgentConfigRequestSchema,
-  SetAgentConfigResponseSchema,
-  SetAgentMiniAppRequestSchema,
-  SetAgentMiniAppResponseSchema,
-  UpdateAgentSelfConfigRequestSchema,
-  UpdateAgentSelfConfigResponseSchema,
-  type AgentCommandInfo,
-  type AgentInfo,
-  type AgentProfile,
-} from "../shared/gen/api/v1/agent_pb.js";
-import { UserInfoSchema } from "../shared/gen/api/v1/common_pb.js";
+import { AgentInfoSchema, AgentProfileSchema, AgentStatus as AgentStatusEnum, type AgentCommandInfo, type AgentInfo, type AgentProfile } from "../shared/gen/shared/v1/agent_pb.js";
+import { CreateAgentRequestSchema, CreateAgentResponseSchema, DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, GetAgentInfoRequestSchema, GetAgentInfoResponseSchema, GetMiniAppLaunchDataRequestSchema, GetMiniAppLaunchDataResponseSchema, GetMyAgentRequestSchema, GetMyAgentResponseSchema, ListFeaturedAgentsRequestSchema, ListFeaturedAgentsResponseSchema, ListMyAgentsRequestSchema, ListMyAgentsResponseSchema, RegenerateAgentSecretKeyRequestSchema, RegenerateAgentSecretKeyResponseSchema, RegenerateAgentTokenRequestSchema, RegenerateAgentTokenResponseSchema, SetAgentConfigRequestSchema, SetAgentConfigResponseSchema, SetAgentMiniAppRequestSchema, SetAgentMiniAppResponseSchema, UpdateAgentSelfConfigRequestSchema, UpdateAgentSelfConfigResponseSchema } from "../shared/gen/api/v1/agent_pb.js";
+import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
@@ -353,7 +323,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         const { user, agent } = created;
         const events = deps.fanOuts.batch();
         await store.social.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
-          events.add(accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
+          events.add(accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
         ]);
         await events.deliver(ctx);
         return { profile: agentProfileView(agent, user), token, secretKey };
@@ -422,7 +392,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         await mailboxes.run(agentUserId, async () => {
           await ownedAgent(creatorId, agentUserId);
           const contactOwners = await store.social.listContactOwners(agentUserId);
-          const statusChanged = { case: "agentStatusChanged", value: { $typeName: "api.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
+          const statusChanged = { case: "agentStatusChanged", value: { $typeName: "shared.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
           await store.agents.updateAgent(agentUserId, { status: AgentStatus.deleted, updatedAt: clock.now() }, () => [
             told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)]),
           ]);

@@ -11,38 +11,9 @@ import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import type { Context, ServiceSchema } from "moleculer";
-import {
-  AnswerCardActionRequestSchema,
-  AnswerCardActionResponseSchema,
-  EditMessageRequestSchema,
-  EditMessageResponseSchema,
-  EndStreamRequestSchema,
-  EndStreamResponseSchema,
-  ErrorStreamRequestSchema,
-  ErrorStreamResponseSchema,
-  GetMessageHistoryRequestSchema,
-  GetMessageHistoryResponseSchema,
-  GetMessageRequestSchema,
-  GetMessageResponseSchema,
-  MessageBodySchema,
-  MessageEnvelopeSchema,
-  MessageType,
-  PushStreamDeltaRequestSchema,
-  PushStreamDeltaResponseSchema,
-  RecallMessageRequestSchema,
-  RecallMessageResponseSchema,
-  ReplyContextSchema,
-  SendMessageRequestSchema,
-  SendMessageResponseSchema,
-  StreamPhase,
-  SubmitCardActionRequestSchema,
-  SubmitCardActionResponseSchema,
-  type MessageBody,
-  type MessageEntity,
-  type MessageEnvelope,
-  type SendMessageRequest,
-} from "../shared/gen/api/v1/message_pb.js";
-import { CardActionPayloadSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { AnswerCardActionRequestSchema, AnswerCardActionResponseSchema, EditMessageRequestSchema, EditMessageResponseSchema, EndStreamRequestSchema, EndStreamResponseSchema, ErrorStreamRequestSchema, ErrorStreamResponseSchema, GetMessageHistoryRequestSchema, GetMessageHistoryResponseSchema, GetMessageRequestSchema, GetMessageResponseSchema, PushStreamDeltaRequestSchema, PushStreamDeltaResponseSchema, RecallMessageRequestSchema, RecallMessageResponseSchema, SendMessageRequestSchema, SendMessageResponseSchema, SubmitCardActionRequestSchema, SubmitCardActionResponseSchema, type SendMessageRequest } from "../shared/gen/api/v1/message_pb.js";
+import { MessageBodySchema, MessageEnvelopeSchema, MessageType, ReplyContextSchema, StreamPhase, type MessageBody, type MessageEntity, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import { CardActionPayloadSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
@@ -558,7 +529,7 @@ export class ConversationActor {
     pushEphemeral(
       ctx,
       [action.submitterId],
-      { case: "cardActionAnswer", value: { $typeName: "api.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
+      { case: "cardActionAnswer", value: { $typeName: "shared.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
       agent ? [userInfoView(agent)] : [],
     );
     return {};

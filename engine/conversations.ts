@@ -3,27 +3,10 @@
 // conversation actor.
 import { create } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
-import {
-  ConversationActionType,
-  ConversationInfoSchema,
-  ConversationType,
-  GetConversationRequestSchema,
-  GetConversationResponseSchema,
-  ListConversationsRequestSchema,
-  ListConversationsResponseSchema,
-  MarkAsReadRequestSchema,
-  MarkAsReadResponseSchema,
-  UpdateConversationActionRequestSchema,
-  UpdateConversationActionResponseSchema,
-  type ConversationInfo,
-} from "../shared/gen/api/v1/conversation_pb.js";
-import {
-  DeleteHistoryRequestSchema,
-  DeleteHistoryResponseSchema,
-  DeleteMessagesRequestSchema,
-  DeleteMessagesResponseSchema,
-} from "../shared/gen/api/v1/message_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { ConversationActionType, ConversationInfoSchema, ConversationType, type ConversationInfo } from "../shared/gen/shared/v1/conversation_pb.js";
+import { GetConversationRequestSchema, GetConversationResponseSchema, ListConversationsRequestSchema, ListConversationsResponseSchema, MarkAsReadRequestSchema, MarkAsReadResponseSchema, UpdateConversationActionRequestSchema, UpdateConversationActionResponseSchema } from "../shared/gen/api/v1/conversation_pb.js";
+import { DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, DeleteMessagesRequestSchema, DeleteMessagesResponseSchema } from "../shared/gen/api/v1/message_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { privateParticipants } from "../shared/ids.js";
 import { envelopeOf } from "./conversation.js";
@@ -118,7 +101,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const actionEvent = () => [
           event(events, user.userId, {
             case: "conversationAction",
-            value: { $typeName: "api.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
+            value: { $typeName: "shared.v1.ConversationActionEvent", conversationId: request.conversationId, action: request.action, clearMessages },
           }),
         ];
         if (request.action === ConversationActionType.DELETE) {
@@ -145,7 +128,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId, (position) => [
           event(events, user.userId, {
             case: "readReceipt",
-            value: { $typeName: "api.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt },
+            value: { $typeName: "shared.v1.ReadReceiptEvent", conversationId: request.conversationId, readerUserId: user.userId, lastReadMessageId: position, readAt },
           }),
         ]);
         await events.deliver(ctx);
@@ -159,7 +142,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const events = deps.fanOuts.batch();
         const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo, (ids) =>
           ids.length > 0
-            ? [event(events, user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
+            ? [event(events, user.userId, { case: "messageDeleted", value: { $typeName: "shared.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
             : [],
         );
         if (deleted.length > 0) await events.deliver(ctx);
@@ -178,7 +161,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         // only messages the user can still see): the store moves the read position with the clearing.
         const events = deps.fanOuts.batch();
         await store.conversations.clearHistory(user.userId, request.conversationId, upTo, () => [
-          event(events, user.userId, { case: "messageDeleted", value: { $typeName: "api.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
+          event(events, user.userId, { case: "messageDeleted", value: { $typeName: "shared.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
         ]);
         await events.deliver(ctx);
         return {};

@@ -48,7 +48,7 @@ describe("FanOuts", () => {
 
   /** Records fan-outs as a change does: with a write of its own (here a mute flag). */
   const recordWithAChange = (fanOuts: FanOutRecord[]) => store.conversations.setMuted(1, 1n, true, () => fanOuts);
-  const update = (nickname: string) => ({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } }) as const;
+  const update = (nickname: string) => ({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } }) as const;
 
   it("gives fan-outs ids that increase in the order they are made, also when the clock steps back", () => {
     const made = [fanOuts.prepare("1", [1], update("a")), fanOuts.prepare("1", [1], update("b"))];

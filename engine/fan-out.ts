@@ -17,10 +17,10 @@
 // deletes the record; it is posted at start-up and by the sweep like a fan-out is finished.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context } from "moleculer";
-import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
-import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
-import { MessageBodySchema, type MessageBody } from "../shared/gen/api/v1/message_pb.js";
-import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
+import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
+import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import { encodeEntry, type AppendParams, type EncodedEntry } from "./inbox.js";
 import type { Clock } from "./clock.js";

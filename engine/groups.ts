@@ -3,30 +3,9 @@
 // stay dense.
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import {
-  CreateGroupRequestSchema,
-  CreateGroupResponseSchema,
-  DissolveGroupRequestSchema,
-  DissolveGroupResponseSchema,
-  GetGroupInfoRequestSchema,
-  GetGroupInfoResponseSchema,
-  InviteMembersRequestSchema,
-  MemberInfoSchema,
-  InviteMembersResponseSchema,
-  LeaveGroupRequestSchema,
-  LeaveGroupResponseSchema,
-  ListGroupsRequestSchema,
-  ListGroupsResponseSchema,
-  RemoveMemberRequestSchema,
-  RemoveMemberResponseSchema,
-  UpdateGroupAvatarRequestSchema,
-  UpdateGroupAvatarResponseSchema,
-  UpdateGroupDescriptionRequestSchema,
-  UpdateGroupDescriptionResponseSchema,
-  UpdateGroupNameRequestSchema,
-  UpdateGroupNameResponseSchema,
-} from "../shared/gen/api/v1/group_pb.js";
-import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/api/v1/message_pb.js";
+import { CreateGroupRequestSchema, CreateGroupResponseSchema, DissolveGroupRequestSchema, DissolveGroupResponseSchema, GetGroupInfoRequestSchema, GetGroupInfoResponseSchema, InviteMembersRequestSchema, InviteMembersResponseSchema, LeaveGroupRequestSchema, LeaveGroupResponseSchema, ListGroupsRequestSchema, ListGroupsResponseSchema, RemoveMemberRequestSchema, RemoveMemberResponseSchema, UpdateGroupAvatarRequestSchema, UpdateGroupAvatarResponseSchema, UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema } from "../shared/gen/api/v1/group_pb.js";
+import { MemberInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
+import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/shared/v1/message_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
@@ -108,7 +87,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       await requireOwnedGroup(caller, groupId);
       const operator = await currentMember(groupId, caller.userId);
       const events = deps.fanOuts.batch();
-      await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "api.v1.GroupInfoChangedEvent", operator, field } })]);
+      await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "shared.v1.GroupInfoChangedEvent", operator, field } })]);
       await events.deliver(ctx);
       return {};
     });
@@ -135,7 +114,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         const group = await groups.createGroup(
           { name: request.name, avatarUrl: request.avatarUrl, description: request.description, ownerId: creator.userId, createdAt: now },
           initial,
-          (created) => [announce(events, created.groupId, { case: "memberJoined", value: { $typeName: "api.v1.MemberJoinedEvent", members: initial.map(memberInfo) } })],
+          (created) => [announce(events, created.groupId, { case: "memberJoined", value: { $typeName: "shared.v1.MemberJoinedEvent", members: initial.map(memberInfo) } })],
         );
         await events.deliver(ctx);
         return { group: groupInfoView(group) };
@@ -147,7 +126,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
           const events = deps.fanOuts.batch();
           await groups.dissolveGroup(group.groupId, (removed) => [
-            events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "api.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
+            events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "shared.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
           ]);
           await events.deliver(ctx);
           return {};
@@ -182,7 +161,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
             const added = new Set(addedIds);
             if (added.size === 0) return [];
             const joined = invited.filter((m) => added.has(m.userId)).map(memberInfo);
-            return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "api.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
+            return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "shared.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
           });
           await events.deliver(ctx);
           return {};
@@ -196,8 +175,8 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them, recorded
           // with the removal; the announcement goes to those who remain.
           const events = deps.fanOuts.batch();
-          const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "api.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
-          const memberRemoved = { $typeName: "api.v1.MemberRemovedEvent", member: await currentMember(group.groupId, request.targetId), operator: await currentMember(group.groupId, owner.userId) } as const;
+          const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "shared.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
+          const memberRemoved = { $typeName: "shared.v1.MemberRemovedEvent", member: await currentMember(group.groupId, request.targetId), operator: await currentMember(group.groupId, owner.userId) } as const;
           const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
             done
               ? [
@@ -222,7 +201,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           if (group.ownerId === member.userId) throw new ParleyError(Errors.ownerCannotLeave);
           // The leaver gets the announcement too: it is the only entry on their stream that tells
           // their other devices they left.
-          const memberLeft = { $typeName: "api.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
+          const memberLeft = { $typeName: "shared.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
           const events = deps.fanOuts.batch();
           await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []));
           await events.deliver(ctx);

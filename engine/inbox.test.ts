@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { fromBinary } from "@bufbuild/protobuf";
-import { SnUpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
+import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { loadConfig } from "../shared/config.js";
 import type { PushEvent } from "../shared/bus.js";
 import { AdjustableClock } from "./clock.js";
@@ -37,7 +37,7 @@ describe("Inbox actor", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const entry = (nickname: string) => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } });
+  const entry = (nickname: string) => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } });
 
   it("assigns dense sn values and publishes each entry once, in order", async () => {
     const published: PushEvent[] = [];

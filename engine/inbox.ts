@@ -15,14 +15,10 @@
 // stream: the stale owner reloads the latest sn and retries.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { UserInfoSchema, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
-import {
-  GetCurrentStateRequestSchema,
-  GetCurrentStateResponseSchema,
-  GetDifferenceRequestSchema,
-  GetDifferenceResponseSchema,
-} from "../shared/gen/api/v1/sync_pb.js";
-import { CardActionPayloadSchema, NonSnUpdateSchema, SnUpdateSchema, type CardActionPayload, type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
+import { GetCurrentStateRequestSchema, GetCurrentStateResponseSchema, GetDifferenceRequestSchema, GetDifferenceResponseSchema } from "../shared/gen/api/v1/sync_pb.js";
+import { CardActionPayloadSchema, NonSnUpdateSchema, SnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
+import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";

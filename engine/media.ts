@@ -9,20 +9,8 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import {
-  CompleteUploadRequestSchema,
-  CompleteUploadResponseSchema,
-  GetDownloadURLRequestSchema,
-  GetDownloadURLResponseSchema,
-  InitUploadRequestSchema,
-  InitUploadResponseSchema,
-  MediaPurpose,
-  UploadChunkRequestSchema,
-  UploadChunkResponseSchema,
-  UploadFileRequestSchema,
-  UploadFileResponseSchema,
-  type MediaFileInfoSchema,
-} from "../shared/gen/api/v1/media_pb.js";
+import { CompleteUploadRequestSchema, CompleteUploadResponseSchema, GetDownloadURLRequestSchema, GetDownloadURLResponseSchema, InitUploadRequestSchema, InitUploadResponseSchema, UploadChunkRequestSchema, UploadChunkResponseSchema, UploadFileRequestSchema, UploadFileResponseSchema } from "../shared/gen/api/v1/media_pb.js";
+import { MediaPurpose, type MediaFileInfoSchema } from "../shared/gen/shared/v1/media_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { publicBaseUrl } from "../shared/public-url.js";

@@ -1,36 +1,9 @@
 // The social graph: friend requests, contacts (one record per side), aliases, blocks, search.
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import {
-  AcceptFriendRequestRequestSchema,
-  AcceptFriendRequestResponseSchema,
-  AddContactRequestSchema,
-  AddContactResponseSchema,
-  BlockUserRequestSchema,
-  BlockUserResponseSchema,
-  DeleteContactRequestSchema,
-  DeleteContactResponseSchema,
-  ListBlockedRequestSchema,
-  ListBlockedResponseSchema,
-  ListContactsRequestSchema,
-  ListContactsResponseSchema,
-  ListPendingRequestsRequestSchema,
-  ListPendingRequestsResponseSchema,
-  PendingRequestItemSchema,
-  RejectFriendRequestRequestSchema,
-  RejectFriendRequestResponseSchema,
-  SearchAccountType,
-  SearchUsersRequestSchema,
-  SearchUsersResponseSchema,
-  SendFriendRequestRequestSchema,
-  SendFriendRequestResponseSchema,
-  UnblockUserRequestSchema,
-  UnblockUserResponseSchema,
-  UpdateContactAliasRequestSchema,
-  UpdateContactAliasResponseSchema,
-  type PendingRequestItem,
-} from "../shared/gen/api/v1/contact_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { AcceptFriendRequestRequestSchema, AcceptFriendRequestResponseSchema, AddContactRequestSchema, AddContactResponseSchema, BlockUserRequestSchema, BlockUserResponseSchema, DeleteContactRequestSchema, DeleteContactResponseSchema, ListBlockedRequestSchema, ListBlockedResponseSchema, ListContactsRequestSchema, ListContactsResponseSchema, ListPendingRequestsRequestSchema, ListPendingRequestsResponseSchema, RejectFriendRequestRequestSchema, RejectFriendRequestResponseSchema, SearchAccountType, SearchUsersRequestSchema, SearchUsersResponseSchema, SendFriendRequestRequestSchema, SendFriendRequestResponseSchema, UnblockUserRequestSchema, UnblockUserResponseSchema, UpdateContactAliasRequestSchema, UpdateContactAliasResponseSchema } from "../shared/gen/api/v1/contact_pb.js";
+import { PendingRequestItemSchema, type PendingRequestItem } from "../shared/gen/shared/v1/contact_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
@@ -75,7 +48,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
   const event = (events: EventBatch, actorId: number, recipients: number[], update: Event, users: UserRecord[] = []) =>
     events.add(accountScope(actorId), recipients, update, users.map(userInfoView));
   const contactDeleted = (events: EventBatch, ownerId: number, peer: UserRecord) =>
-    event(events, ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "api.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
+    event(events, ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "shared.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
 
   async function handleRequest(ctx: Context, caller: Caller, requestId: bigint, status: typeof FriendRequestStatus.accepted | typeof FriendRequestStatus.rejected) {
     const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await social.getFriendRequest(Number(requestId)) : undefined;
@@ -85,8 +58,8 @@ export function socialService(deps: EngineDeps): ServiceSchema {
     const users = await store.users.getUsers([request.fromUserId, request.toUserId]);
     const update: Event =
       status === FriendRequestStatus.accepted
-        ? { case: "friendRequestAccepted", value: { $typeName: "api.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
-        : { case: "friendRequestRejected", value: { $typeName: "api.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
+        ? { case: "friendRequestAccepted", value: { $typeName: "shared.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
+        : { case: "friendRequestRejected", value: { $typeName: "shared.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
     // Accepting connects the two users in the same write (SocialStore.resolveFriendRequest).
     const events = deps.fanOuts.batch();
     const resolved = await social.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
@@ -112,12 +85,12 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const senderRecord = (await store.users.getUser(sender.userId))!;
         const events = deps.fanOuts.batch();
         const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
-          event(events, sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "api.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
+          event(events, sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "shared.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
           event(
             events,
             sender.userId,
             [sender.userId],
-            { case: "friendRequestSent", value: { $typeName: "api.v1.FriendRequestSentEvent", requestId: BigInt(made.requestId), targetUserId: target.userId } },
+            { case: "friendRequestSent", value: { $typeName: "shared.v1.FriendRequestSentEvent", requestId: BigInt(made.requestId), targetUserId: target.userId } },
             [target],
           ),
         ]);
@@ -153,8 +126,8 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const ownerRecord = (await store.users.getUser(owner.userId))!;
         const events = deps.fanOuts.batch();
         await social.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
-          event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
-          event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "api.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
+          event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
+          event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
         ]);
         await events.deliver(ctx);
         return {};
@@ -194,7 +167,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (alias !== null && peer.accountType === AccountType.agent) {
           throw new ParleyError(Errors.invalidArgument, { field: "alias" }, "agent contacts cannot have an alias");
         }
-        const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "api.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
+        const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "shared.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
         const events = deps.fanOuts.batch();
         if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(events, owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
@@ -222,7 +195,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       blockUser: rpcAction(BlockUserRequestSchema, BlockUserResponseSchema, async ({ request, caller, ctx }) => {
         const blocker = requireCaller(caller);
         const target = await requireTarget(blocker, request.targetUserId, Errors.cannotBlockSelf);
-        const blocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
+        const blocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
         // The blocker's contact side and the pending requests between them go in the same write.
         const events = deps.fanOuts.batch();
         const outcome = await social.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
@@ -236,7 +209,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const blocker = requireCaller(caller);
         const target = await store.users.getUser(request.targetUserId);
         if (!target) throw new ParleyError(Errors.notBlocked);
-        const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "api.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
+        const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
         const events = deps.fanOuts.batch();
         if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
           throw new ParleyError(Errors.notBlocked);

@@ -9,7 +9,8 @@
 // so the sender never waits for the answer (which may wait up to 5 s for a webhook test).
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { MessageType, SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
+import { SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { parleyErrorParts } from "../shared/errors.js";
 import { toWire } from "../shared/wire.js";

@@ -1,18 +1,7 @@
 // Users: profiles, usernames and the public view of accounts.
 import type { ServiceSchema } from "moleculer";
-import {
-  BatchGetUserInfoRequestSchema,
-  BatchGetUserInfoResponseSchema,
-  GetProfileRequestSchema,
-  GetProfileResponseSchema,
-  ResolveUsernameRequestSchema,
-  ResolveUsernameResponseSchema,
-  SetUsernameRequestSchema,
-  SetUsernameResponseSchema,
-  UpdateProfileRequestSchema,
-  UpdateProfileResponseSchema,
-} from "../shared/gen/api/v1/user_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, GetProfileRequestSchema, GetProfileResponseSchema, ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, SetUsernameRequestSchema, SetUsernameResponseSchema, UpdateProfileRequestSchema, UpdateProfileResponseSchema } from "../shared/gen/api/v1/user_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope } from "./fan-out.js";
@@ -53,7 +42,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         const event: SnUpdate["update"] = {
           case: "userProfileUpdated",
           value: {
-            $typeName: "api.v1.UserProfileUpdatedEvent",
+            $typeName: "shared.v1.UserProfileUpdatedEvent",
             userId: before.userId,
             newNickname: change.nickname,
             newAvatarUrl: change.avatarUrl,
@@ -78,7 +67,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
                 events.add(
                   accountScope(user.userId),
                   [user.userId],
-                  { case: "usernameChanged", value: { $typeName: "api.v1.UsernameChangedEvent", userId: user.userId, newUsername: request.username } },
+                  { case: "usernameChanged", value: { $typeName: "shared.v1.UsernameChangedEvent", userId: user.userId, newUsername: request.username } },
                   [userInfoView(renamed)],
                 ),
               ]

@@ -1,7 +1,8 @@
 // Store records as protocol messages.
 import { create } from "@bufbuild/protobuf";
-import { DeviceSchema, UserInfoSchema, UserSchema, type Device, type User, type UserInfo } from "../shared/gen/api/v1/common_pb.js";
-import { GroupInfoSchema, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
+import { DeviceSchema, UserSchema, type Device, type User } from "../shared/gen/api/v1/common_pb.js";
+import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
+import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_pb.js";
 import type { GroupRecord, SessionRecord, UserRecord } from "./store/store.js";
 
 export function userInfoView(user: UserRecord): UserInfo {

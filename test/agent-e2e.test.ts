@@ -4,10 +4,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expect } from "chai";
-import { AgentService, AgentVisibility } from "../shared/gen/api/v1/agent_pb.js";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
+import { AgentVisibility } from "../shared/gen/shared/v1/agent_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import { MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import { privateConversationId } from "../shared/ids.js";
 import { configureOwnWebhook, startWebhookAgent, type RunningAgent } from "../examples/webhook-agent/agent.js";
 import { signInWithCode } from "./support/accounts.js";

@@ -1,11 +1,13 @@
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
-import { AgentDeliveryMode, AgentService, AgentStatus, AgentVisibility } from "../shared/gen/api/v1/agent_pb.js";
-import { AccountType } from "../shared/gen/api/v1/common_pb.js";
+import { AgentDeliveryMode, AgentStatus, AgentVisibility } from "../shared/gen/shared/v1/agent_pb.js";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
+import { AccountType } from "../shared/gen/shared/v1/common_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
-import { ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationType } from "../shared/gen/shared/v1/conversation_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";

@@ -1,9 +1,10 @@
 import { expect } from "chai";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { ContactService, SearchAccountType } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationType } from "../shared/gen/shared/v1/conversation_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";

@@ -5,7 +5,8 @@
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { expect } from "chai";
-import { ConversationService, type ConversationInfo } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { type ConversationInfo } from "../shared/gen/shared/v1/conversation_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";

@@ -56,7 +56,7 @@ describe("API tier and engine on two brokers over the TCP transporter", () => {
       const users = client(edge, UserService, mode, signed.accessToken);
       await users.updateProfile({ nickname: "over the wire" });
       await users.updateProfile({ signature: "still dense" });
-      await ws.next((f) => f.type === ServerFrameType.UPDATE && f.payload.case === "update" && f.payload.value.update.value?.$typeName === "api.v1.SnUpdate" && (f.payload.value.update.value as { sn: number }).sn === 2);
+      await ws.next((f) => f.type === ServerFrameType.UPDATE && f.payload.case === "update" && f.payload.value.update.value?.$typeName === "shared.v1.SnUpdate" && (f.payload.value.update.value as { sn: number }).sn === 2);
       expect(ws.pushedSns()).to.deep.equal([1, 2]);
 
       const diff = await client(edge, SyncService, mode, signed.accessToken).getDifference({ sn: 0 });

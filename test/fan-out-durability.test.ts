@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import type { Store } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";

@@ -44,7 +44,7 @@ describe("WebSocket gateway limits", () => {
     const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
     rawSocket.pause();
     const big = "x".repeat(64 * 1024);
-    const entries = Array.from({ length: 10 }, () => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } }));
+    const entries = Array.from({ length: 10 }, () => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } }));
     for (let i = 0; i < 20; i++) await server.broker.call("inbox.append", { userId: user.userId, entries } satisfies AppendParams);
     const metrics = await (await fetch(server.url + "/metrics")).text();
     expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);

@@ -2,12 +2,15 @@
 // GROUP system messages in the conversation, removedFromGroup and groupDissolved on the streams.
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
-import { AgentService, AgentVisibility } from "../shared/gen/api/v1/agent_pb.js";
-import { AccountType } from "../shared/gen/api/v1/common_pb.js";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
+import { AgentVisibility } from "../shared/gen/shared/v1/agent_pb.js";
+import { AccountType } from "../shared/gen/shared/v1/common_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { GroupService, GroupStatus, MemberRole, type GroupInfo } from "../shared/gen/api/v1/group_pb.js";
-import { MessageService, MessageType, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
+import { GroupStatus, MemberRole, type GroupInfo } from "../shared/gen/shared/v1/group_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors } from "../shared/errors.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";

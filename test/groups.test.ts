@@ -1,8 +1,11 @@
 import { expect } from "chai";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
-import { GroupService, GroupStatus, MemberRole } from "../shared/gen/api/v1/group_pb.js";
-import { MessageService, MessageType, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationType } from "../shared/gen/shared/v1/conversation_pb.js";
+import { GroupService } from "../shared/gen/api/v1/group_pb.js";
+import { GroupStatus, MemberRole } from "../shared/gen/shared/v1/group_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";

@@ -2,8 +2,10 @@ import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationActionType, ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
-import { MessageService, MessageType, MessageEntityType } from "../shared/gen/api/v1/message_pb.js";
+import { ConversationActionType, ConversationType } from "../shared/gen/shared/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType, MessageEntityType } from "../shared/gen/shared/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
@@ -12,7 +14,7 @@ import { client, startTestServer, wireModes, type TestServer } from "./support/h
 import { befriend } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { MessageBodySchema } from "../shared/gen/api/v1/message_pb.js";
+import type { MessageBodySchema } from "../shared/gen/shared/v1/message_pb.js";
 
 type BodyInit = MessageInitShape<typeof MessageBodySchema>;
 const text = (t: string): BodyInit => ({ type: MessageType.TEXT, content: { case: "text", value: { text: t } } });

@@ -4,9 +4,11 @@
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationActionType, ConversationService, ConversationType } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationActionType, ConversationType } from "../shared/gen/shared/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
-import { MessageEntityType, MessageService, MessageType } from "../shared/gen/api/v1/message_pb.js";
+import { MessageEntityType, MessageType } from "../shared/gen/shared/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";

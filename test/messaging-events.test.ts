@@ -5,11 +5,13 @@
 // get dense, duplicate-free message ids.
 import { expect } from "chai";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationActionType, ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { ConversationActionType } from "../shared/gen/shared/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
-import { MessageEntityType, MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
+import { MessageEntityType, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
-import type { SnUpdate } from "../shared/gen/api/v1/updates_pb.js";
+import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors } from "../shared/errors.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";

@@ -3,8 +3,10 @@
 // the restart goes on with the agent's next delta.
 import { expect } from "chai";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationActionType, ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
-import { MessageService, StreamPhase } from "../shared/gen/api/v1/message_pb.js";
+import { ConversationActionType } from "../shared/gen/shared/v1/conversation_pb.js";
+import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { StreamPhase } from "../shared/gen/shared/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { privateConversationId } from "../shared/ids.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";

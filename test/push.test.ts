@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { PushPlatform } from "../shared/gen/api/v1/common_pb.js";
+import { PushPlatform } from "../shared/gen/shared/v1/common_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
 import { Errors } from "../shared/errors.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
@@ -59,7 +59,7 @@ for (const mode of wireModes) {
       const signed = await auth.verifyCode({
         verifyToken,
         code: lastCode(server, email),
-        deviceInfo: device("phone-1", { pushToken: { $typeName: "api.v1.PushTokenInfo", token: "fcm-at-login", platform: PushPlatform.FCM, isSandbox: false } }),
+        deviceInfo: device("phone-1", { pushToken: { $typeName: "shared.v1.PushTokenInfo", token: "fcm-at-login", platform: PushPlatform.FCM, isSandbox: false } }),
       });
       expect((await storedTokens(signed.userId)).map((t) => t.token)).to.deep.equal(["fcm-at-login"]);
       await client(server, AuthService, mode, signed.accessToken).logout({});

@@ -1,13 +1,14 @@
 import { expect } from "chai";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
-import { PushPlatform } from "../shared/gen/api/v1/common_pb.js";
+import { PushPlatform } from "../shared/gen/shared/v1/common_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
 import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
-import { MessageService, MessageType } from "../shared/gen/api/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
 import { device, signInAnotherDevice, signInWithCode } from "./support/accounts.js";
 import { befriend } from "./support/social.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";

@@ -1,5 +1,6 @@
 import { expect } from "chai";
-import { MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { Errors } from "../shared/errors.js";
 import { MessagePolicy, abandonedStreamError } from "../engine/conversation.js";

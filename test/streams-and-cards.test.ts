@@ -3,14 +3,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { fromBinary } from "@bufbuild/protobuf";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import {
-  MessageBodySchema,
-  MessageEntityType,
-  MessageService,
-  MessageType,
-  StreamPhase,
-  type MessageEnvelope,
-} from "../shared/gen/api/v1/message_pb.js";
+import { MessageBodySchema, MessageEntityType, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
 import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";

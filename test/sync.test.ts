@@ -22,7 +22,7 @@ for (const mode of wireModes) {
       for (let done = 0; done < n; done += 500) {
         const count = Math.min(500, n - done);
         const entries = Array.from({ length: count }, (_, i) =>
-          encodeEntry({ case: "userProfileUpdated", value: { $typeName: "api.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
+          encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
         );
         await server.broker.call("inbox.append", { userId, entries } satisfies AppendParams);
       }

@@ -22,6 +22,14 @@ import { file_api_v1_sync } from "../shared/gen/api/v1/sync_pb.js";
 import { file_api_v1_updates } from "../shared/gen/api/v1/updates_pb.js";
 import { file_api_v1_user } from "../shared/gen/api/v1/user_pb.js";
 import { file_shared_v1_error } from "../shared/gen/shared/v1/error_pb.js";
+import { file_shared_v1_agent } from "../shared/gen/shared/v1/agent_pb.js";
+import { file_shared_v1_common } from "../shared/gen/shared/v1/common_pb.js";
+import { file_shared_v1_contact } from "../shared/gen/shared/v1/contact_pb.js";
+import { file_shared_v1_conversation } from "../shared/gen/shared/v1/conversation_pb.js";
+import { file_shared_v1_group } from "../shared/gen/shared/v1/group_pb.js";
+import { file_shared_v1_media } from "../shared/gen/shared/v1/media_pb.js";
+import { file_shared_v1_message } from "../shared/gen/shared/v1/message_pb.js";
+import { file_shared_v1_updates } from "../shared/gen/shared/v1/updates_pb.js";
 
 interface FactField {
   name: string;
@@ -57,26 +65,33 @@ const files: DescFile[] = [
   file_api_v1_updates,
   file_api_v1_user,
   file_shared_v1_error,
+  file_shared_v1_agent,
+  file_shared_v1_common,
+  file_shared_v1_contact,
+  file_shared_v1_conversation,
+  file_shared_v1_group,
+  file_shared_v1_media,
+  file_shared_v1_message,
+  file_shared_v1_updates,
 ];
 
-// Types are matched by their short name: moving shared types into shared.v1 (the spec's
-// Versioning section) changes no byte on the wire.
-const shortName = (typeName: string) => typeName.slice(typeName.lastIndexOf(".") + 1);
+// Types are matched by their full name: shared types live in shared.v1, services and their
+// messages in api.v1, as upstream has them.
 const messages = new Map<string, DescMessage>();
 const enums = new Map<string, DescEnum>();
 function collect(message: DescMessage): void {
-  messages.set(message.name, message);
+  messages.set(message.typeName, message);
   message.nestedMessages.forEach(collect);
-  for (const nested of message.nestedEnums) enums.set(nested.name, nested);
+  for (const nested of message.nestedEnums) enums.set(nested.typeName, nested);
 }
 for (const file of files) {
   file.messages.forEach(collect);
-  for (const declared of file.enums) enums.set(declared.name, declared);
+  for (const declared of file.enums) enums.set(declared.typeName, declared);
 }
 
 /** A field's type and label in the facts table's notation, with short type names. */
 function shapeOf(field: DescField): { type: string; label: string } {
-  const named = (kind: string, typeName: string) => `${kind}:${shortName(typeName)}`;
+  const named = (kind: string, typeName: string) => `${kind}:${typeName}`;
   const scalar = (type: ScalarType) => ScalarType[type].toLowerCase();
   switch (field.fieldKind) {
     case "scalar":
@@ -96,12 +111,10 @@ function shapeOf(field: DescField): { type: string; label: string } {
   }
 }
 
-const shortTypes = (text: string) => text.replace(/(message|enum):[a-z0-9_.]+\.(\w+)/g, "$1:$2");
-
 function differences(): Map<string, string> {
   const found = new Map<string, string>();
   for (const [typeName, upstreamFields] of Object.entries(facts.messages)) {
-    const ours = messages.get(shortName(typeName));
+    const ours = messages.get(typeName);
     if (!ours) {
       found.set(typeName, "missing message");
       continue;
@@ -116,9 +129,9 @@ function differences(): Map<string, string> {
       const shape = shapeOf(field);
       const problems = [];
       if (field.number !== upstream.number) problems.push(`number ${field.number}, upstream ${upstream.number}`);
-      if (shape.type !== shortTypes(upstream.type)) problems.push(`type ${shape.type}, upstream ${upstream.type}`);
+      if (shape.type !== upstream.type) problems.push(`type ${shape.type}, upstream ${upstream.type}`);
       // A message field always has presence: `optional` on one changes nothing on the wire.
-      const upstreamLabel = upstream.label === "optional" && upstream.type.startsWith("message:") ? "" : shortTypes(upstream.label);
+      const upstreamLabel = upstream.label === "optional" && upstream.type.startsWith("message:") ? "" : upstream.label;
       if (shape.label !== upstreamLabel) problems.push(`label "${shape.label}", upstream "${upstream.label}"`);
       if ((field.oneof?.name ?? "") !== upstream.oneof) problems.push(`oneof "${field.oneof?.name ?? ""}", upstream "${upstream.oneof}"`);
       if (problems.length > 0) found.set(key, problems.join("; "));
@@ -132,7 +145,7 @@ function differences(): Map<string, string> {
     }
   }
   for (const [typeName, values] of Object.entries(facts.enums)) {
-    const ours = enums.get(shortName(typeName));
+    const ours = enums.get(typeName);
     if (!ours) {
       found.set(typeName, "missing enum");
       continue;
@@ -157,9 +170,9 @@ describe("binary compatibility with the upstream protocol (nexus-proto v0.0.12)"
   });
 
   it("serves every upstream service method under the same path", () => {
-    const ours = new Set(files.flatMap((file) => file.services.flatMap((service) => service.methods.map((method) => `${shortName(service.typeName)}/${method.name}`))));
+    const ours = new Set(files.flatMap((file) => file.services.flatMap((service) => service.methods.map((method) => `${service.typeName}/${method.name}`))));
     for (const [service, methods] of Object.entries(facts.services)) {
-      for (const name of methods) expect(ours.has(`${shortName(service)}/${name}`), `${service}/${name}`).to.equal(true);
+      for (const name of methods) expect(ours.has(`${service}/${name}`), `${service}/${name}`).to.equal(true);
     }
   });
 });

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { AccountType } from "../shared/gen/api/v1/common_pb.js";
+import { AccountType } from "../shared/gen/shared/v1/common_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";

@@ -14,12 +14,15 @@ import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type Webho
 import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents } from "../shared/bus.js";
-import { AgentDeliveryMode, AgentService } from "../shared/gen/api/v1/agent_pb.js";
+import { AgentDeliveryMode } from "../shared/gen/shared/v1/agent_pb.js";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
-import { MessageBodySchema, MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/api/v1/message_pb.js";
-import { SnUpdateSchema, UpdateSchema, type SnUpdate, type Update } from "../shared/gen/api/v1/updates_pb.js";
+import { MessageBodySchema, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
+import { UpdateSchema, type Update } from "../shared/gen/api/v1/updates_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, type Responder } from "./support/https-receiver.js";

@@ -9,9 +9,12 @@ import type { AddressInfo } from "node:net";
 import { fromJsonString } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { AgentDeliveryMode, AgentService } from "../../shared/gen/api/v1/agent_pb.js";
-import { MessageService, MessageType, StreamPhase, type MessageEnvelope } from "../../shared/gen/api/v1/message_pb.js";
-import { UpdateSchema, type CardActionPayload } from "../../shared/gen/api/v1/updates_pb.js";
+import { AgentDeliveryMode } from "../../shared/gen/shared/v1/agent_pb.js";
+import { AgentService } from "../../shared/gen/api/v1/agent_pb.js";
+import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
+import { MessageType, StreamPhase, type MessageEnvelope } from "../../shared/gen/shared/v1/message_pb.js";
+import { UpdateSchema } from "../../shared/gen/api/v1/updates_pb.js";
+import { type CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
 import { UserService } from "../../shared/gen/api/v1/user_pb.js";
 
 export interface WebhookAgentOptions {

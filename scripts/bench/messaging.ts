@@ -22,11 +22,13 @@ import { Pool } from "undici";
 import WebSocket from "ws";
 import { AgentService } from "../../shared/gen/api/v1/agent_pb.js";
 import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
-import { DeviceType, IdentityType } from "../../shared/gen/api/v1/common_pb.js";
+import { DeviceType } from "../../shared/gen/shared/v1/common_pb.js";
+import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { ContactService } from "../../shared/gen/api/v1/contact_pb.js";
 import { ClientFrameSchema, ClientFrameType, ServerFrameSchema, type ServerFrame } from "../../shared/gen/api/v1/gateway_pb.js";
 import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
-import { MessageService, MessageType } from "../../shared/gen/api/v1/message_pb.js";
+import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
+import { MessageType } from "../../shared/gen/shared/v1/message_pb.js";
 import { privateConversationId } from "../../shared/ids.js";
 
 const root = resolve(import.meta.dirname, "../..");

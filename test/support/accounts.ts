@@ -2,7 +2,8 @@
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
-import { DeviceInputSchema, DeviceType, IdentityType, type DeviceInput } from "../../shared/gen/api/v1/common_pb.js";
+import { DeviceInputSchema, IdentityType, type DeviceInput } from "../../shared/gen/api/v1/common_pb.js";
+import { DeviceType } from "../../shared/gen/shared/v1/common_pb.js";
 import { client, freshEmail, lastCode, type TestServer, type WireMode } from "./harness.js";
 
 export interface SignedIn {

@@ -3,8 +3,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";
 import type { ServerFrame } from "../../shared/gen/api/v1/gateway_pb.js";
-import { MessageType, type MessageBodySchema, type MessageEnvelope, type StreamContent } from "../../shared/gen/api/v1/message_pb.js";
-import type { NonSnUpdate, SnUpdate } from "../../shared/gen/api/v1/updates_pb.js";
+import { MessageType, type MessageBodySchema, type MessageEnvelope, type StreamContent } from "../../shared/gen/shared/v1/message_pb.js";
+import type { NonSnUpdate, SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
 import type { SignedIn } from "./accounts.js";
 import { client, type TestServer, type WireMode } from "./harness.js";
 import type { GatewayClient } from "./ws-client.js";

@@ -4,9 +4,9 @@ import { join, resolve } from "node:path";
 import Database from "better-sqlite3";
 import { expect } from "chai";
 import { fromBinary } from "@bufbuild/protobuf";
-import { MemberRole } from "../../../shared/gen/api/v1/group_pb.js";
-import { MessageBodySchema, MessageType, type MessageBody } from "../../../shared/gen/api/v1/message_pb.js";
-import { SnUpdateSchema } from "../../../shared/gen/api/v1/updates_pb.js";
+import { MemberRole } from "../../../shared/gen/shared/v1/group_pb.js";
+import { MessageBodySchema, MessageType, type MessageBody } from "../../../shared/gen/shared/v1/message_pb.js";
+import { SnUpdateSchema } from "../../../shared/gen/shared/v1/updates_pb.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import { messageBodyToUpstream, snUpdateToUpstream } from "./upstream-numbering.js";
 

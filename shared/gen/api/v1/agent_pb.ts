@@ -2,399 +2,19 @@
 // @generated from file api/v1/agent.proto (package api.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { UserInfo, UserInfoJson } from "./common_pb.js";
-import { file_api_v1_common } from "./common_pb.js";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { AgentCommandList, AgentCommandListJson, AgentDeliveryMode, AgentDeliveryModeJson, AgentInfo, AgentInfoJson, AgentProfile, AgentProfileJson, AgentVisibility, AgentVisibilityJson } from "../../shared/v1/agent_pb.js";
+import { file_shared_v1_agent } from "../../shared/v1/agent_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/agent.proto.
  */
 export const file_api_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChJhcGkvdjEvYWdlbnQucHJvdG8SBmFwaS52MSJTChBBZ2VudENvbW1hbmRJbmZvEh4KB2NvbW1hbmQYASABKAlCDbpICnIIiIgnARABGCASHwoLZGVzY3JpcHRpb24YAiABKAlCCrpIB3IFEAEYgAIiRQoQQWdlbnRDb21tYW5kTGlzdBIxCgVpdGVtcxgBIAMoCzIYLmFwaS52MS5BZ2VudENvbW1hbmRJbmZvQgi6SAWSAQIQZCLHAgoJQWdlbnRJbmZvEh4KBHVzZXIYASABKAsyEC5hcGkudjEuVXNlckluZm8SIQoHY3JlYXRvchgCIAEoCzIQLmFwaS52MS5Vc2VySW5mbxIjCgZzdGF0dXMYAyABKA4yEy5hcGkudjEuQWdlbnRTdGF0dXMSKwoKdmlzaWJpbGl0eRgEIAEoDjIXLmFwaS52MS5BZ2VudFZpc2liaWxpdHkSFwoPaXNfc3lzdGVtX2FnZW50GAUgASgIEioKCGNvbW1hbmRzGAYgAygLMhguYXBpLnYxLkFnZW50Q29tbWFuZEluZm8SGAoQbWluaV9hcHBfZW5hYmxlZBgHIAEoCBIUCgxtaW5pX2FwcF91cmwYCCABKAkSHAoUbWluaV9hcHBfcGVybWlzc2lvbnMYCSABKAUSEgoKY3JlYXRlZF9hdBgKIAEoAyLWAwoMQWdlbnRQcm9maWxlEh4KBHVzZXIYASABKAsyEC5hcGkudjEuVXNlckluZm8SIwoGc3RhdHVzGAIgASgOMhMuYXBpLnYxLkFnZW50U3RhdHVzEisKCnZpc2liaWxpdHkYAyABKA4yFy5hcGkudjEuQWdlbnRWaXNpYmlsaXR5EhcKD2lzX3N5c3RlbV9hZ2VudBgEIAEoCBIwCg1kZWxpdmVyeV9tb2RlGAUgASgOMhkuYXBpLnYxLkFnZW50RGVsaXZlcnlNb2RlEhQKDHRva2VuX3ByZWZpeBgGIAEoCRIZChFzZWNyZXRfa2V5X3ByZWZpeBgHIAEoCRIUCgxpcF93aGl0ZWxpc3QYCCADKAkSKgoIY29tbWFuZHMYCSADKAsyGC5hcGkudjEuQWdlbnRDb21tYW5kSW5mbxIYChBtaW5pX2FwcF9lbmFibGVkGAogASgIEhQKDG1pbmlfYXBwX3VybBgLIAEoCRIgChhtaW5pX2FwcF9hbGxvd2VkX29yaWdpbnMYDCADKAkSHAoUbWluaV9hcHBfcGVybWlzc2lvbnMYDSABKAUSEgoKY3JlYXRlZF9hdBgOIAEoAxISCgp1cGRhdGVkX2F0GA8gASgDIjUKGUxpc3RGZWF0dXJlZEFnZW50c1JlcXVlc3QSGAoFbGltaXQYASABKAVCCbpIBhoEGDIoACI/ChpMaXN0RmVhdHVyZWRBZ2VudHNSZXNwb25zZRIhCgZhZ2VudHMYASADKAsyES5hcGkudjEuQWdlbnRJbmZvIjUKE0dldEFnZW50SW5mb1JlcXVlc3QSHgoNYWdlbnRfdXNlcl9pZBgBIAEoBUIHukgEGgIgACI4ChRHZXRBZ2VudEluZm9SZXNwb25zZRIgCgVhZ2VudBgBIAEoCzIRLmFwaS52MS5BZ2VudEluZm8ifQobR2V0TWluaUFwcExhdW5jaERhdGFSZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAASFwoPY29udmVyc2F0aW9uX2lkGAIgASgDEhMKC3N0YXJ0X3BhcmFtGAMgASgJEhAKCHBsYXRmb3JtGAQgASgJIkcKHEdldE1pbmlBcHBMYXVuY2hEYXRhUmVzcG9uc2USEQoJaW5pdF9kYXRhGAEgASgJEhQKDG1pbmlfYXBwX3VybBgCIAEoCSJvChJDcmVhdGVBZ2VudFJlcXVlc3QSHwoIdXNlcm5hbWUYASABKAlCDbpICnIIiIgnARAFGCASGwoEbmFtZRgCIAEoCUINukgKcgiIiCcBEAEYQBIbCglzaWduYXR1cmUYAyABKAlCCLpIBXIDGIACIl8KE0NyZWF0ZUFnZW50UmVzcG9uc2USJQoHcHJvZmlsZRgBIAEoCzIULmFwaS52MS5BZ2VudFByb2ZpbGUSDQoFdG9rZW4YAiABKAkSEgoKc2VjcmV0X2tleRgDIAEoCSIVChNMaXN0TXlBZ2VudHNSZXF1ZXN0IjwKFExpc3RNeUFnZW50c1Jlc3BvbnNlEiQKBmFnZW50cxgBIAMoCzIULmFwaS52MS5BZ2VudFByb2ZpbGUiMwoRR2V0TXlBZ2VudFJlcXVlc3QSHgoNYWdlbnRfdXNlcl9pZBgBIAEoBUIHukgEGgIgACI7ChJHZXRNeUFnZW50UmVzcG9uc2USJQoHcHJvZmlsZRgBIAEoCzIULmFwaS52MS5BZ2VudFByb2ZpbGUi1QIKFVNldEFnZW50Q29uZmlnUmVxdWVzdBIeCg1hZ2VudF91c2VyX2lkGAEgASgFQge6SAQaAiAAEjoKCnZpc2liaWxpdHkYAiABKA4yFy5hcGkudjEuQWdlbnRWaXNpYmlsaXR5Qgi6SAWCAQIQAUgAiAEBEh4KDGlwX3doaXRlbGlzdBgDIAMoCUIIukgFkgECEDISKgoIY29tbWFuZHMYBCABKAsyGC5hcGkudjEuQWdlbnRDb21tYW5kTGlzdBI/Cg1kZWxpdmVyeV9tb2RlGAUgASgOMhkuYXBpLnYxLkFnZW50RGVsaXZlcnlNb2RlQgi6SAWCAQIQAUgBiAEBEiIKC3dlYmhvb2tfdXJsGAYgASgJQgi6SAVyAxiAEEgCiAEBQg0KC192aXNpYmlsaXR5QhAKDl9kZWxpdmVyeV9tb2RlQg4KDF93ZWJob29rX3VybCJTChZTZXRBZ2VudENvbmZpZ1Jlc3BvbnNlEhIKCnNlY3JldF9rZXkYASABKAkSJQoHcHJvZmlsZRgCIAEoCzIULmFwaS52MS5BZ2VudFByb2ZpbGUiNgoURGVsZXRlTXlBZ2VudFJlcXVlc3QSHgoNYWdlbnRfdXNlcl9pZBgBIAEoBUIHukgEGgIgACIXChVEZWxldGVNeUFnZW50UmVzcG9uc2UiPQobUmVnZW5lcmF0ZUFnZW50VG9rZW5SZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiLQocUmVnZW5lcmF0ZUFnZW50VG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCSJBCh9SZWdlbmVyYXRlQWdlbnRTZWNyZXRLZXlSZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiNgogUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5UmVzcG9uc2USEgoKc2VjcmV0X2tleRgBIAEoCSKEAQoWU2V0QWdlbnRNaW5pQXBwUmVxdWVzdBIeCg1hZ2VudF91c2VyX2lkGAEgASgFQge6SAQaAiAAEg8KB2VuYWJsZWQYAiABKAgSCwoDdXJsGAMgASgJEhcKD2FsbG93ZWRfb3JpZ2lucxgEIAMoCRITCgtwZXJtaXNzaW9ucxgFIAEoBSIZChdTZXRBZ2VudE1pbmlBcHBSZXNwb25zZSLRAQocVXBkYXRlQWdlbnRTZWxmQ29uZmlnUmVxdWVzdBIqCghjb21tYW5kcxgBIAEoCzIYLmFwaS52MS5BZ2VudENvbW1hbmRMaXN0Ej8KDWRlbGl2ZXJ5X21vZGUYAiABKA4yGS5hcGkudjEuQWdlbnREZWxpdmVyeU1vZGVCCLpIBYIBAhABSACIAQESIgoLd2ViaG9va191cmwYAyABKAlCCLpIBXIDGIAQSAGIAQFCEAoOX2RlbGl2ZXJ5X21vZGVCDgoMX3dlYmhvb2tfdXJsIjMKHVVwZGF0ZUFnZW50U2VsZkNvbmZpZ1Jlc3BvbnNlEhIKCnNlY3JldF9rZXkYASABKAkqXgoLQWdlbnRTdGF0dXMSHAoYQUdFTlRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTQUdFTlRfU1RBVFVTX0FDVElWRRABEhgKFEFHRU5UX1NUQVRVU19ERUxFVEVEEAIqbgoPQWdlbnRWaXNpYmlsaXR5EiAKHEFHRU5UX1ZJU0lCSUxJVFlfVU5TUEVDSUZJRUQQABIbChdBR0VOVF9WSVNJQklMSVRZX1BVQkxJQxABEhwKGEFHRU5UX1ZJU0lCSUxJVFlfUFJJVkFURRACKnwKEUFnZW50RGVsaXZlcnlNb2RlEiMKH0FHRU5UX0RFTElWRVJZX01PREVfVU5TUEVDSUZJRUQQABIfChtBR0VOVF9ERUxJVkVSWV9NT0RFX1dFQkhPT0sQARIhCh1BR0VOVF9ERUxJVkVSWV9NT0RFX1dFQlNPQ0tFVBACMpwICgxBZ2VudFNlcnZpY2USWwoSTGlzdEZlYXR1cmVkQWdlbnRzEiEuYXBpLnYxLkxpc3RGZWF0dXJlZEFnZW50c1JlcXVlc3QaIi5hcGkudjEuTGlzdEZlYXR1cmVkQWdlbnRzUmVzcG9uc2USSQoMR2V0QWdlbnRJbmZvEhsuYXBpLnYxLkdldEFnZW50SW5mb1JlcXVlc3QaHC5hcGkudjEuR2V0QWdlbnRJbmZvUmVzcG9uc2USYQoUR2V0TWluaUFwcExhdW5jaERhdGESIy5hcGkudjEuR2V0TWluaUFwcExhdW5jaERhdGFSZXF1ZXN0GiQuYXBpLnYxLkdldE1pbmlBcHBMYXVuY2hEYXRhUmVzcG9uc2USRgoLQ3JlYXRlQWdlbnQSGi5hcGkudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0GhsuYXBpLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2USSQoMTGlzdE15QWdlbnRzEhsuYXBpLnYxLkxpc3RNeUFnZW50c1JlcXVlc3QaHC5hcGkudjEuTGlzdE15QWdlbnRzUmVzcG9uc2USQwoKR2V0TXlBZ2VudBIZLmFwaS52MS5HZXRNeUFnZW50UmVxdWVzdBoaLmFwaS52MS5HZXRNeUFnZW50UmVzcG9uc2USTwoOU2V0QWdlbnRDb25maWcSHS5hcGkudjEuU2V0QWdlbnRDb25maWdSZXF1ZXN0Gh4uYXBpLnYxLlNldEFnZW50Q29uZmlnUmVzcG9uc2USTAoNRGVsZXRlTXlBZ2VudBIcLmFwaS52MS5EZWxldGVNeUFnZW50UmVxdWVzdBodLmFwaS52MS5EZWxldGVNeUFnZW50UmVzcG9uc2USYQoUUmVnZW5lcmF0ZUFnZW50VG9rZW4SIy5hcGkudjEuUmVnZW5lcmF0ZUFnZW50VG9rZW5SZXF1ZXN0GiQuYXBpLnYxLlJlZ2VuZXJhdGVBZ2VudFRva2VuUmVzcG9uc2USbQoYUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5EicuYXBpLnYxLlJlZ2VuZXJhdGVBZ2VudFNlY3JldEtleVJlcXVlc3QaKC5hcGkudjEuUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5UmVzcG9uc2USUgoPU2V0QWdlbnRNaW5pQXBwEh4uYXBpLnYxLlNldEFnZW50TWluaUFwcFJlcXVlc3QaHy5hcGkudjEuU2V0QWdlbnRNaW5pQXBwUmVzcG9uc2USZAoVVXBkYXRlQWdlbnRTZWxmQ29uZmlnEiQuYXBpLnYxLlVwZGF0ZUFnZW50U2VsZkNvbmZpZ1JlcXVlc3QaJS5hcGkudjEuVXBkYXRlQWdlbnRTZWxmQ29uZmlnUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * A slash command an agent exposes.
- *
- * @generated from message api.v1.AgentCommandInfo
- */
-export type AgentCommandInfo = Message<"api.v1.AgentCommandInfo"> & {
-  /**
-   * Command name without the leading slash.
-   *
-   * @generated from field: string command = 1;
-   */
-  command: string;
-
-  /**
-   * @generated from field: string description = 2;
-   */
-  description: string;
-};
-
-/**
- * A slash command an agent exposes.
- *
- * @generated from message api.v1.AgentCommandInfo
- */
-export type AgentCommandInfoJson = {
-  /**
-   * Command name without the leading slash.
-   *
-   * @generated from field: string command = 1;
-   */
-  command?: string;
-
-  /**
-   * @generated from field: string description = 2;
-   */
-  description?: string;
-};
-
-/**
- * Describes the message api.v1.AgentCommandInfo.
- * Use `create(AgentCommandInfoSchema)` to create a new message.
- */
-export const AgentCommandInfoSchema: GenMessage<AgentCommandInfo, {jsonType: AgentCommandInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 0);
-
-/**
- * Wrapper so "not provided" and "set to this list" can be told apart.
- *
- * @generated from message api.v1.AgentCommandList
- */
-export type AgentCommandList = Message<"api.v1.AgentCommandList"> & {
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo items = 1;
-   */
-  items: AgentCommandInfo[];
-};
-
-/**
- * Wrapper so "not provided" and "set to this list" can be told apart.
- *
- * @generated from message api.v1.AgentCommandList
- */
-export type AgentCommandListJson = {
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo items = 1;
-   */
-  items?: AgentCommandInfoJson[];
-};
-
-/**
- * Describes the message api.v1.AgentCommandList.
- * Use `create(AgentCommandListSchema)` to create a new message.
- */
-export const AgentCommandListSchema: GenMessage<AgentCommandList, {jsonType: AgentCommandListJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 1);
-
-/**
- * Public profile of an agent.
- *
- * @generated from message api.v1.AgentInfo
- */
-export type AgentInfo = Message<"api.v1.AgentInfo"> & {
-  /**
-   * signature holds the agent description.
-   *
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfo | undefined;
-
-  /**
-   * @generated from field: api.v1.UserInfo creator = 2;
-   */
-  creator?: UserInfo | undefined;
-
-  /**
-   * @generated from field: api.v1.AgentStatus status = 3;
-   */
-  status: AgentStatus;
-
-  /**
-   * @generated from field: api.v1.AgentVisibility visibility = 4;
-   */
-  visibility: AgentVisibility;
-
-  /**
-   * @generated from field: bool is_system_agent = 5;
-   */
-  isSystemAgent: boolean;
-
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo commands = 6;
-   */
-  commands: AgentCommandInfo[];
-
-  /**
-   * @generated from field: bool mini_app_enabled = 7;
-   */
-  miniAppEnabled: boolean;
-
-  /**
-   * @generated from field: string mini_app_url = 8;
-   */
-  miniAppUrl: string;
-
-  /**
-   * Permission bitmask.
-   *
-   * @generated from field: int32 mini_app_permissions = 9;
-   */
-  miniAppPermissions: number;
-
-  /**
-   * @generated from field: int64 created_at = 10;
-   */
-  createdAt: bigint;
-};
-
-/**
- * Public profile of an agent.
- *
- * @generated from message api.v1.AgentInfo
- */
-export type AgentInfoJson = {
-  /**
-   * signature holds the agent description.
-   *
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfoJson;
-
-  /**
-   * @generated from field: api.v1.UserInfo creator = 2;
-   */
-  creator?: UserInfoJson;
-
-  /**
-   * @generated from field: api.v1.AgentStatus status = 3;
-   */
-  status?: AgentStatusJson;
-
-  /**
-   * @generated from field: api.v1.AgentVisibility visibility = 4;
-   */
-  visibility?: AgentVisibilityJson;
-
-  /**
-   * @generated from field: bool is_system_agent = 5;
-   */
-  isSystemAgent?: boolean;
-
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo commands = 6;
-   */
-  commands?: AgentCommandInfoJson[];
-
-  /**
-   * @generated from field: bool mini_app_enabled = 7;
-   */
-  miniAppEnabled?: boolean;
-
-  /**
-   * @generated from field: string mini_app_url = 8;
-   */
-  miniAppUrl?: string;
-
-  /**
-   * Permission bitmask.
-   *
-   * @generated from field: int32 mini_app_permissions = 9;
-   */
-  miniAppPermissions?: number;
-
-  /**
-   * @generated from field: int64 created_at = 10;
-   */
-  createdAt?: string;
-};
-
-/**
- * Describes the message api.v1.AgentInfo.
- * Use `create(AgentInfoSchema)` to create a new message.
- */
-export const AgentInfoSchema: GenMessage<AgentInfo, {jsonType: AgentInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 2);
-
-/**
- * Developer (creator) view of an agent; secrets appear only as prefixes.
- *
- * @generated from message api.v1.AgentProfile
- */
-export type AgentProfile = Message<"api.v1.AgentProfile"> & {
-  /**
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfo | undefined;
-
-  /**
-   * @generated from field: api.v1.AgentStatus status = 2;
-   */
-  status: AgentStatus;
-
-  /**
-   * @generated from field: api.v1.AgentVisibility visibility = 3;
-   */
-  visibility: AgentVisibility;
-
-  /**
-   * @generated from field: bool is_system_agent = 4;
-   */
-  isSystemAgent: boolean;
-
-  /**
-   * @generated from field: api.v1.AgentDeliveryMode delivery_mode = 5;
-   */
-  deliveryMode: AgentDeliveryMode;
-
-  /**
-   * @generated from field: string token_prefix = 6;
-   */
-  tokenPrefix: string;
-
-  /**
-   * @generated from field: string secret_key_prefix = 7;
-   */
-  secretKeyPrefix: string;
-
-  /**
-   * @generated from field: repeated string ip_whitelist = 8;
-   */
-  ipWhitelist: string[];
-
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo commands = 9;
-   */
-  commands: AgentCommandInfo[];
-
-  /**
-   * @generated from field: bool mini_app_enabled = 10;
-   */
-  miniAppEnabled: boolean;
-
-  /**
-   * @generated from field: string mini_app_url = 11;
-   */
-  miniAppUrl: string;
-
-  /**
-   * @generated from field: repeated string mini_app_allowed_origins = 12;
-   */
-  miniAppAllowedOrigins: string[];
-
-  /**
-   * Permission bitmask.
-   *
-   * @generated from field: int32 mini_app_permissions = 13;
-   */
-  miniAppPermissions: number;
-
-  /**
-   * @generated from field: int64 created_at = 14;
-   */
-  createdAt: bigint;
-
-  /**
-   * @generated from field: int64 updated_at = 15;
-   */
-  updatedAt: bigint;
-};
-
-/**
- * Developer (creator) view of an agent; secrets appear only as prefixes.
- *
- * @generated from message api.v1.AgentProfile
- */
-export type AgentProfileJson = {
-  /**
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfoJson;
-
-  /**
-   * @generated from field: api.v1.AgentStatus status = 2;
-   */
-  status?: AgentStatusJson;
-
-  /**
-   * @generated from field: api.v1.AgentVisibility visibility = 3;
-   */
-  visibility?: AgentVisibilityJson;
-
-  /**
-   * @generated from field: bool is_system_agent = 4;
-   */
-  isSystemAgent?: boolean;
-
-  /**
-   * @generated from field: api.v1.AgentDeliveryMode delivery_mode = 5;
-   */
-  deliveryMode?: AgentDeliveryModeJson;
-
-  /**
-   * @generated from field: string token_prefix = 6;
-   */
-  tokenPrefix?: string;
-
-  /**
-   * @generated from field: string secret_key_prefix = 7;
-   */
-  secretKeyPrefix?: string;
-
-  /**
-   * @generated from field: repeated string ip_whitelist = 8;
-   */
-  ipWhitelist?: string[];
-
-  /**
-   * @generated from field: repeated api.v1.AgentCommandInfo commands = 9;
-   */
-  commands?: AgentCommandInfoJson[];
-
-  /**
-   * @generated from field: bool mini_app_enabled = 10;
-   */
-  miniAppEnabled?: boolean;
-
-  /**
-   * @generated from field: string mini_app_url = 11;
-   */
-  miniAppUrl?: string;
-
-  /**
-   * @generated from field: repeated string mini_app_allowed_origins = 12;
-   */
-  miniAppAllowedOrigins?: string[];
-
-  /**
-   * Permission bitmask.
-   *
-   * @generated from field: int32 mini_app_permissions = 13;
-   */
-  miniAppPermissions?: number;
-
-  /**
-   * @generated from field: int64 created_at = 14;
-   */
-  createdAt?: string;
-
-  /**
-   * @generated from field: int64 updated_at = 15;
-   */
-  updatedAt?: string;
-};
-
-/**
- * Describes the message api.v1.AgentProfile.
- * Use `create(AgentProfileSchema)` to create a new message.
- */
-export const AgentProfileSchema: GenMessage<AgentProfile, {jsonType: AgentProfileJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 3);
+  fileDesc("ChJhcGkvdjEvYWdlbnQucHJvdG8SBmFwaS52MSI1ChlMaXN0RmVhdHVyZWRBZ2VudHNSZXF1ZXN0EhgKBWxpbWl0GAEgASgFQgm6SAYaBBgyKAAiQgoaTGlzdEZlYXR1cmVkQWdlbnRzUmVzcG9uc2USJAoGYWdlbnRzGAEgAygLMhQuc2hhcmVkLnYxLkFnZW50SW5mbyI1ChNHZXRBZ2VudEluZm9SZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiOwoUR2V0QWdlbnRJbmZvUmVzcG9uc2USIwoFYWdlbnQYASABKAsyFC5zaGFyZWQudjEuQWdlbnRJbmZvIn0KG0dldE1pbmlBcHBMYXVuY2hEYXRhUmVxdWVzdBIeCg1hZ2VudF91c2VyX2lkGAEgASgFQge6SAQaAiAAEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoAxITCgtzdGFydF9wYXJhbRgDIAEoCRIQCghwbGF0Zm9ybRgEIAEoCSJHChxHZXRNaW5pQXBwTGF1bmNoRGF0YVJlc3BvbnNlEhEKCWluaXRfZGF0YRgBIAEoCRIUCgxtaW5pX2FwcF91cmwYAiABKAkibwoSQ3JlYXRlQWdlbnRSZXF1ZXN0Eh8KCHVzZXJuYW1lGAEgASgJQg26SApyCIiIJwEQBRggEhsKBG5hbWUYAiABKAlCDbpICnIIiIgnARABGEASGwoJc2lnbmF0dXJlGAMgASgJQgi6SAVyAxiAAiJiChNDcmVhdGVBZ2VudFJlc3BvbnNlEigKB3Byb2ZpbGUYASABKAsyFy5zaGFyZWQudjEuQWdlbnRQcm9maWxlEg0KBXRva2VuGAIgASgJEhIKCnNlY3JldF9rZXkYAyABKAkiFQoTTGlzdE15QWdlbnRzUmVxdWVzdCI/ChRMaXN0TXlBZ2VudHNSZXNwb25zZRInCgZhZ2VudHMYASADKAsyFy5zaGFyZWQudjEuQWdlbnRQcm9maWxlIjMKEUdldE15QWdlbnRSZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiPgoSR2V0TXlBZ2VudFJlc3BvbnNlEigKB3Byb2ZpbGUYASABKAsyFy5zaGFyZWQudjEuQWdlbnRQcm9maWxlIt4CChVTZXRBZ2VudENvbmZpZ1JlcXVlc3QSHgoNYWdlbnRfdXNlcl9pZBgBIAEoBUIHukgEGgIgABI9Cgp2aXNpYmlsaXR5GAIgASgOMhouc2hhcmVkLnYxLkFnZW50VmlzaWJpbGl0eUIIukgFggECEAFIAIgBARIeCgxpcF93aGl0ZWxpc3QYAyADKAlCCLpIBZIBAhAyEi0KCGNvbW1hbmRzGAQgASgLMhsuc2hhcmVkLnYxLkFnZW50Q29tbWFuZExpc3QSQgoNZGVsaXZlcnlfbW9kZRgFIAEoDjIcLnNoYXJlZC52MS5BZ2VudERlbGl2ZXJ5TW9kZUIIukgFggECEAFIAYgBARIiCgt3ZWJob29rX3VybBgGIAEoCUIIukgFcgMYgBBIAogBAUINCgtfdmlzaWJpbGl0eUIQCg5fZGVsaXZlcnlfbW9kZUIOCgxfd2ViaG9va191cmwiVgoWU2V0QWdlbnRDb25maWdSZXNwb25zZRISCgpzZWNyZXRfa2V5GAEgASgJEigKB3Byb2ZpbGUYAiABKAsyFy5zaGFyZWQudjEuQWdlbnRQcm9maWxlIjYKFERlbGV0ZU15QWdlbnRSZXF1ZXN0Eh4KDWFnZW50X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiFwoVRGVsZXRlTXlBZ2VudFJlc3BvbnNlIj0KG1JlZ2VuZXJhdGVBZ2VudFRva2VuUmVxdWVzdBIeCg1hZ2VudF91c2VyX2lkGAEgASgFQge6SAQaAiAAIi0KHFJlZ2VuZXJhdGVBZ2VudFRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAkiQQofUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5UmVxdWVzdBIeCg1hZ2VudF91c2VyX2lkGAEgASgFQge6SAQaAiAAIjYKIFJlZ2VuZXJhdGVBZ2VudFNlY3JldEtleVJlc3BvbnNlEhIKCnNlY3JldF9rZXkYASABKAkihAEKFlNldEFnZW50TWluaUFwcFJlcXVlc3QSHgoNYWdlbnRfdXNlcl9pZBgBIAEoBUIHukgEGgIgABIPCgdlbmFibGVkGAIgASgIEgsKA3VybBgDIAEoCRIXCg9hbGxvd2VkX29yaWdpbnMYBCADKAkSEwoLcGVybWlzc2lvbnMYBSABKAUiGQoXU2V0QWdlbnRNaW5pQXBwUmVzcG9uc2Ui1wEKHFVwZGF0ZUFnZW50U2VsZkNvbmZpZ1JlcXVlc3QSLQoIY29tbWFuZHMYASABKAsyGy5zaGFyZWQudjEuQWdlbnRDb21tYW5kTGlzdBJCCg1kZWxpdmVyeV9tb2RlGAIgASgOMhwuc2hhcmVkLnYxLkFnZW50RGVsaXZlcnlNb2RlQgi6SAWCAQIQAUgAiAEBEiIKC3dlYmhvb2tfdXJsGAMgASgJQgi6SAVyAxiAEEgBiAEBQhAKDl9kZWxpdmVyeV9tb2RlQg4KDF93ZWJob29rX3VybCIzCh1VcGRhdGVBZ2VudFNlbGZDb25maWdSZXNwb25zZRISCgpzZWNyZXRfa2V5GAEgASgJMpwICgxBZ2VudFNlcnZpY2USWwoSTGlzdEZlYXR1cmVkQWdlbnRzEiEuYXBpLnYxLkxpc3RGZWF0dXJlZEFnZW50c1JlcXVlc3QaIi5hcGkudjEuTGlzdEZlYXR1cmVkQWdlbnRzUmVzcG9uc2USSQoMR2V0QWdlbnRJbmZvEhsuYXBpLnYxLkdldEFnZW50SW5mb1JlcXVlc3QaHC5hcGkudjEuR2V0QWdlbnRJbmZvUmVzcG9uc2USYQoUR2V0TWluaUFwcExhdW5jaERhdGESIy5hcGkudjEuR2V0TWluaUFwcExhdW5jaERhdGFSZXF1ZXN0GiQuYXBpLnYxLkdldE1pbmlBcHBMYXVuY2hEYXRhUmVzcG9uc2USRgoLQ3JlYXRlQWdlbnQSGi5hcGkudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0GhsuYXBpLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2USSQoMTGlzdE15QWdlbnRzEhsuYXBpLnYxLkxpc3RNeUFnZW50c1JlcXVlc3QaHC5hcGkudjEuTGlzdE15QWdlbnRzUmVzcG9uc2USQwoKR2V0TXlBZ2VudBIZLmFwaS52MS5HZXRNeUFnZW50UmVxdWVzdBoaLmFwaS52MS5HZXRNeUFnZW50UmVzcG9uc2USTwoOU2V0QWdlbnRDb25maWcSHS5hcGkudjEuU2V0QWdlbnRDb25maWdSZXF1ZXN0Gh4uYXBpLnYxLlNldEFnZW50Q29uZmlnUmVzcG9uc2USTAoNRGVsZXRlTXlBZ2VudBIcLmFwaS52MS5EZWxldGVNeUFnZW50UmVxdWVzdBodLmFwaS52MS5EZWxldGVNeUFnZW50UmVzcG9uc2USYQoUUmVnZW5lcmF0ZUFnZW50VG9rZW4SIy5hcGkudjEuUmVnZW5lcmF0ZUFnZW50VG9rZW5SZXF1ZXN0GiQuYXBpLnYxLlJlZ2VuZXJhdGVBZ2VudFRva2VuUmVzcG9uc2USbQoYUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5EicuYXBpLnYxLlJlZ2VuZXJhdGVBZ2VudFNlY3JldEtleVJlcXVlc3QaKC5hcGkudjEuUmVnZW5lcmF0ZUFnZW50U2VjcmV0S2V5UmVzcG9uc2USUgoPU2V0QWdlbnRNaW5pQXBwEh4uYXBpLnYxLlNldEFnZW50TWluaUFwcFJlcXVlc3QaHy5hcGkudjEuU2V0QWdlbnRNaW5pQXBwUmVzcG9uc2USZAoVVXBkYXRlQWdlbnRTZWxmQ29uZmlnEiQuYXBpLnYxLlVwZGF0ZUFnZW50U2VsZkNvbmZpZ1JlcXVlc3QaJS5hcGkudjEuVXBkYXRlQWdlbnRTZWxmQ29uZmlnUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_rules, file_buf_validate_validate, file_shared_v1_agent]);
 
 /**
  * @generated from message api.v1.ListFeaturedAgentsRequest
@@ -421,14 +41,14 @@ export type ListFeaturedAgentsRequestJson = {
  * Use `create(ListFeaturedAgentsRequestSchema)` to create a new message.
  */
 export const ListFeaturedAgentsRequestSchema: GenMessage<ListFeaturedAgentsRequest, {jsonType: ListFeaturedAgentsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 4);
+  messageDesc(file_api_v1_agent, 0);
 
 /**
  * @generated from message api.v1.ListFeaturedAgentsResponse
  */
 export type ListFeaturedAgentsResponse = Message<"api.v1.ListFeaturedAgentsResponse"> & {
   /**
-   * @generated from field: repeated api.v1.AgentInfo agents = 1;
+   * @generated from field: repeated shared.v1.AgentInfo agents = 1;
    */
   agents: AgentInfo[];
 };
@@ -438,7 +58,7 @@ export type ListFeaturedAgentsResponse = Message<"api.v1.ListFeaturedAgentsRespo
  */
 export type ListFeaturedAgentsResponseJson = {
   /**
-   * @generated from field: repeated api.v1.AgentInfo agents = 1;
+   * @generated from field: repeated shared.v1.AgentInfo agents = 1;
    */
   agents?: AgentInfoJson[];
 };
@@ -448,7 +68,7 @@ export type ListFeaturedAgentsResponseJson = {
  * Use `create(ListFeaturedAgentsResponseSchema)` to create a new message.
  */
 export const ListFeaturedAgentsResponseSchema: GenMessage<ListFeaturedAgentsResponse, {jsonType: ListFeaturedAgentsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 5);
+  messageDesc(file_api_v1_agent, 1);
 
 /**
  * @generated from message api.v1.GetAgentInfoRequest
@@ -475,14 +95,14 @@ export type GetAgentInfoRequestJson = {
  * Use `create(GetAgentInfoRequestSchema)` to create a new message.
  */
 export const GetAgentInfoRequestSchema: GenMessage<GetAgentInfoRequest, {jsonType: GetAgentInfoRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 6);
+  messageDesc(file_api_v1_agent, 2);
 
 /**
  * @generated from message api.v1.GetAgentInfoResponse
  */
 export type GetAgentInfoResponse = Message<"api.v1.GetAgentInfoResponse"> & {
   /**
-   * @generated from field: api.v1.AgentInfo agent = 1;
+   * @generated from field: shared.v1.AgentInfo agent = 1;
    */
   agent?: AgentInfo | undefined;
 };
@@ -492,7 +112,7 @@ export type GetAgentInfoResponse = Message<"api.v1.GetAgentInfoResponse"> & {
  */
 export type GetAgentInfoResponseJson = {
   /**
-   * @generated from field: api.v1.AgentInfo agent = 1;
+   * @generated from field: shared.v1.AgentInfo agent = 1;
    */
   agent?: AgentInfoJson;
 };
@@ -502,7 +122,7 @@ export type GetAgentInfoResponseJson = {
  * Use `create(GetAgentInfoResponseSchema)` to create a new message.
  */
 export const GetAgentInfoResponseSchema: GenMessage<GetAgentInfoResponse, {jsonType: GetAgentInfoResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 7);
+  messageDesc(file_api_v1_agent, 3);
 
 /**
  * @generated from message api.v1.GetMiniAppLaunchDataRequest
@@ -571,7 +191,7 @@ export type GetMiniAppLaunchDataRequestJson = {
  * Use `create(GetMiniAppLaunchDataRequestSchema)` to create a new message.
  */
 export const GetMiniAppLaunchDataRequestSchema: GenMessage<GetMiniAppLaunchDataRequest, {jsonType: GetMiniAppLaunchDataRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 8);
+  messageDesc(file_api_v1_agent, 4);
 
 /**
  * @generated from message api.v1.GetMiniAppLaunchDataResponse
@@ -612,7 +232,7 @@ export type GetMiniAppLaunchDataResponseJson = {
  * Use `create(GetMiniAppLaunchDataResponseSchema)` to create a new message.
  */
 export const GetMiniAppLaunchDataResponseSchema: GenMessage<GetMiniAppLaunchDataResponse, {jsonType: GetMiniAppLaunchDataResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 9);
+  messageDesc(file_api_v1_agent, 5);
 
 /**
  * @generated from message api.v1.CreateAgentRequest
@@ -659,14 +279,14 @@ export type CreateAgentRequestJson = {
  * Use `create(CreateAgentRequestSchema)` to create a new message.
  */
 export const CreateAgentRequestSchema: GenMessage<CreateAgentRequest, {jsonType: CreateAgentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 10);
+  messageDesc(file_api_v1_agent, 6);
 
 /**
  * @generated from message api.v1.CreateAgentResponse
  */
 export type CreateAgentResponse = Message<"api.v1.CreateAgentResponse"> & {
   /**
-   * @generated from field: api.v1.AgentProfile profile = 1;
+   * @generated from field: shared.v1.AgentProfile profile = 1;
    */
   profile?: AgentProfile | undefined;
 
@@ -694,7 +314,7 @@ export type CreateAgentResponse = Message<"api.v1.CreateAgentResponse"> & {
  */
 export type CreateAgentResponseJson = {
   /**
-   * @generated from field: api.v1.AgentProfile profile = 1;
+   * @generated from field: shared.v1.AgentProfile profile = 1;
    */
   profile?: AgentProfileJson;
 
@@ -722,7 +342,7 @@ export type CreateAgentResponseJson = {
  * Use `create(CreateAgentResponseSchema)` to create a new message.
  */
 export const CreateAgentResponseSchema: GenMessage<CreateAgentResponse, {jsonType: CreateAgentResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 11);
+  messageDesc(file_api_v1_agent, 7);
 
 /**
  * @generated from message api.v1.ListMyAgentsRequest
@@ -741,14 +361,14 @@ export type ListMyAgentsRequestJson = {
  * Use `create(ListMyAgentsRequestSchema)` to create a new message.
  */
 export const ListMyAgentsRequestSchema: GenMessage<ListMyAgentsRequest, {jsonType: ListMyAgentsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 12);
+  messageDesc(file_api_v1_agent, 8);
 
 /**
  * @generated from message api.v1.ListMyAgentsResponse
  */
 export type ListMyAgentsResponse = Message<"api.v1.ListMyAgentsResponse"> & {
   /**
-   * @generated from field: repeated api.v1.AgentProfile agents = 1;
+   * @generated from field: repeated shared.v1.AgentProfile agents = 1;
    */
   agents: AgentProfile[];
 };
@@ -758,7 +378,7 @@ export type ListMyAgentsResponse = Message<"api.v1.ListMyAgentsResponse"> & {
  */
 export type ListMyAgentsResponseJson = {
   /**
-   * @generated from field: repeated api.v1.AgentProfile agents = 1;
+   * @generated from field: repeated shared.v1.AgentProfile agents = 1;
    */
   agents?: AgentProfileJson[];
 };
@@ -768,7 +388,7 @@ export type ListMyAgentsResponseJson = {
  * Use `create(ListMyAgentsResponseSchema)` to create a new message.
  */
 export const ListMyAgentsResponseSchema: GenMessage<ListMyAgentsResponse, {jsonType: ListMyAgentsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 13);
+  messageDesc(file_api_v1_agent, 9);
 
 /**
  * @generated from message api.v1.GetMyAgentRequest
@@ -795,14 +415,14 @@ export type GetMyAgentRequestJson = {
  * Use `create(GetMyAgentRequestSchema)` to create a new message.
  */
 export const GetMyAgentRequestSchema: GenMessage<GetMyAgentRequest, {jsonType: GetMyAgentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 14);
+  messageDesc(file_api_v1_agent, 10);
 
 /**
  * @generated from message api.v1.GetMyAgentResponse
  */
 export type GetMyAgentResponse = Message<"api.v1.GetMyAgentResponse"> & {
   /**
-   * @generated from field: api.v1.AgentProfile profile = 1;
+   * @generated from field: shared.v1.AgentProfile profile = 1;
    */
   profile?: AgentProfile | undefined;
 };
@@ -812,7 +432,7 @@ export type GetMyAgentResponse = Message<"api.v1.GetMyAgentResponse"> & {
  */
 export type GetMyAgentResponseJson = {
   /**
-   * @generated from field: api.v1.AgentProfile profile = 1;
+   * @generated from field: shared.v1.AgentProfile profile = 1;
    */
   profile?: AgentProfileJson;
 };
@@ -822,7 +442,7 @@ export type GetMyAgentResponseJson = {
  * Use `create(GetMyAgentResponseSchema)` to create a new message.
  */
 export const GetMyAgentResponseSchema: GenMessage<GetMyAgentResponse, {jsonType: GetMyAgentResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 15);
+  messageDesc(file_api_v1_agent, 11);
 
 /**
  * Only fields that are present change (ip_whitelist is always applied).
@@ -836,7 +456,7 @@ export type SetAgentConfigRequest = Message<"api.v1.SetAgentConfigRequest"> & {
   agentUserId: number;
 
   /**
-   * @generated from field: optional api.v1.AgentVisibility visibility = 2;
+   * @generated from field: optional shared.v1.AgentVisibility visibility = 2;
    */
   visibility?: AgentVisibility | undefined;
 
@@ -850,12 +470,12 @@ export type SetAgentConfigRequest = Message<"api.v1.SetAgentConfigRequest"> & {
   /**
    * Absent keeps the current commands.
    *
-   * @generated from field: api.v1.AgentCommandList commands = 4;
+   * @generated from field: shared.v1.AgentCommandList commands = 4;
    */
   commands?: AgentCommandList | undefined;
 
   /**
-   * @generated from field: optional api.v1.AgentDeliveryMode delivery_mode = 5;
+   * @generated from field: optional shared.v1.AgentDeliveryMode delivery_mode = 5;
    */
   deliveryMode?: AgentDeliveryMode | undefined;
 
@@ -879,7 +499,7 @@ export type SetAgentConfigRequestJson = {
   agentUserId?: number;
 
   /**
-   * @generated from field: optional api.v1.AgentVisibility visibility = 2;
+   * @generated from field: optional shared.v1.AgentVisibility visibility = 2;
    */
   visibility?: AgentVisibilityJson;
 
@@ -893,12 +513,12 @@ export type SetAgentConfigRequestJson = {
   /**
    * Absent keeps the current commands.
    *
-   * @generated from field: api.v1.AgentCommandList commands = 4;
+   * @generated from field: shared.v1.AgentCommandList commands = 4;
    */
   commands?: AgentCommandListJson;
 
   /**
-   * @generated from field: optional api.v1.AgentDeliveryMode delivery_mode = 5;
+   * @generated from field: optional shared.v1.AgentDeliveryMode delivery_mode = 5;
    */
   deliveryMode?: AgentDeliveryModeJson;
 
@@ -915,7 +535,7 @@ export type SetAgentConfigRequestJson = {
  * Use `create(SetAgentConfigRequestSchema)` to create a new message.
  */
 export const SetAgentConfigRequestSchema: GenMessage<SetAgentConfigRequest, {jsonType: SetAgentConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 16);
+  messageDesc(file_api_v1_agent, 12);
 
 /**
  * @generated from message api.v1.SetAgentConfigResponse
@@ -931,7 +551,7 @@ export type SetAgentConfigResponse = Message<"api.v1.SetAgentConfigResponse"> & 
   secretKey: string;
 
   /**
-   * @generated from field: api.v1.AgentProfile profile = 2;
+   * @generated from field: shared.v1.AgentProfile profile = 2;
    */
   profile?: AgentProfile | undefined;
 };
@@ -950,7 +570,7 @@ export type SetAgentConfigResponseJson = {
   secretKey?: string;
 
   /**
-   * @generated from field: api.v1.AgentProfile profile = 2;
+   * @generated from field: shared.v1.AgentProfile profile = 2;
    */
   profile?: AgentProfileJson;
 };
@@ -960,7 +580,7 @@ export type SetAgentConfigResponseJson = {
  * Use `create(SetAgentConfigResponseSchema)` to create a new message.
  */
 export const SetAgentConfigResponseSchema: GenMessage<SetAgentConfigResponse, {jsonType: SetAgentConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 17);
+  messageDesc(file_api_v1_agent, 13);
 
 /**
  * @generated from message api.v1.DeleteMyAgentRequest
@@ -987,7 +607,7 @@ export type DeleteMyAgentRequestJson = {
  * Use `create(DeleteMyAgentRequestSchema)` to create a new message.
  */
 export const DeleteMyAgentRequestSchema: GenMessage<DeleteMyAgentRequest, {jsonType: DeleteMyAgentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 18);
+  messageDesc(file_api_v1_agent, 14);
 
 /**
  * @generated from message api.v1.DeleteMyAgentResponse
@@ -1006,7 +626,7 @@ export type DeleteMyAgentResponseJson = {
  * Use `create(DeleteMyAgentResponseSchema)` to create a new message.
  */
 export const DeleteMyAgentResponseSchema: GenMessage<DeleteMyAgentResponse, {jsonType: DeleteMyAgentResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 19);
+  messageDesc(file_api_v1_agent, 15);
 
 /**
  * @generated from message api.v1.RegenerateAgentTokenRequest
@@ -1033,7 +653,7 @@ export type RegenerateAgentTokenRequestJson = {
  * Use `create(RegenerateAgentTokenRequestSchema)` to create a new message.
  */
 export const RegenerateAgentTokenRequestSchema: GenMessage<RegenerateAgentTokenRequest, {jsonType: RegenerateAgentTokenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 20);
+  messageDesc(file_api_v1_agent, 16);
 
 /**
  * @generated from message api.v1.RegenerateAgentTokenResponse
@@ -1064,7 +684,7 @@ export type RegenerateAgentTokenResponseJson = {
  * Use `create(RegenerateAgentTokenResponseSchema)` to create a new message.
  */
 export const RegenerateAgentTokenResponseSchema: GenMessage<RegenerateAgentTokenResponse, {jsonType: RegenerateAgentTokenResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 21);
+  messageDesc(file_api_v1_agent, 17);
 
 /**
  * @generated from message api.v1.RegenerateAgentSecretKeyRequest
@@ -1091,7 +711,7 @@ export type RegenerateAgentSecretKeyRequestJson = {
  * Use `create(RegenerateAgentSecretKeyRequestSchema)` to create a new message.
  */
 export const RegenerateAgentSecretKeyRequestSchema: GenMessage<RegenerateAgentSecretKeyRequest, {jsonType: RegenerateAgentSecretKeyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 22);
+  messageDesc(file_api_v1_agent, 18);
 
 /**
  * @generated from message api.v1.RegenerateAgentSecretKeyResponse
@@ -1122,7 +742,7 @@ export type RegenerateAgentSecretKeyResponseJson = {
  * Use `create(RegenerateAgentSecretKeyResponseSchema)` to create a new message.
  */
 export const RegenerateAgentSecretKeyResponseSchema: GenMessage<RegenerateAgentSecretKeyResponse, {jsonType: RegenerateAgentSecretKeyResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 23);
+  messageDesc(file_api_v1_agent, 19);
 
 /**
  * @generated from message api.v1.SetAgentMiniAppRequest
@@ -1197,7 +817,7 @@ export type SetAgentMiniAppRequestJson = {
  * Use `create(SetAgentMiniAppRequestSchema)` to create a new message.
  */
 export const SetAgentMiniAppRequestSchema: GenMessage<SetAgentMiniAppRequest, {jsonType: SetAgentMiniAppRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 24);
+  messageDesc(file_api_v1_agent, 20);
 
 /**
  * @generated from message api.v1.SetAgentMiniAppResponse
@@ -1216,7 +836,7 @@ export type SetAgentMiniAppResponseJson = {
  * Use `create(SetAgentMiniAppResponseSchema)` to create a new message.
  */
 export const SetAgentMiniAppResponseSchema: GenMessage<SetAgentMiniAppResponse, {jsonType: SetAgentMiniAppResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 25);
+  messageDesc(file_api_v1_agent, 21);
 
 /**
  * Called with the agent's own token; the agent is implied.
@@ -1227,12 +847,12 @@ export type UpdateAgentSelfConfigRequest = Message<"api.v1.UpdateAgentSelfConfig
   /**
    * Absent keeps the current commands.
    *
-   * @generated from field: api.v1.AgentCommandList commands = 1;
+   * @generated from field: shared.v1.AgentCommandList commands = 1;
    */
   commands?: AgentCommandList | undefined;
 
   /**
-   * @generated from field: optional api.v1.AgentDeliveryMode delivery_mode = 2;
+   * @generated from field: optional shared.v1.AgentDeliveryMode delivery_mode = 2;
    */
   deliveryMode?: AgentDeliveryMode | undefined;
 
@@ -1251,12 +871,12 @@ export type UpdateAgentSelfConfigRequestJson = {
   /**
    * Absent keeps the current commands.
    *
-   * @generated from field: api.v1.AgentCommandList commands = 1;
+   * @generated from field: shared.v1.AgentCommandList commands = 1;
    */
   commands?: AgentCommandListJson;
 
   /**
-   * @generated from field: optional api.v1.AgentDeliveryMode delivery_mode = 2;
+   * @generated from field: optional shared.v1.AgentDeliveryMode delivery_mode = 2;
    */
   deliveryMode?: AgentDeliveryModeJson;
 
@@ -1271,7 +891,7 @@ export type UpdateAgentSelfConfigRequestJson = {
  * Use `create(UpdateAgentSelfConfigRequestSchema)` to create a new message.
  */
 export const UpdateAgentSelfConfigRequestSchema: GenMessage<UpdateAgentSelfConfigRequest, {jsonType: UpdateAgentSelfConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 26);
+  messageDesc(file_api_v1_agent, 22);
 
 /**
  * @generated from message api.v1.UpdateAgentSelfConfigResponse
@@ -1306,106 +926,7 @@ export type UpdateAgentSelfConfigResponseJson = {
  * Use `create(UpdateAgentSelfConfigResponseSchema)` to create a new message.
  */
 export const UpdateAgentSelfConfigResponseSchema: GenMessage<UpdateAgentSelfConfigResponse, {jsonType: UpdateAgentSelfConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_agent, 27);
-
-/**
- * @generated from enum api.v1.AgentStatus
- */
-export enum AgentStatus {
-  /**
-   * @generated from enum value: AGENT_STATUS_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: AGENT_STATUS_ACTIVE = 1;
-   */
-  ACTIVE = 1,
-
-  /**
-   * Soft-deleted.
-   *
-   * @generated from enum value: AGENT_STATUS_DELETED = 2;
-   */
-  DELETED = 2,
-}
-
-/**
- * @generated from enum api.v1.AgentStatus
- */
-export type AgentStatusJson = "AGENT_STATUS_UNSPECIFIED" | "AGENT_STATUS_ACTIVE" | "AGENT_STATUS_DELETED";
-
-/**
- * Describes the enum api.v1.AgentStatus.
- */
-export const AgentStatusSchema: GenEnum<AgentStatus, AgentStatusJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_agent, 0);
-
-/**
- * @generated from enum api.v1.AgentVisibility
- */
-export enum AgentVisibility {
-  /**
-   * @generated from enum value: AGENT_VISIBILITY_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * Searchable and addable by anyone.
-   *
-   * @generated from enum value: AGENT_VISIBILITY_PUBLIC = 1;
-   */
-  PUBLIC = 1,
-
-  /**
-   * Only reachable by its creator.
-   *
-   * @generated from enum value: AGENT_VISIBILITY_PRIVATE = 2;
-   */
-  PRIVATE = 2,
-}
-
-/**
- * @generated from enum api.v1.AgentVisibility
- */
-export type AgentVisibilityJson = "AGENT_VISIBILITY_UNSPECIFIED" | "AGENT_VISIBILITY_PUBLIC" | "AGENT_VISIBILITY_PRIVATE";
-
-/**
- * Describes the enum api.v1.AgentVisibility.
- */
-export const AgentVisibilitySchema: GenEnum<AgentVisibility, AgentVisibilityJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_agent, 1);
-
-/**
- * @generated from enum api.v1.AgentDeliveryMode
- */
-export enum AgentDeliveryMode {
-  /**
-   * @generated from enum value: AGENT_DELIVERY_MODE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: AGENT_DELIVERY_MODE_WEBHOOK = 1;
-   */
-  WEBHOOK = 1,
-
-  /**
-   * @generated from enum value: AGENT_DELIVERY_MODE_WEBSOCKET = 2;
-   */
-  WEBSOCKET = 2,
-}
-
-/**
- * @generated from enum api.v1.AgentDeliveryMode
- */
-export type AgentDeliveryModeJson = "AGENT_DELIVERY_MODE_UNSPECIFIED" | "AGENT_DELIVERY_MODE_WEBHOOK" | "AGENT_DELIVERY_MODE_WEBSOCKET";
-
-/**
- * Describes the enum api.v1.AgentDeliveryMode.
- */
-export const AgentDeliveryModeSchema: GenEnum<AgentDeliveryMode, AgentDeliveryModeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_agent, 2);
+  messageDesc(file_api_v1_agent, 23);
 
 /**
  * Agent discovery, Mini App launch, developer management and agent

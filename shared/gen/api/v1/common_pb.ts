@@ -6,98 +6,15 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { DeviceType, DeviceTypeJson, PushTokenInfo, PushTokenInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/common.proto.
  */
 export const file_api_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChNhcGkvdjEvY29tbW9uLnByb3RvEgZhcGkudjEikQEKCFVzZXJJbmZvEg8KB3VzZXJfaWQYASABKAUSEAoIdXNlcm5hbWUYAiABKAkSEAoIbmlja25hbWUYAyABKAkSEgoKYXZhdGFyX3VybBgEIAEoCRIpCgxhY2NvdW50X3R5cGUYBSABKA4yEy5hcGkudjEuQWNjb3VudFR5cGUSEQoJc2lnbmF0dXJlGAYgASgJIuUBCgRVc2VyEg8KB3VzZXJfaWQYASABKAUSEAoIdXNlcm5hbWUYAiABKAkSEgoFcGhvbmUYAyABKAlIAIgBARISCgVlbWFpbBgEIAEoCUgBiAEBEhAKCG5pY2tuYW1lGAUgASgJEhIKCmF2YXRhcl91cmwYBiABKAkSEQoJc2lnbmF0dXJlGAcgASgJEhQKDGhhc19wYXNzd29yZBgIIAEoCBISCgpjcmVhdGVkX2F0GAkgASgDEhsKE2Nhbl9jaGFuZ2VfdXNlcm5hbWUYCiABKAhCCAoGX3Bob25lQggKBl9lbWFpbCLoAQoGRGV2aWNlEhEKCWRldmljZV9pZBgBIAEoCRInCgtkZXZpY2VfdHlwZRgCIAEoDjISLmFwaS52MS5EZXZpY2VUeXBlEhMKC2RldmljZV9uYW1lGAMgASgJEhQKDGRldmljZV9tb2RlbBgEIAEoCRISCgpvc192ZXJzaW9uGAUgASgJEhMKC2FwcF92ZXJzaW9uGAYgASgJEhAKCGxvZ2luX2lwGAcgASgJEhAKCGxvZ2luX2F0GAggASgDEhYKDmxhc3RfYWN0aXZlX2F0GAkgASgDEhIKCmlzX2N1cnJlbnQYCiABKAgiiAIKC0RldmljZUlucHV0Eh0KCWRldmljZV9pZBgBIAEoCUIKukgHcgUQARiAARIxCgtkZXZpY2VfdHlwZRgCIAEoDjISLmFwaS52MS5EZXZpY2VUeXBlQgi6SAWCAQIQARIhCgtkZXZpY2VfbmFtZRgDIAEoCUIMukgJcgeIiCcBGIABEh4KDGRldmljZV9tb2RlbBgEIAEoCUIIukgFcgMYgAESGwoKb3NfdmVyc2lvbhgFIAEoCUIHukgEcgIYQBIcCgthcHBfdmVyc2lvbhgGIAEoCUIHukgEcgIYQBIpCgpwdXNoX3Rva2VuGAcgASgLMhUuYXBpLnYxLlB1c2hUb2tlbkluZm8ibQoNUHVzaFRva2VuSW5mbxIWCgV0b2tlbhgBIAEoCUIHukgEcgIQARIwCghwbGF0Zm9ybRgCIAEoDjIULmFwaS52MS5QdXNoUGxhdGZvcm1CCLpIBYIBAhABEhIKCmlzX3NhbmRib3gYAyABKAgqWgoLQWNjb3VudFR5cGUSHAoYQUNDT1VOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFQoRQUNDT1VOVF9UWVBFX1VTRVIQARIWChJBQ0NPVU5UX1RZUEVfQUdFTlQQAiqaAQoKRGV2aWNlVHlwZRIbChdERVZJQ0VfVFlQRV9VTlNQRUNJRklFRBAAEhMKD0RFVklDRV9UWVBFX0lPUxABEhcKE0RFVklDRV9UWVBFX0FORFJPSUQQAhITCg9ERVZJQ0VfVFlQRV9XRUIQAxIXChNERVZJQ0VfVFlQRV9ERVNLVE9QEAQSEwoPREVWSUNFX1RZUEVfQ0xJEAUqXAoMUHVzaFBsYXRmb3JtEh0KGVBVU0hfUExBVEZPUk1fVU5TUEVDSUZJRUQQABIWChJQVVNIX1BMQVRGT1JNX0FQTlMQARIVChFQVVNIX1BMQVRGT1JNX0ZDTRACKl8KDElkZW50aXR5VHlwZRIdChlJREVOVElUWV9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTSURFTlRJVFlfVFlQRV9FTUFJTBABEhcKE0lERU5USVRZX1RZUEVfUEhPTkUQAmIGcHJvdG8z", [file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * Public view of a user or an agent; never carries phone or email.
- *
- * @generated from message api.v1.UserInfo
- */
-export type UserInfo = Message<"api.v1.UserInfo"> & {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId: number;
-
-  /**
-   * @generated from field: string username = 2;
-   */
-  username: string;
-
-  /**
-   * @generated from field: string nickname = 3;
-   */
-  nickname: string;
-
-  /**
-   * @generated from field: string avatar_url = 4;
-   */
-  avatarUrl: string;
-
-  /**
-   * @generated from field: api.v1.AccountType account_type = 5;
-   */
-  accountType: AccountType;
-
-  /**
-   * Bio; the description for agents.
-   *
-   * @generated from field: string signature = 6;
-   */
-  signature: string;
-};
-
-/**
- * Public view of a user or an agent; never carries phone or email.
- *
- * @generated from message api.v1.UserInfo
- */
-export type UserInfoJson = {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId?: number;
-
-  /**
-   * @generated from field: string username = 2;
-   */
-  username?: string;
-
-  /**
-   * @generated from field: string nickname = 3;
-   */
-  nickname?: string;
-
-  /**
-   * @generated from field: string avatar_url = 4;
-   */
-  avatarUrl?: string;
-
-  /**
-   * @generated from field: api.v1.AccountType account_type = 5;
-   */
-  accountType?: AccountTypeJson;
-
-  /**
-   * Bio; the description for agents.
-   *
-   * @generated from field: string signature = 6;
-   */
-  signature?: string;
-};
-
-/**
- * Describes the message api.v1.UserInfo.
- * Use `create(UserInfoSchema)` to create a new message.
- */
-export const UserInfoSchema: GenMessage<UserInfo, {jsonType: UserInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_common, 0);
+  fileDesc("ChNhcGkvdjEvY29tbW9uLnByb3RvEgZhcGkudjEi5QEKBFVzZXISDwoHdXNlcl9pZBgBIAEoBRIQCgh1c2VybmFtZRgCIAEoCRISCgVwaG9uZRgDIAEoCUgAiAEBEhIKBWVtYWlsGAQgASgJSAGIAQESEAoIbmlja25hbWUYBSABKAkSEgoKYXZhdGFyX3VybBgGIAEoCRIRCglzaWduYXR1cmUYByABKAkSFAoMaGFzX3Bhc3N3b3JkGAggASgIEhIKCmNyZWF0ZWRfYXQYCSABKAMSGwoTY2FuX2NoYW5nZV91c2VybmFtZRgKIAEoCEIICgZfcGhvbmVCCAoGX2VtYWlsIusBCgZEZXZpY2USEQoJZGV2aWNlX2lkGAEgASgJEioKC2RldmljZV90eXBlGAIgASgOMhUuc2hhcmVkLnYxLkRldmljZVR5cGUSEwoLZGV2aWNlX25hbWUYAyABKAkSFAoMZGV2aWNlX21vZGVsGAQgASgJEhIKCm9zX3ZlcnNpb24YBSABKAkSEwoLYXBwX3ZlcnNpb24YBiABKAkSEAoIbG9naW5faXAYByABKAkSEAoIbG9naW5fYXQYCCABKAMSFgoObGFzdF9hY3RpdmVfYXQYCSABKAMSEgoKaXNfY3VycmVudBgKIAEoCCKOAgoLRGV2aWNlSW5wdXQSHQoJZGV2aWNlX2lkGAEgASgJQgq6SAdyBRABGIABEjQKC2RldmljZV90eXBlGAIgASgOMhUuc2hhcmVkLnYxLkRldmljZVR5cGVCCLpIBYIBAhABEiEKC2RldmljZV9uYW1lGAMgASgJQgy6SAlyB4iIJwEYgAESHgoMZGV2aWNlX21vZGVsGAQgASgJQgi6SAVyAxiAARIbCgpvc192ZXJzaW9uGAUgASgJQge6SARyAhhAEhwKC2FwcF92ZXJzaW9uGAYgASgJQge6SARyAhhAEiwKCnB1c2hfdG9rZW4YByABKAsyGC5zaGFyZWQudjEuUHVzaFRva2VuSW5mbypfCgxJZGVudGl0eVR5cGUSHQoZSURFTlRJVFlfVFlQRV9VTlNQRUNJRklFRBAAEhcKE0lERU5USVRZX1RZUEVfRU1BSUwQARIXChNJREVOVElUWV9UWVBFX1BIT05FEAJiBnByb3RvMw", [file_api_v1_rules, file_buf_validate_validate, file_shared_v1_common]);
 
 /**
  * The caller's own profile.
@@ -230,7 +147,7 @@ export type UserJson = {
  * Use `create(UserSchema)` to create a new message.
  */
 export const UserSchema: GenMessage<User, {jsonType: UserJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_common, 1);
+  messageDesc(file_api_v1_common, 0);
 
 /**
  * An active device session.
@@ -244,7 +161,7 @@ export type Device = Message<"api.v1.Device"> & {
   deviceId: string;
 
   /**
-   * @generated from field: api.v1.DeviceType device_type = 2;
+   * @generated from field: shared.v1.DeviceType device_type = 2;
    */
   deviceType: DeviceType;
 
@@ -303,7 +220,7 @@ export type DeviceJson = {
   deviceId?: string;
 
   /**
-   * @generated from field: api.v1.DeviceType device_type = 2;
+   * @generated from field: shared.v1.DeviceType device_type = 2;
    */
   deviceType?: DeviceTypeJson;
 
@@ -355,7 +272,7 @@ export type DeviceJson = {
  * Use `create(DeviceSchema)` to create a new message.
  */
 export const DeviceSchema: GenMessage<Device, {jsonType: DeviceJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_common, 2);
+  messageDesc(file_api_v1_common, 1);
 
 /**
  * Device description supplied when signing in.
@@ -371,7 +288,7 @@ export type DeviceInput = Message<"api.v1.DeviceInput"> & {
   deviceId: string;
 
   /**
-   * @generated from field: api.v1.DeviceType device_type = 2;
+   * @generated from field: shared.v1.DeviceType device_type = 2;
    */
   deviceType: DeviceType;
 
@@ -396,7 +313,7 @@ export type DeviceInput = Message<"api.v1.DeviceInput"> & {
   appVersion: string;
 
   /**
-   * @generated from field: api.v1.PushTokenInfo push_token = 7;
+   * @generated from field: shared.v1.PushTokenInfo push_token = 7;
    */
   pushToken?: PushTokenInfo | undefined;
 };
@@ -415,7 +332,7 @@ export type DeviceInputJson = {
   deviceId?: string;
 
   /**
-   * @generated from field: api.v1.DeviceType device_type = 2;
+   * @generated from field: shared.v1.DeviceType device_type = 2;
    */
   deviceType?: DeviceTypeJson;
 
@@ -440,7 +357,7 @@ export type DeviceInputJson = {
   appVersion?: string;
 
   /**
-   * @generated from field: api.v1.PushTokenInfo push_token = 7;
+   * @generated from field: shared.v1.PushTokenInfo push_token = 7;
    */
   pushToken?: PushTokenInfoJson;
 };
@@ -450,174 +367,7 @@ export type DeviceInputJson = {
  * Use `create(DeviceInputSchema)` to create a new message.
  */
 export const DeviceInputSchema: GenMessage<DeviceInput, {jsonType: DeviceInputJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_common, 3);
-
-/**
- * @generated from message api.v1.PushTokenInfo
- */
-export type PushTokenInfo = Message<"api.v1.PushTokenInfo"> & {
-  /**
-   * sensitive
-   *
-   * @generated from field: string token = 1;
-   */
-  token: string;
-
-  /**
-   * @generated from field: api.v1.PushPlatform platform = 2;
-   */
-  platform: PushPlatform;
-
-  /**
-   * Token belongs to the provider's sandbox environment.
-   *
-   * @generated from field: bool is_sandbox = 3;
-   */
-  isSandbox: boolean;
-};
-
-/**
- * @generated from message api.v1.PushTokenInfo
- */
-export type PushTokenInfoJson = {
-  /**
-   * sensitive
-   *
-   * @generated from field: string token = 1;
-   */
-  token?: string;
-
-  /**
-   * @generated from field: api.v1.PushPlatform platform = 2;
-   */
-  platform?: PushPlatformJson;
-
-  /**
-   * Token belongs to the provider's sandbox environment.
-   *
-   * @generated from field: bool is_sandbox = 3;
-   */
-  isSandbox?: boolean;
-};
-
-/**
- * Describes the message api.v1.PushTokenInfo.
- * Use `create(PushTokenInfoSchema)` to create a new message.
- */
-export const PushTokenInfoSchema: GenMessage<PushTokenInfo, {jsonType: PushTokenInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_common, 4);
-
-/**
- * @generated from enum api.v1.AccountType
- */
-export enum AccountType {
-  /**
-   * @generated from enum value: ACCOUNT_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: ACCOUNT_TYPE_USER = 1;
-   */
-  USER = 1,
-
-  /**
-   * @generated from enum value: ACCOUNT_TYPE_AGENT = 2;
-   */
-  AGENT = 2,
-}
-
-/**
- * @generated from enum api.v1.AccountType
- */
-export type AccountTypeJson = "ACCOUNT_TYPE_UNSPECIFIED" | "ACCOUNT_TYPE_USER" | "ACCOUNT_TYPE_AGENT";
-
-/**
- * Describes the enum api.v1.AccountType.
- */
-export const AccountTypeSchema: GenEnum<AccountType, AccountTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_common, 0);
-
-/**
- * @generated from enum api.v1.DeviceType
- */
-export enum DeviceType {
-  /**
-   * @generated from enum value: DEVICE_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: DEVICE_TYPE_IOS = 1;
-   */
-  IOS = 1,
-
-  /**
-   * @generated from enum value: DEVICE_TYPE_ANDROID = 2;
-   */
-  ANDROID = 2,
-
-  /**
-   * @generated from enum value: DEVICE_TYPE_WEB = 3;
-   */
-  WEB = 3,
-
-  /**
-   * @generated from enum value: DEVICE_TYPE_DESKTOP = 4;
-   */
-  DESKTOP = 4,
-
-  /**
-   * @generated from enum value: DEVICE_TYPE_CLI = 5;
-   */
-  CLI = 5,
-}
-
-/**
- * @generated from enum api.v1.DeviceType
- */
-export type DeviceTypeJson = "DEVICE_TYPE_UNSPECIFIED" | "DEVICE_TYPE_IOS" | "DEVICE_TYPE_ANDROID" | "DEVICE_TYPE_WEB" | "DEVICE_TYPE_DESKTOP" | "DEVICE_TYPE_CLI";
-
-/**
- * Describes the enum api.v1.DeviceType.
- */
-export const DeviceTypeSchema: GenEnum<DeviceType, DeviceTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_common, 1);
-
-/**
- * Only mobile push providers; desktop clients use the long connection.
- *
- * @generated from enum api.v1.PushPlatform
- */
-export enum PushPlatform {
-  /**
-   * @generated from enum value: PUSH_PLATFORM_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: PUSH_PLATFORM_APNS = 1;
-   */
-  APNS = 1,
-
-  /**
-   * @generated from enum value: PUSH_PLATFORM_FCM = 2;
-   */
-  FCM = 2,
-}
-
-/**
- * Only mobile push providers; desktop clients use the long connection.
- *
- * @generated from enum api.v1.PushPlatform
- */
-export type PushPlatformJson = "PUSH_PLATFORM_UNSPECIFIED" | "PUSH_PLATFORM_APNS" | "PUSH_PLATFORM_FCM";
-
-/**
- * Describes the enum api.v1.PushPlatform.
- */
-export const PushPlatformSchema: GenEnum<PushPlatform, PushPlatformJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_common, 2);
+  messageDesc(file_api_v1_common, 2);
 
 /**
  * @generated from enum api.v1.IdentityType
@@ -648,5 +398,5 @@ export type IdentityTypeJson = "IDENTITY_TYPE_UNSPECIFIED" | "IDENTITY_TYPE_EMAI
  * Describes the enum api.v1.IdentityType.
  */
 export const IdentityTypeSchema: GenEnum<IdentityType, IdentityTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_common, 3);
+  enumDesc(file_api_v1_common, 0);
 

@@ -4,150 +4,26 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { UserInfo, UserInfoJson } from "./common_pb.js";
-import { file_api_v1_common } from "./common_pb.js";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { UserInfo, UserInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
+import type { ContactItem, ContactItemJson, PendingRequestItem, PendingRequestItemJson } from "../../shared/v1/contact_pb.js";
+import { file_shared_v1_contact } from "../../shared/v1/contact_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/contact.proto.
  */
 export const file_api_v1_contact: GenFile = /*@__PURE__*/
-  fileDesc("ChRhcGkvdjEvY29udGFjdC5wcm90bxIGYXBpLnYxIncKElBlbmRpbmdSZXF1ZXN0SXRlbRISCgpyZXF1ZXN0X2lkGAEgASgDEhQKDGZyb21fdXNlcl9pZBgCIAEoBRISCgp0b191c2VyX2lkGAMgASgFEg8KB21lc3NhZ2UYBCABKAkSEgoKY3JlYXRlZF9hdBgFIAEoAyJfCgtDb250YWN0SXRlbRIeCgR1c2VyGAEgASgLMhAuYXBpLnYxLlVzZXJJbmZvEhIKBWFsaWFzGAIgASgJSACIAQESEgoKY3JlYXRlZF9hdBgDIAEoA0IICgZfYWxpYXMiRQoPQmxvY2tlZFVzZXJJdGVtEh4KBHVzZXIYASABKAsyEC5hcGkudjEuVXNlckluZm8SEgoKYmxvY2tlZF9hdBgCIAEoAyJWChhTZW5kRnJpZW5kUmVxdWVzdFJlcXVlc3QSHwoOdGFyZ2V0X3VzZXJfaWQYASABKAVCB7pIBBoCIAASGQoHbWVzc2FnZRgCIAEoCUIIukgFcgMYyAEiLwoZU2VuZEZyaWVuZFJlcXVlc3RSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgDImAKGkxpc3RQZW5kaW5nUmVxdWVzdHNSZXF1ZXN0EhgKC2JlZm9yZV90aW1lGAEgASgDSACIAQESGAoFbGltaXQYAiABKAVCCbpIBhoEGGQoAEIOCgxfYmVmb3JlX3RpbWUiewobTGlzdFBlbmRpbmdSZXF1ZXN0c1Jlc3BvbnNlEikKBWl0ZW1zGAEgAygLMhouYXBpLnYxLlBlbmRpbmdSZXF1ZXN0SXRlbRIQCghoYXNfbW9yZRgCIAEoCBIfCgV1c2VycxgDIAMoCzIQLmFwaS52MS5Vc2VySW5mbyI5ChpBY2NlcHRGcmllbmRSZXF1ZXN0UmVxdWVzdBIbCgpyZXF1ZXN0X2lkGAEgASgDQge6SAQiAiAAIh0KG0FjY2VwdEZyaWVuZFJlcXVlc3RSZXNwb25zZSI5ChpSZWplY3RGcmllbmRSZXF1ZXN0UmVxdWVzdBIbCgpyZXF1ZXN0X2lkGAEgASgDQge6SAQiAiAAIh0KG1JlamVjdEZyaWVuZFJlcXVlc3RSZXNwb25zZSI0ChFBZGRDb250YWN0UmVxdWVzdBIfCg50YXJnZXRfdXNlcl9pZBgBIAEoBUIHukgEGgIgACIUChJBZGRDb250YWN0UmVzcG9uc2UiVAoTTGlzdENvbnRhY3RzUmVxdWVzdBIVCghhZnRlcl9pZBgBIAEoBUgAiAEBEhkKBWxpbWl0GAIgASgFQgq6SAcaBRjIASgAQgsKCV9hZnRlcl9pZCJnChRMaXN0Q29udGFjdHNSZXNwb25zZRIlCghjb250YWN0cxgBIAMoCzITLmFwaS52MS5Db250YWN0SXRlbRIWCg50b3RhbF9jb250YWN0cxgCIAEoBRIQCghoYXNfbW9yZRgDIAEoCCI4ChREZWxldGVDb250YWN0UmVxdWVzdBIgCg9jb250YWN0X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiFwoVRGVsZXRlQ29udGFjdFJlc3BvbnNlImgKGVVwZGF0ZUNvbnRhY3RBbGlhc1JlcXVlc3QSIAoPY29udGFjdF91c2VyX2lkGAEgASgFQge6SAQaAiAAEh8KBWFsaWFzGAIgASgJQgu6SAhyBoiIJwEYQEgAiAEBQggKBl9hbGlhcyIcChpVcGRhdGVDb250YWN0QWxpYXNSZXNwb25zZSJqChJTZWFyY2hVc2Vyc1JlcXVlc3QSGQoFcXVlcnkYASABKAlCCrpIB3IFEAEY/wESOQoMYWNjb3VudF90eXBlGAIgASgOMhkuYXBpLnYxLlNlYXJjaEFjY291bnRUeXBlQgi6SAWCAQIQASI2ChNTZWFyY2hVc2Vyc1Jlc3BvbnNlEh8KBWl0ZW1zGAEgAygLMhAuYXBpLnYxLlVzZXJJbmZvIjMKEEJsb2NrVXNlclJlcXVlc3QSHwoOdGFyZ2V0X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiEwoRQmxvY2tVc2VyUmVzcG9uc2UiNQoSVW5ibG9ja1VzZXJSZXF1ZXN0Eh8KDnRhcmdldF91c2VyX2lkGAEgASgFQge6SAQaAiAAIhUKE1VuYmxvY2tVc2VyUmVzcG9uc2UiFAoSTGlzdEJsb2NrZWRSZXF1ZXN0Ij8KE0xpc3RCbG9ja2VkUmVzcG9uc2USKAoHYmxvY2tlZBgBIAMoCzIXLmFwaS52MS5CbG9ja2VkVXNlckl0ZW0qpwEKE0ZyaWVuZFJlcXVlc3RTdGF0dXMSJQohRlJJRU5EX1JFUVVFU1RfU1RBVFVTX1VOU1BFQ0lGSUVEEAASIQodRlJJRU5EX1JFUVVFU1RfU1RBVFVTX1BFTkRJTkcQARIiCh5GUklFTkRfUkVRVUVTVF9TVEFUVVNfQUNDRVBURUQQAhIiCh5GUklFTkRfUkVRVUVTVF9TVEFUVVNfUkVKRUNURUQQAyp1ChFTZWFyY2hBY2NvdW50VHlwZRIjCh9TRUFSQ0hfQUNDT1VOVF9UWVBFX1VOU1BFQ0lGSUVEEAASHAoYU0VBUkNIX0FDQ09VTlRfVFlQRV9VU0VSEAESHQoZU0VBUkNIX0FDQ09VTlRfVFlQRV9BR0VOVBACMt8HCg5Db250YWN0U2VydmljZRJYChFTZW5kRnJpZW5kUmVxdWVzdBIgLmFwaS52MS5TZW5kRnJpZW5kUmVxdWVzdFJlcXVlc3QaIS5hcGkudjEuU2VuZEZyaWVuZFJlcXVlc3RSZXNwb25zZRJeChNMaXN0UGVuZGluZ1JlcXVlc3RzEiIuYXBpLnYxLkxpc3RQZW5kaW5nUmVxdWVzdHNSZXF1ZXN0GiMuYXBpLnYxLkxpc3RQZW5kaW5nUmVxdWVzdHNSZXNwb25zZRJeChNBY2NlcHRGcmllbmRSZXF1ZXN0EiIuYXBpLnYxLkFjY2VwdEZyaWVuZFJlcXVlc3RSZXF1ZXN0GiMuYXBpLnYxLkFjY2VwdEZyaWVuZFJlcXVlc3RSZXNwb25zZRJeChNSZWplY3RGcmllbmRSZXF1ZXN0EiIuYXBpLnYxLlJlamVjdEZyaWVuZFJlcXVlc3RSZXF1ZXN0GiMuYXBpLnYxLlJlamVjdEZyaWVuZFJlcXVlc3RSZXNwb25zZRJDCgpBZGRDb250YWN0EhkuYXBpLnYxLkFkZENvbnRhY3RSZXF1ZXN0GhouYXBpLnYxLkFkZENvbnRhY3RSZXNwb25zZRJJCgxMaXN0Q29udGFjdHMSGy5hcGkudjEuTGlzdENvbnRhY3RzUmVxdWVzdBocLmFwaS52MS5MaXN0Q29udGFjdHNSZXNwb25zZRJMCg1EZWxldGVDb250YWN0EhwuYXBpLnYxLkRlbGV0ZUNvbnRhY3RSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUNvbnRhY3RSZXNwb25zZRJbChJVcGRhdGVDb250YWN0QWxpYXMSIS5hcGkudjEuVXBkYXRlQ29udGFjdEFsaWFzUmVxdWVzdBoiLmFwaS52MS5VcGRhdGVDb250YWN0QWxpYXNSZXNwb25zZRJGCgtTZWFyY2hVc2VycxIaLmFwaS52MS5TZWFyY2hVc2Vyc1JlcXVlc3QaGy5hcGkudjEuU2VhcmNoVXNlcnNSZXNwb25zZRJACglCbG9ja1VzZXISGC5hcGkudjEuQmxvY2tVc2VyUmVxdWVzdBoZLmFwaS52MS5CbG9ja1VzZXJSZXNwb25zZRJGCgtVbmJsb2NrVXNlchIaLmFwaS52MS5VbmJsb2NrVXNlclJlcXVlc3QaGy5hcGkudjEuVW5ibG9ja1VzZXJSZXNwb25zZRJGCgtMaXN0QmxvY2tlZBIaLmFwaS52MS5MaXN0QmxvY2tlZFJlcXVlc3QaGy5hcGkudjEuTGlzdEJsb2NrZWRSZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * @generated from message api.v1.PendingRequestItem
- */
-export type PendingRequestItem = Message<"api.v1.PendingRequestItem"> & {
-  /**
-   * Server-assigned, increasing.
-   *
-   * @generated from field: int64 request_id = 1;
-   */
-  requestId: bigint;
-
-  /**
-   * @generated from field: int32 from_user_id = 2;
-   */
-  fromUserId: number;
-
-  /**
-   * @generated from field: int32 to_user_id = 3;
-   */
-  toUserId: number;
-
-  /**
-   * Greeting text.
-   *
-   * @generated from field: string message = 4;
-   */
-  message: string;
-
-  /**
-   * @generated from field: int64 created_at = 5;
-   */
-  createdAt: bigint;
-};
-
-/**
- * @generated from message api.v1.PendingRequestItem
- */
-export type PendingRequestItemJson = {
-  /**
-   * Server-assigned, increasing.
-   *
-   * @generated from field: int64 request_id = 1;
-   */
-  requestId?: string;
-
-  /**
-   * @generated from field: int32 from_user_id = 2;
-   */
-  fromUserId?: number;
-
-  /**
-   * @generated from field: int32 to_user_id = 3;
-   */
-  toUserId?: number;
-
-  /**
-   * Greeting text.
-   *
-   * @generated from field: string message = 4;
-   */
-  message?: string;
-
-  /**
-   * @generated from field: int64 created_at = 5;
-   */
-  createdAt?: string;
-};
-
-/**
- * Describes the message api.v1.PendingRequestItem.
- * Use `create(PendingRequestItemSchema)` to create a new message.
- */
-export const PendingRequestItemSchema: GenMessage<PendingRequestItem, {jsonType: PendingRequestItemJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 0);
-
-/**
- * @generated from message api.v1.ContactItem
- */
-export type ContactItem = Message<"api.v1.ContactItem"> & {
-  /**
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfo | undefined;
-
-  /**
-   * Owner's local display name; never set for agent contacts.
-   *
-   * @generated from field: optional string alias = 2;
-   */
-  alias?: string | undefined;
-
-  /**
-   * @generated from field: int64 created_at = 3;
-   */
-  createdAt: bigint;
-};
-
-/**
- * @generated from message api.v1.ContactItem
- */
-export type ContactItemJson = {
-  /**
-   * @generated from field: api.v1.UserInfo user = 1;
-   */
-  user?: UserInfoJson;
-
-  /**
-   * Owner's local display name; never set for agent contacts.
-   *
-   * @generated from field: optional string alias = 2;
-   */
-  alias?: string;
-
-  /**
-   * @generated from field: int64 created_at = 3;
-   */
-  createdAt?: string;
-};
-
-/**
- * Describes the message api.v1.ContactItem.
- * Use `create(ContactItemSchema)` to create a new message.
- */
-export const ContactItemSchema: GenMessage<ContactItem, {jsonType: ContactItemJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 1);
+  fileDesc("ChRhcGkvdjEvY29udGFjdC5wcm90bxIGYXBpLnYxIkgKD0Jsb2NrZWRVc2VySXRlbRIhCgR1c2VyGAEgASgLMhMuc2hhcmVkLnYxLlVzZXJJbmZvEhIKCmJsb2NrZWRfYXQYAiABKAMiVgoYU2VuZEZyaWVuZFJlcXVlc3RSZXF1ZXN0Eh8KDnRhcmdldF91c2VyX2lkGAEgASgFQge6SAQaAiAAEhkKB21lc3NhZ2UYAiABKAlCCLpIBXIDGMgBIi8KGVNlbmRGcmllbmRSZXF1ZXN0UmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoAyJgChpMaXN0UGVuZGluZ1JlcXVlc3RzUmVxdWVzdBIYCgtiZWZvcmVfdGltZRgBIAEoA0gAiAEBEhgKBWxpbWl0GAIgASgFQgm6SAYaBBhkKABCDgoMX2JlZm9yZV90aW1lIoEBChtMaXN0UGVuZGluZ1JlcXVlc3RzUmVzcG9uc2USLAoFaXRlbXMYASADKAsyHS5zaGFyZWQudjEuUGVuZGluZ1JlcXVlc3RJdGVtEhAKCGhhc19tb3JlGAIgASgIEiIKBXVzZXJzGAMgAygLMhMuc2hhcmVkLnYxLlVzZXJJbmZvIjkKGkFjY2VwdEZyaWVuZFJlcXVlc3RSZXF1ZXN0EhsKCnJlcXVlc3RfaWQYASABKANCB7pIBCICIAAiHQobQWNjZXB0RnJpZW5kUmVxdWVzdFJlc3BvbnNlIjkKGlJlamVjdEZyaWVuZFJlcXVlc3RSZXF1ZXN0EhsKCnJlcXVlc3RfaWQYASABKANCB7pIBCICIAAiHQobUmVqZWN0RnJpZW5kUmVxdWVzdFJlc3BvbnNlIjQKEUFkZENvbnRhY3RSZXF1ZXN0Eh8KDnRhcmdldF91c2VyX2lkGAEgASgFQge6SAQaAiAAIhQKEkFkZENvbnRhY3RSZXNwb25zZSJUChNMaXN0Q29udGFjdHNSZXF1ZXN0EhUKCGFmdGVyX2lkGAEgASgFSACIAQESGQoFbGltaXQYAiABKAVCCrpIBxoFGMgBKABCCwoJX2FmdGVyX2lkImoKFExpc3RDb250YWN0c1Jlc3BvbnNlEigKCGNvbnRhY3RzGAEgAygLMhYuc2hhcmVkLnYxLkNvbnRhY3RJdGVtEhYKDnRvdGFsX2NvbnRhY3RzGAIgASgFEhAKCGhhc19tb3JlGAMgASgIIjgKFERlbGV0ZUNvbnRhY3RSZXF1ZXN0EiAKD2NvbnRhY3RfdXNlcl9pZBgBIAEoBUIHukgEGgIgACIXChVEZWxldGVDb250YWN0UmVzcG9uc2UiaAoZVXBkYXRlQ29udGFjdEFsaWFzUmVxdWVzdBIgCg9jb250YWN0X3VzZXJfaWQYASABKAVCB7pIBBoCIAASHwoFYWxpYXMYAiABKAlCC7pICHIGiIgnARhASACIAQFCCAoGX2FsaWFzIhwKGlVwZGF0ZUNvbnRhY3RBbGlhc1Jlc3BvbnNlImoKElNlYXJjaFVzZXJzUmVxdWVzdBIZCgVxdWVyeRgBIAEoCUIKukgHcgUQARj/ARI5CgxhY2NvdW50X3R5cGUYAiABKA4yGS5hcGkudjEuU2VhcmNoQWNjb3VudFR5cGVCCLpIBYIBAhABIjkKE1NlYXJjaFVzZXJzUmVzcG9uc2USIgoFaXRlbXMYASADKAsyEy5zaGFyZWQudjEuVXNlckluZm8iMwoQQmxvY2tVc2VyUmVxdWVzdBIfCg50YXJnZXRfdXNlcl9pZBgBIAEoBUIHukgEGgIgACITChFCbG9ja1VzZXJSZXNwb25zZSI1ChJVbmJsb2NrVXNlclJlcXVlc3QSHwoOdGFyZ2V0X3VzZXJfaWQYASABKAVCB7pIBBoCIAAiFQoTVW5ibG9ja1VzZXJSZXNwb25zZSIUChJMaXN0QmxvY2tlZFJlcXVlc3QiPwoTTGlzdEJsb2NrZWRSZXNwb25zZRIoCgdibG9ja2VkGAEgAygLMhcuYXBpLnYxLkJsb2NrZWRVc2VySXRlbSp1ChFTZWFyY2hBY2NvdW50VHlwZRIjCh9TRUFSQ0hfQUNDT1VOVF9UWVBFX1VOU1BFQ0lGSUVEEAASHAoYU0VBUkNIX0FDQ09VTlRfVFlQRV9VU0VSEAESHQoZU0VBUkNIX0FDQ09VTlRfVFlQRV9BR0VOVBACMt8HCg5Db250YWN0U2VydmljZRJYChFTZW5kRnJpZW5kUmVxdWVzdBIgLmFwaS52MS5TZW5kRnJpZW5kUmVxdWVzdFJlcXVlc3QaIS5hcGkudjEuU2VuZEZyaWVuZFJlcXVlc3RSZXNwb25zZRJeChNMaXN0UGVuZGluZ1JlcXVlc3RzEiIuYXBpLnYxLkxpc3RQZW5kaW5nUmVxdWVzdHNSZXF1ZXN0GiMuYXBpLnYxLkxpc3RQZW5kaW5nUmVxdWVzdHNSZXNwb25zZRJeChNBY2NlcHRGcmllbmRSZXF1ZXN0EiIuYXBpLnYxLkFjY2VwdEZyaWVuZFJlcXVlc3RSZXF1ZXN0GiMuYXBpLnYxLkFjY2VwdEZyaWVuZFJlcXVlc3RSZXNwb25zZRJeChNSZWplY3RGcmllbmRSZXF1ZXN0EiIuYXBpLnYxLlJlamVjdEZyaWVuZFJlcXVlc3RSZXF1ZXN0GiMuYXBpLnYxLlJlamVjdEZyaWVuZFJlcXVlc3RSZXNwb25zZRJDCgpBZGRDb250YWN0EhkuYXBpLnYxLkFkZENvbnRhY3RSZXF1ZXN0GhouYXBpLnYxLkFkZENvbnRhY3RSZXNwb25zZRJJCgxMaXN0Q29udGFjdHMSGy5hcGkudjEuTGlzdENvbnRhY3RzUmVxdWVzdBocLmFwaS52MS5MaXN0Q29udGFjdHNSZXNwb25zZRJMCg1EZWxldGVDb250YWN0EhwuYXBpLnYxLkRlbGV0ZUNvbnRhY3RSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUNvbnRhY3RSZXNwb25zZRJbChJVcGRhdGVDb250YWN0QWxpYXMSIS5hcGkudjEuVXBkYXRlQ29udGFjdEFsaWFzUmVxdWVzdBoiLmFwaS52MS5VcGRhdGVDb250YWN0QWxpYXNSZXNwb25zZRJGCgtTZWFyY2hVc2VycxIaLmFwaS52MS5TZWFyY2hVc2Vyc1JlcXVlc3QaGy5hcGkudjEuU2VhcmNoVXNlcnNSZXNwb25zZRJACglCbG9ja1VzZXISGC5hcGkudjEuQmxvY2tVc2VyUmVxdWVzdBoZLmFwaS52MS5CbG9ja1VzZXJSZXNwb25zZRJGCgtVbmJsb2NrVXNlchIaLmFwaS52MS5VbmJsb2NrVXNlclJlcXVlc3QaGy5hcGkudjEuVW5ibG9ja1VzZXJSZXNwb25zZRJGCgtMaXN0QmxvY2tlZBIaLmFwaS52MS5MaXN0QmxvY2tlZFJlcXVlc3QaGy5hcGkudjEuTGlzdEJsb2NrZWRSZXNwb25zZWIGcHJvdG8z", [file_api_v1_rules, file_buf_validate_validate, file_shared_v1_common, file_shared_v1_contact]);
 
 /**
  * @generated from message api.v1.BlockedUserItem
  */
 export type BlockedUserItem = Message<"api.v1.BlockedUserItem"> & {
   /**
-   * @generated from field: api.v1.UserInfo user = 1;
+   * @generated from field: shared.v1.UserInfo user = 1;
    */
   user?: UserInfo | undefined;
 
@@ -162,7 +38,7 @@ export type BlockedUserItem = Message<"api.v1.BlockedUserItem"> & {
  */
 export type BlockedUserItemJson = {
   /**
-   * @generated from field: api.v1.UserInfo user = 1;
+   * @generated from field: shared.v1.UserInfo user = 1;
    */
   user?: UserInfoJson;
 
@@ -177,7 +53,7 @@ export type BlockedUserItemJson = {
  * Use `create(BlockedUserItemSchema)` to create a new message.
  */
 export const BlockedUserItemSchema: GenMessage<BlockedUserItem, {jsonType: BlockedUserItemJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 2);
+  messageDesc(file_api_v1_contact, 0);
 
 /**
  * @generated from message api.v1.SendFriendRequestRequest
@@ -214,7 +90,7 @@ export type SendFriendRequestRequestJson = {
  * Use `create(SendFriendRequestRequestSchema)` to create a new message.
  */
 export const SendFriendRequestRequestSchema: GenMessage<SendFriendRequestRequest, {jsonType: SendFriendRequestRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 3);
+  messageDesc(file_api_v1_contact, 1);
 
 /**
  * @generated from message api.v1.SendFriendRequestResponse
@@ -241,7 +117,7 @@ export type SendFriendRequestResponseJson = {
  * Use `create(SendFriendRequestResponseSchema)` to create a new message.
  */
 export const SendFriendRequestResponseSchema: GenMessage<SendFriendRequestResponse, {jsonType: SendFriendRequestResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 4);
+  messageDesc(file_api_v1_contact, 2);
 
 /**
  * @generated from message api.v1.ListPendingRequestsRequest
@@ -282,7 +158,7 @@ export type ListPendingRequestsRequestJson = {
  * Use `create(ListPendingRequestsRequestSchema)` to create a new message.
  */
 export const ListPendingRequestsRequestSchema: GenMessage<ListPendingRequestsRequest, {jsonType: ListPendingRequestsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 5);
+  messageDesc(file_api_v1_contact, 3);
 
 /**
  * @generated from message api.v1.ListPendingRequestsResponse
@@ -291,7 +167,7 @@ export type ListPendingRequestsResponse = Message<"api.v1.ListPendingRequestsRes
   /**
    * Newest first.
    *
-   * @generated from field: repeated api.v1.PendingRequestItem items = 1;
+   * @generated from field: repeated shared.v1.PendingRequestItem items = 1;
    */
   items: PendingRequestItem[];
 
@@ -303,7 +179,7 @@ export type ListPendingRequestsResponse = Message<"api.v1.ListPendingRequestsRes
   /**
    * Senders referenced by items.
    *
-   * @generated from field: repeated api.v1.UserInfo users = 3;
+   * @generated from field: repeated shared.v1.UserInfo users = 3;
    */
   users: UserInfo[];
 };
@@ -315,7 +191,7 @@ export type ListPendingRequestsResponseJson = {
   /**
    * Newest first.
    *
-   * @generated from field: repeated api.v1.PendingRequestItem items = 1;
+   * @generated from field: repeated shared.v1.PendingRequestItem items = 1;
    */
   items?: PendingRequestItemJson[];
 
@@ -327,7 +203,7 @@ export type ListPendingRequestsResponseJson = {
   /**
    * Senders referenced by items.
    *
-   * @generated from field: repeated api.v1.UserInfo users = 3;
+   * @generated from field: repeated shared.v1.UserInfo users = 3;
    */
   users?: UserInfoJson[];
 };
@@ -337,7 +213,7 @@ export type ListPendingRequestsResponseJson = {
  * Use `create(ListPendingRequestsResponseSchema)` to create a new message.
  */
 export const ListPendingRequestsResponseSchema: GenMessage<ListPendingRequestsResponse, {jsonType: ListPendingRequestsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 6);
+  messageDesc(file_api_v1_contact, 4);
 
 /**
  * @generated from message api.v1.AcceptFriendRequestRequest
@@ -364,7 +240,7 @@ export type AcceptFriendRequestRequestJson = {
  * Use `create(AcceptFriendRequestRequestSchema)` to create a new message.
  */
 export const AcceptFriendRequestRequestSchema: GenMessage<AcceptFriendRequestRequest, {jsonType: AcceptFriendRequestRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 7);
+  messageDesc(file_api_v1_contact, 5);
 
 /**
  * @generated from message api.v1.AcceptFriendRequestResponse
@@ -383,7 +259,7 @@ export type AcceptFriendRequestResponseJson = {
  * Use `create(AcceptFriendRequestResponseSchema)` to create a new message.
  */
 export const AcceptFriendRequestResponseSchema: GenMessage<AcceptFriendRequestResponse, {jsonType: AcceptFriendRequestResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 8);
+  messageDesc(file_api_v1_contact, 6);
 
 /**
  * @generated from message api.v1.RejectFriendRequestRequest
@@ -410,7 +286,7 @@ export type RejectFriendRequestRequestJson = {
  * Use `create(RejectFriendRequestRequestSchema)` to create a new message.
  */
 export const RejectFriendRequestRequestSchema: GenMessage<RejectFriendRequestRequest, {jsonType: RejectFriendRequestRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 9);
+  messageDesc(file_api_v1_contact, 7);
 
 /**
  * @generated from message api.v1.RejectFriendRequestResponse
@@ -429,7 +305,7 @@ export type RejectFriendRequestResponseJson = {
  * Use `create(RejectFriendRequestResponseSchema)` to create a new message.
  */
 export const RejectFriendRequestResponseSchema: GenMessage<RejectFriendRequestResponse, {jsonType: RejectFriendRequestResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 10);
+  messageDesc(file_api_v1_contact, 8);
 
 /**
  * Direct add without approval; agents only.
@@ -460,7 +336,7 @@ export type AddContactRequestJson = {
  * Use `create(AddContactRequestSchema)` to create a new message.
  */
 export const AddContactRequestSchema: GenMessage<AddContactRequest, {jsonType: AddContactRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 11);
+  messageDesc(file_api_v1_contact, 9);
 
 /**
  * @generated from message api.v1.AddContactResponse
@@ -479,7 +355,7 @@ export type AddContactResponseJson = {
  * Use `create(AddContactResponseSchema)` to create a new message.
  */
 export const AddContactResponseSchema: GenMessage<AddContactResponse, {jsonType: AddContactResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 12);
+  messageDesc(file_api_v1_contact, 10);
 
 /**
  * @generated from message api.v1.ListContactsRequest
@@ -520,7 +396,7 @@ export type ListContactsRequestJson = {
  * Use `create(ListContactsRequestSchema)` to create a new message.
  */
 export const ListContactsRequestSchema: GenMessage<ListContactsRequest, {jsonType: ListContactsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 13);
+  messageDesc(file_api_v1_contact, 11);
 
 /**
  * @generated from message api.v1.ListContactsResponse
@@ -529,7 +405,7 @@ export type ListContactsResponse = Message<"api.v1.ListContactsResponse"> & {
   /**
    * Ascending by contact user id.
    *
-   * @generated from field: repeated api.v1.ContactItem contacts = 1;
+   * @generated from field: repeated shared.v1.ContactItem contacts = 1;
    */
   contacts: ContactItem[];
 
@@ -551,7 +427,7 @@ export type ListContactsResponseJson = {
   /**
    * Ascending by contact user id.
    *
-   * @generated from field: repeated api.v1.ContactItem contacts = 1;
+   * @generated from field: repeated shared.v1.ContactItem contacts = 1;
    */
   contacts?: ContactItemJson[];
 
@@ -571,7 +447,7 @@ export type ListContactsResponseJson = {
  * Use `create(ListContactsResponseSchema)` to create a new message.
  */
 export const ListContactsResponseSchema: GenMessage<ListContactsResponse, {jsonType: ListContactsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 14);
+  messageDesc(file_api_v1_contact, 12);
 
 /**
  * @generated from message api.v1.DeleteContactRequest
@@ -598,7 +474,7 @@ export type DeleteContactRequestJson = {
  * Use `create(DeleteContactRequestSchema)` to create a new message.
  */
 export const DeleteContactRequestSchema: GenMessage<DeleteContactRequest, {jsonType: DeleteContactRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 15);
+  messageDesc(file_api_v1_contact, 13);
 
 /**
  * @generated from message api.v1.DeleteContactResponse
@@ -617,7 +493,7 @@ export type DeleteContactResponseJson = {
  * Use `create(DeleteContactResponseSchema)` to create a new message.
  */
 export const DeleteContactResponseSchema: GenMessage<DeleteContactResponse, {jsonType: DeleteContactResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 16);
+  messageDesc(file_api_v1_contact, 14);
 
 /**
  * @generated from message api.v1.UpdateContactAliasRequest
@@ -658,7 +534,7 @@ export type UpdateContactAliasRequestJson = {
  * Use `create(UpdateContactAliasRequestSchema)` to create a new message.
  */
 export const UpdateContactAliasRequestSchema: GenMessage<UpdateContactAliasRequest, {jsonType: UpdateContactAliasRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 17);
+  messageDesc(file_api_v1_contact, 15);
 
 /**
  * @generated from message api.v1.UpdateContactAliasResponse
@@ -677,7 +553,7 @@ export type UpdateContactAliasResponseJson = {
  * Use `create(UpdateContactAliasResponseSchema)` to create a new message.
  */
 export const UpdateContactAliasResponseSchema: GenMessage<UpdateContactAliasResponse, {jsonType: UpdateContactAliasResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 18);
+  messageDesc(file_api_v1_contact, 16);
 
 /**
  * @generated from message api.v1.SearchUsersRequest
@@ -718,14 +594,14 @@ export type SearchUsersRequestJson = {
  * Use `create(SearchUsersRequestSchema)` to create a new message.
  */
 export const SearchUsersRequestSchema: GenMessage<SearchUsersRequest, {jsonType: SearchUsersRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 19);
+  messageDesc(file_api_v1_contact, 17);
 
 /**
  * @generated from message api.v1.SearchUsersResponse
  */
 export type SearchUsersResponse = Message<"api.v1.SearchUsersResponse"> & {
   /**
-   * @generated from field: repeated api.v1.UserInfo items = 1;
+   * @generated from field: repeated shared.v1.UserInfo items = 1;
    */
   items: UserInfo[];
 };
@@ -735,7 +611,7 @@ export type SearchUsersResponse = Message<"api.v1.SearchUsersResponse"> & {
  */
 export type SearchUsersResponseJson = {
   /**
-   * @generated from field: repeated api.v1.UserInfo items = 1;
+   * @generated from field: repeated shared.v1.UserInfo items = 1;
    */
   items?: UserInfoJson[];
 };
@@ -745,7 +621,7 @@ export type SearchUsersResponseJson = {
  * Use `create(SearchUsersResponseSchema)` to create a new message.
  */
 export const SearchUsersResponseSchema: GenMessage<SearchUsersResponse, {jsonType: SearchUsersResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 20);
+  messageDesc(file_api_v1_contact, 18);
 
 /**
  * @generated from message api.v1.BlockUserRequest
@@ -772,7 +648,7 @@ export type BlockUserRequestJson = {
  * Use `create(BlockUserRequestSchema)` to create a new message.
  */
 export const BlockUserRequestSchema: GenMessage<BlockUserRequest, {jsonType: BlockUserRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 21);
+  messageDesc(file_api_v1_contact, 19);
 
 /**
  * @generated from message api.v1.BlockUserResponse
@@ -791,7 +667,7 @@ export type BlockUserResponseJson = {
  * Use `create(BlockUserResponseSchema)` to create a new message.
  */
 export const BlockUserResponseSchema: GenMessage<BlockUserResponse, {jsonType: BlockUserResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 22);
+  messageDesc(file_api_v1_contact, 20);
 
 /**
  * @generated from message api.v1.UnblockUserRequest
@@ -818,7 +694,7 @@ export type UnblockUserRequestJson = {
  * Use `create(UnblockUserRequestSchema)` to create a new message.
  */
 export const UnblockUserRequestSchema: GenMessage<UnblockUserRequest, {jsonType: UnblockUserRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 23);
+  messageDesc(file_api_v1_contact, 21);
 
 /**
  * @generated from message api.v1.UnblockUserResponse
@@ -837,7 +713,7 @@ export type UnblockUserResponseJson = {
  * Use `create(UnblockUserResponseSchema)` to create a new message.
  */
 export const UnblockUserResponseSchema: GenMessage<UnblockUserResponse, {jsonType: UnblockUserResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 24);
+  messageDesc(file_api_v1_contact, 22);
 
 /**
  * @generated from message api.v1.ListBlockedRequest
@@ -856,7 +732,7 @@ export type ListBlockedRequestJson = {
  * Use `create(ListBlockedRequestSchema)` to create a new message.
  */
 export const ListBlockedRequestSchema: GenMessage<ListBlockedRequest, {jsonType: ListBlockedRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 25);
+  messageDesc(file_api_v1_contact, 23);
 
 /**
  * @generated from message api.v1.ListBlockedResponse
@@ -887,43 +763,7 @@ export type ListBlockedResponseJson = {
  * Use `create(ListBlockedResponseSchema)` to create a new message.
  */
 export const ListBlockedResponseSchema: GenMessage<ListBlockedResponse, {jsonType: ListBlockedResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_contact, 26);
-
-/**
- * @generated from enum api.v1.FriendRequestStatus
- */
-export enum FriendRequestStatus {
-  /**
-   * @generated from enum value: FRIEND_REQUEST_STATUS_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: FRIEND_REQUEST_STATUS_PENDING = 1;
-   */
-  PENDING = 1,
-
-  /**
-   * @generated from enum value: FRIEND_REQUEST_STATUS_ACCEPTED = 2;
-   */
-  ACCEPTED = 2,
-
-  /**
-   * @generated from enum value: FRIEND_REQUEST_STATUS_REJECTED = 3;
-   */
-  REJECTED = 3,
-}
-
-/**
- * @generated from enum api.v1.FriendRequestStatus
- */
-export type FriendRequestStatusJson = "FRIEND_REQUEST_STATUS_UNSPECIFIED" | "FRIEND_REQUEST_STATUS_PENDING" | "FRIEND_REQUEST_STATUS_ACCEPTED" | "FRIEND_REQUEST_STATUS_REJECTED";
-
-/**
- * Describes the enum api.v1.FriendRequestStatus.
- */
-export const FriendRequestStatusSchema: GenEnum<FriendRequestStatus, FriendRequestStatusJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_contact, 0);
+  messageDesc(file_api_v1_contact, 24);
 
 /**
  * @generated from enum api.v1.SearchAccountType
@@ -956,7 +796,7 @@ export type SearchAccountTypeJson = "SEARCH_ACCOUNT_TYPE_UNSPECIFIED" | "SEARCH_
  * Describes the enum api.v1.SearchAccountType.
  */
 export const SearchAccountTypeSchema: GenEnum<SearchAccountType, SearchAccountTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_contact, 1);
+  enumDesc(file_api_v1_contact, 0);
 
 /**
  * Friend requests, contacts, user search and blocklist.

@@ -2,129 +2,24 @@
 // @generated from file api/v1/conversation.proto (package api.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { UserInfo, UserInfoJson } from "./common_pb.js";
-import { file_api_v1_common } from "./common_pb.js";
-import type { GroupInfo, GroupInfoJson } from "./group_pb.js";
-import { file_api_v1_group } from "./group_pb.js";
-import type { MessageEnvelope, MessageEnvelopeJson } from "./message_pb.js";
-import { file_api_v1_message } from "./message_pb.js";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { UserInfo, UserInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
+import type { ConversationActionType, ConversationActionTypeJson, ConversationInfo, ConversationInfoJson } from "../../shared/v1/conversation_pb.js";
+import { file_shared_v1_conversation } from "../../shared/v1/conversation_pb.js";
+import type { GroupInfo, GroupInfoJson } from "../../shared/v1/group_pb.js";
+import { file_shared_v1_group } from "../../shared/v1/group_pb.js";
+import type { MessageEnvelope, MessageEnvelopeJson } from "../../shared/v1/message_pb.js";
+import { file_shared_v1_message } from "../../shared/v1/message_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/conversation.proto.
  */
 export const file_api_v1_conversation: GenFile = /*@__PURE__*/
-  fileDesc("ChlhcGkvdjEvY29udmVyc2F0aW9uLnByb3RvEgZhcGkudjEiyAEKEENvbnZlcnNhdGlvbkluZm8SFwoPY29udmVyc2F0aW9uX2lkGAEgASgDEiYKBHR5cGUYAiABKA4yGC5hcGkudjEuQ29udmVyc2F0aW9uVHlwZRIQCghpc19tdXRlZBgDIAEoCBIZChFsYXN0X21lc3NhZ2VfdGltZRgEIAEoAxIXCg9sYXN0X21lc3NhZ2VfaWQYBSABKAMSHAoUbGFzdF9yZWFkX21lc3NhZ2VfaWQYBiABKAMSDwoHcGVlcl9pZBgHIAEoBSI6ChZHZXRDb252ZXJzYXRpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgACJJChdHZXRDb252ZXJzYXRpb25SZXNwb25zZRIuCgxjb252ZXJzYXRpb24YASABKAsyGC5hcGkudjEuQ29udmVyc2F0aW9uSW5mbyJeChhMaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QSGAoLYmVmb3JlX3RpbWUYASABKANIAIgBARIYCgVsaW1pdBgCIAEoBUIJukgGGgQYZCgAQg4KDF9iZWZvcmVfdGltZSLdAQoZTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRIvCg1jb252ZXJzYXRpb25zGAEgAygLMhguYXBpLnYxLkNvbnZlcnNhdGlvbkluZm8SJwoNcmVsYXRlZF91c2VycxgCIAMoCzIQLmFwaS52MS5Vc2VySW5mbxIpCg5yZWxhdGVkX2dyb3VwcxgDIAMoCzIRLmFwaS52MS5Hcm91cEluZm8SKQoIbWVzc2FnZXMYBCADKAsyFy5hcGkudjEuTWVzc2FnZUVudmVsb3BlEhAKCGhhc19tb3JlGAUgASgIIpcBCh9VcGRhdGVDb252ZXJzYXRpb25BY3Rpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABI6CgZhY3Rpb24YAiABKA4yHi5hcGkudjEuQ29udmVyc2F0aW9uQWN0aW9uVHlwZUIKukgHggEEEAEgABIWCg5jbGVhcl9tZXNzYWdlcxgDIAEoCCIiCiBVcGRhdGVDb252ZXJzYXRpb25BY3Rpb25SZXNwb25zZSJYChFNYXJrQXNSZWFkUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASIQoQdXBfdG9fbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgACIUChJNYXJrQXNSZWFkUmVzcG9uc2UqcQoQQ29udmVyc2F0aW9uVHlwZRIhCh1DT05WRVJTQVRJT05fVFlQRV9VTlNQRUNJRklFRBAAEh0KGUNPTlZFUlNBVElPTl9UWVBFX1BSSVZBVEUQARIbChdDT05WRVJTQVRJT05fVFlQRV9HUk9VUBACKq8BChZDb252ZXJzYXRpb25BY3Rpb25UeXBlEigKJENPTlZFUlNBVElPTl9BQ1RJT05fVFlQRV9VTlNQRUNJRklFRBAAEiEKHUNPTlZFUlNBVElPTl9BQ1RJT05fVFlQRV9NVVRFEAESIwofQ09OVkVSU0FUSU9OX0FDVElPTl9UWVBFX1VOTVVURRACEiMKH0NPTlZFUlNBVElPTl9BQ1RJT05fVFlQRV9ERUxFVEUQAzL3AgoTQ29udmVyc2F0aW9uU2VydmljZRJSCg9HZXRDb252ZXJzYXRpb24SHi5hcGkudjEuR2V0Q29udmVyc2F0aW9uUmVxdWVzdBofLmFwaS52MS5HZXRDb252ZXJzYXRpb25SZXNwb25zZRJYChFMaXN0Q29udmVyc2F0aW9ucxIgLmFwaS52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QaIS5hcGkudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJtChhVcGRhdGVDb252ZXJzYXRpb25BY3Rpb24SJy5hcGkudjEuVXBkYXRlQ29udmVyc2F0aW9uQWN0aW9uUmVxdWVzdBooLmFwaS52MS5VcGRhdGVDb252ZXJzYXRpb25BY3Rpb25SZXNwb25zZRJDCgpNYXJrQXNSZWFkEhkuYXBpLnYxLk1hcmtBc1JlYWRSZXF1ZXN0GhouYXBpLnYxLk1hcmtBc1JlYWRSZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_group, file_api_v1_message, file_buf_validate_validate]);
-
-/**
- * A conversation as seen by the calling user.
- *
- * @generated from message api.v1.ConversationInfo
- */
-export type ConversationInfo = Message<"api.v1.ConversationInfo"> & {
-  /**
-   * PRIVATE: (max user id << 32) | min user id. GROUP: the group id.
-   *
-   * @generated from field: int64 conversation_id = 1;
-   */
-  conversationId: bigint;
-
-  /**
-   * @generated from field: api.v1.ConversationType type = 2;
-   */
-  type: ConversationType;
-
-  /**
-   * @generated from field: bool is_muted = 3;
-   */
-  isMuted: boolean;
-
-  /**
-   * Moves only when a new message arrives; list sort key.
-   *
-   * @generated from field: int64 last_message_time = 4;
-   */
-  lastMessageTime: bigint;
-
-  /**
-   * @generated from field: int64 last_message_id = 5;
-   */
-  lastMessageId: bigint;
-
-  /**
-   * Caller's read position; unread = last_message_id - last_read_message_id.
-   *
-   * @generated from field: int64 last_read_message_id = 6;
-   */
-  lastReadMessageId: bigint;
-
-  /**
-   * PRIVATE: the other participant; GROUP: the group id.
-   *
-   * @generated from field: int32 peer_id = 7;
-   */
-  peerId: number;
-};
-
-/**
- * A conversation as seen by the calling user.
- *
- * @generated from message api.v1.ConversationInfo
- */
-export type ConversationInfoJson = {
-  /**
-   * PRIVATE: (max user id << 32) | min user id. GROUP: the group id.
-   *
-   * @generated from field: int64 conversation_id = 1;
-   */
-  conversationId?: string;
-
-  /**
-   * @generated from field: api.v1.ConversationType type = 2;
-   */
-  type?: ConversationTypeJson;
-
-  /**
-   * @generated from field: bool is_muted = 3;
-   */
-  isMuted?: boolean;
-
-  /**
-   * Moves only when a new message arrives; list sort key.
-   *
-   * @generated from field: int64 last_message_time = 4;
-   */
-  lastMessageTime?: string;
-
-  /**
-   * @generated from field: int64 last_message_id = 5;
-   */
-  lastMessageId?: string;
-
-  /**
-   * Caller's read position; unread = last_message_id - last_read_message_id.
-   *
-   * @generated from field: int64 last_read_message_id = 6;
-   */
-  lastReadMessageId?: string;
-
-  /**
-   * PRIVATE: the other participant; GROUP: the group id.
-   *
-   * @generated from field: int32 peer_id = 7;
-   */
-  peerId?: number;
-};
-
-/**
- * Describes the message api.v1.ConversationInfo.
- * Use `create(ConversationInfoSchema)` to create a new message.
- */
-export const ConversationInfoSchema: GenMessage<ConversationInfo, {jsonType: ConversationInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 0);
+  fileDesc("ChlhcGkvdjEvY29udmVyc2F0aW9uLnByb3RvEgZhcGkudjEiOgoWR2V0Q29udmVyc2F0aW9uUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAAiTAoXR2V0Q29udmVyc2F0aW9uUmVzcG9uc2USMQoMY29udmVyc2F0aW9uGAEgASgLMhsuc2hhcmVkLnYxLkNvbnZlcnNhdGlvbkluZm8iXgoYTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0EhgKC2JlZm9yZV90aW1lGAEgASgDSACIAQESGAoFbGltaXQYAiABKAVCCbpIBhoEGGQoAEIOCgxfYmVmb3JlX3RpbWUi6QEKGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USMgoNY29udmVyc2F0aW9ucxgBIAMoCzIbLnNoYXJlZC52MS5Db252ZXJzYXRpb25JbmZvEioKDXJlbGF0ZWRfdXNlcnMYAiADKAsyEy5zaGFyZWQudjEuVXNlckluZm8SLAoOcmVsYXRlZF9ncm91cHMYAyADKAsyFC5zaGFyZWQudjEuR3JvdXBJbmZvEiwKCG1lc3NhZ2VzGAQgAygLMhouc2hhcmVkLnYxLk1lc3NhZ2VFbnZlbG9wZRIQCghoYXNfbW9yZRgFIAEoCCKaAQofVXBkYXRlQ29udmVyc2F0aW9uQWN0aW9uUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASPQoGYWN0aW9uGAIgASgOMiEuc2hhcmVkLnYxLkNvbnZlcnNhdGlvbkFjdGlvblR5cGVCCrpIB4IBBBABIAASFgoOY2xlYXJfbWVzc2FnZXMYAyABKAgiIgogVXBkYXRlQ29udmVyc2F0aW9uQWN0aW9uUmVzcG9uc2UiWAoRTWFya0FzUmVhZFJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEiEKEHVwX3RvX21lc3NhZ2VfaWQYAiABKANCB7pIBCICIAAiFAoSTWFya0FzUmVhZFJlc3BvbnNlMvcCChNDb252ZXJzYXRpb25TZXJ2aWNlElIKD0dldENvbnZlcnNhdGlvbhIeLmFwaS52MS5HZXRDb252ZXJzYXRpb25SZXF1ZXN0Gh8uYXBpLnYxLkdldENvbnZlcnNhdGlvblJlc3BvbnNlElgKEUxpc3RDb252ZXJzYXRpb25zEiAuYXBpLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBohLmFwaS52MS5MaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEm0KGFVwZGF0ZUNvbnZlcnNhdGlvbkFjdGlvbhInLmFwaS52MS5VcGRhdGVDb252ZXJzYXRpb25BY3Rpb25SZXF1ZXN0GiguYXBpLnYxLlVwZGF0ZUNvbnZlcnNhdGlvbkFjdGlvblJlc3BvbnNlEkMKCk1hcmtBc1JlYWQSGS5hcGkudjEuTWFya0FzUmVhZFJlcXVlc3QaGi5hcGkudjEuTWFya0FzUmVhZFJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_shared_v1_common, file_shared_v1_conversation, file_shared_v1_group, file_shared_v1_message]);
 
 /**
  * @generated from message api.v1.GetConversationRequest
@@ -151,14 +46,14 @@ export type GetConversationRequestJson = {
  * Use `create(GetConversationRequestSchema)` to create a new message.
  */
 export const GetConversationRequestSchema: GenMessage<GetConversationRequest, {jsonType: GetConversationRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 1);
+  messageDesc(file_api_v1_conversation, 0);
 
 /**
  * @generated from message api.v1.GetConversationResponse
  */
 export type GetConversationResponse = Message<"api.v1.GetConversationResponse"> & {
   /**
-   * @generated from field: api.v1.ConversationInfo conversation = 1;
+   * @generated from field: shared.v1.ConversationInfo conversation = 1;
    */
   conversation?: ConversationInfo | undefined;
 };
@@ -168,7 +63,7 @@ export type GetConversationResponse = Message<"api.v1.GetConversationResponse"> 
  */
 export type GetConversationResponseJson = {
   /**
-   * @generated from field: api.v1.ConversationInfo conversation = 1;
+   * @generated from field: shared.v1.ConversationInfo conversation = 1;
    */
   conversation?: ConversationInfoJson;
 };
@@ -178,7 +73,7 @@ export type GetConversationResponseJson = {
  * Use `create(GetConversationResponseSchema)` to create a new message.
  */
 export const GetConversationResponseSchema: GenMessage<GetConversationResponse, {jsonType: GetConversationResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 2);
+  messageDesc(file_api_v1_conversation, 1);
 
 /**
  * @generated from message api.v1.ListConversationsRequest
@@ -219,7 +114,7 @@ export type ListConversationsRequestJson = {
  * Use `create(ListConversationsRequestSchema)` to create a new message.
  */
 export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest, {jsonType: ListConversationsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 3);
+  messageDesc(file_api_v1_conversation, 2);
 
 /**
  * @generated from message api.v1.ListConversationsResponse
@@ -228,24 +123,24 @@ export type ListConversationsResponse = Message<"api.v1.ListConversationsRespons
   /**
    * Newest last message first.
    *
-   * @generated from field: repeated api.v1.ConversationInfo conversations = 1;
+   * @generated from field: repeated shared.v1.ConversationInfo conversations = 1;
    */
   conversations: ConversationInfo[];
 
   /**
-   * @generated from field: repeated api.v1.UserInfo related_users = 2;
+   * @generated from field: repeated shared.v1.UserInfo related_users = 2;
    */
   relatedUsers: UserInfo[];
 
   /**
-   * @generated from field: repeated api.v1.GroupInfo related_groups = 3;
+   * @generated from field: repeated shared.v1.GroupInfo related_groups = 3;
    */
   relatedGroups: GroupInfo[];
 
   /**
    * Latest message of each listed conversation that has one.
    *
-   * @generated from field: repeated api.v1.MessageEnvelope messages = 4;
+   * @generated from field: repeated shared.v1.MessageEnvelope messages = 4;
    */
   messages: MessageEnvelope[];
 
@@ -262,24 +157,24 @@ export type ListConversationsResponseJson = {
   /**
    * Newest last message first.
    *
-   * @generated from field: repeated api.v1.ConversationInfo conversations = 1;
+   * @generated from field: repeated shared.v1.ConversationInfo conversations = 1;
    */
   conversations?: ConversationInfoJson[];
 
   /**
-   * @generated from field: repeated api.v1.UserInfo related_users = 2;
+   * @generated from field: repeated shared.v1.UserInfo related_users = 2;
    */
   relatedUsers?: UserInfoJson[];
 
   /**
-   * @generated from field: repeated api.v1.GroupInfo related_groups = 3;
+   * @generated from field: repeated shared.v1.GroupInfo related_groups = 3;
    */
   relatedGroups?: GroupInfoJson[];
 
   /**
    * Latest message of each listed conversation that has one.
    *
-   * @generated from field: repeated api.v1.MessageEnvelope messages = 4;
+   * @generated from field: repeated shared.v1.MessageEnvelope messages = 4;
    */
   messages?: MessageEnvelopeJson[];
 
@@ -294,7 +189,7 @@ export type ListConversationsResponseJson = {
  * Use `create(ListConversationsResponseSchema)` to create a new message.
  */
 export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse, {jsonType: ListConversationsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 4);
+  messageDesc(file_api_v1_conversation, 3);
 
 /**
  * @generated from message api.v1.UpdateConversationActionRequest
@@ -306,7 +201,7 @@ export type UpdateConversationActionRequest = Message<"api.v1.UpdateConversation
   conversationId: bigint;
 
   /**
-   * @generated from field: api.v1.ConversationActionType action = 2;
+   * @generated from field: shared.v1.ConversationActionType action = 2;
    */
   action: ConversationActionType;
 
@@ -328,7 +223,7 @@ export type UpdateConversationActionRequestJson = {
   conversationId?: string;
 
   /**
-   * @generated from field: api.v1.ConversationActionType action = 2;
+   * @generated from field: shared.v1.ConversationActionType action = 2;
    */
   action?: ConversationActionTypeJson;
 
@@ -345,7 +240,7 @@ export type UpdateConversationActionRequestJson = {
  * Use `create(UpdateConversationActionRequestSchema)` to create a new message.
  */
 export const UpdateConversationActionRequestSchema: GenMessage<UpdateConversationActionRequest, {jsonType: UpdateConversationActionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 5);
+  messageDesc(file_api_v1_conversation, 4);
 
 /**
  * @generated from message api.v1.UpdateConversationActionResponse
@@ -364,7 +259,7 @@ export type UpdateConversationActionResponseJson = {
  * Use `create(UpdateConversationActionResponseSchema)` to create a new message.
  */
 export const UpdateConversationActionResponseSchema: GenMessage<UpdateConversationActionResponse, {jsonType: UpdateConversationActionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 6);
+  messageDesc(file_api_v1_conversation, 5);
 
 /**
  * @generated from message api.v1.MarkAsReadRequest
@@ -405,7 +300,7 @@ export type MarkAsReadRequestJson = {
  * Use `create(MarkAsReadRequestSchema)` to create a new message.
  */
 export const MarkAsReadRequestSchema: GenMessage<MarkAsReadRequest, {jsonType: MarkAsReadRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 7);
+  messageDesc(file_api_v1_conversation, 6);
 
 /**
  * @generated from message api.v1.MarkAsReadResponse
@@ -424,74 +319,7 @@ export type MarkAsReadResponseJson = {
  * Use `create(MarkAsReadResponseSchema)` to create a new message.
  */
 export const MarkAsReadResponseSchema: GenMessage<MarkAsReadResponse, {jsonType: MarkAsReadResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_conversation, 8);
-
-/**
- * @generated from enum api.v1.ConversationType
- */
-export enum ConversationType {
-  /**
-   * @generated from enum value: CONVERSATION_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: CONVERSATION_TYPE_PRIVATE = 1;
-   */
-  PRIVATE = 1,
-
-  /**
-   * @generated from enum value: CONVERSATION_TYPE_GROUP = 2;
-   */
-  GROUP = 2,
-}
-
-/**
- * @generated from enum api.v1.ConversationType
- */
-export type ConversationTypeJson = "CONVERSATION_TYPE_UNSPECIFIED" | "CONVERSATION_TYPE_PRIVATE" | "CONVERSATION_TYPE_GROUP";
-
-/**
- * Describes the enum api.v1.ConversationType.
- */
-export const ConversationTypeSchema: GenEnum<ConversationType, ConversationTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_conversation, 0);
-
-/**
- * @generated from enum api.v1.ConversationActionType
- */
-export enum ConversationActionType {
-  /**
-   * @generated from enum value: CONVERSATION_ACTION_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: CONVERSATION_ACTION_TYPE_MUTE = 1;
-   */
-  MUTE = 1,
-
-  /**
-   * @generated from enum value: CONVERSATION_ACTION_TYPE_UNMUTE = 2;
-   */
-  UNMUTE = 2,
-
-  /**
-   * @generated from enum value: CONVERSATION_ACTION_TYPE_DELETE = 3;
-   */
-  DELETE = 3,
-}
-
-/**
- * @generated from enum api.v1.ConversationActionType
- */
-export type ConversationActionTypeJson = "CONVERSATION_ACTION_TYPE_UNSPECIFIED" | "CONVERSATION_ACTION_TYPE_MUTE" | "CONVERSATION_ACTION_TYPE_UNMUTE" | "CONVERSATION_ACTION_TYPE_DELETE";
-
-/**
- * Describes the enum api.v1.ConversationActionType.
- */
-export const ConversationActionTypeSchema: GenEnum<ConversationActionType, ConversationActionTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_conversation, 1);
+  messageDesc(file_api_v1_conversation, 7);
 
 /**
  * Conversation list, per-user conversation actions and read positions.

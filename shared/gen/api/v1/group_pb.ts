@@ -2,157 +2,22 @@
 // @generated from file api/v1/group.proto (package api.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { UserInfo, UserInfoJson } from "./common_pb.js";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_api_v1_common } from "./common_pb.js";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { UserInfo, UserInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
+import type { GroupInfo, GroupInfoJson, MemberInfo, MemberInfoJson } from "../../shared/v1/group_pb.js";
+import { file_shared_v1_group } from "../../shared/v1/group_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/group.proto.
  */
 export const file_api_v1_group: GenFile = /*@__PURE__*/
-  fileDesc("ChJhcGkvdjEvZ3JvdXAucHJvdG8SBmFwaS52MSKfAQoJR3JvdXBJbmZvEhAKCGdyb3VwX2lkGAEgASgFEgwKBG5hbWUYAiABKAkSEgoKYXZhdGFyX3VybBgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRISCgpjcmVhdGVkX2F0GAUgASgDEhAKCG93bmVyX2lkGAYgASgFEiMKBnN0YXR1cxgHIAEoDjITLmFwaS52MS5Hcm91cFN0YXR1cyJSCgpNZW1iZXJJbmZvEg8KB3VzZXJfaWQYASABKAUSIAoEcm9sZRgCIAEoDjISLmFwaS52MS5NZW1iZXJSb2xlEhEKCWpvaW5lZF9hdBgDIAEoAyKMAQoSQ3JlYXRlR3JvdXBSZXF1ZXN0EhsKBG5hbWUYASABKAlCDbpICnIIiIgnARABGEASHAoKYXZhdGFyX3VybBgCIAEoCUIIukgFcgMYgBASHAoKbWVtYmVyX2lkcxgDIAMoBUIIukgFkgECCAISHQoLZGVzY3JpcHRpb24YBCABKAlCCLpIBXIDGPQDIjcKE0NyZWF0ZUdyb3VwUmVzcG9uc2USIAoFZ3JvdXAYASABKAsyES5hcGkudjEuR3JvdXBJbmZvIjEKFERpc3NvbHZlR3JvdXBSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAIhcKFURpc3NvbHZlR3JvdXBSZXNwb25zZSJQChZVcGRhdGVHcm91cE5hbWVSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAEhsKBG5hbWUYAiABKAlCDbpICnIIiIgnARABGEAiGQoXVXBkYXRlR3JvdXBOYW1lUmVzcG9uc2UiUwoYVXBkYXRlR3JvdXBBdmF0YXJSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAEhwKCmF2YXRhcl91cmwYAiABKAlCCLpIBXIDGIAQIhsKGVVwZGF0ZUdyb3VwQXZhdGFyUmVzcG9uc2UiWQodVXBkYXRlR3JvdXBEZXNjcmlwdGlvblJlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAASHQoLZGVzY3JpcHRpb24YAiABKAlCCLpIBXIDGPQDIiAKHlVwZGF0ZUdyb3VwRGVzY3JpcHRpb25SZXNwb25zZSJPChRJbnZpdGVNZW1iZXJzUmVxdWVzdBIZCghncm91cF9pZBgBIAEoBUIHukgEGgIgABIcCgptZW1iZXJfaWRzGAIgAygFQgi6SAWSAQIQYyIXChVJbnZpdGVNZW1iZXJzUmVzcG9uc2UiTAoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIZCghncm91cF9pZBgBIAEoBUIHukgEGgIgABIaCgl0YXJnZXRfaWQYAiABKAVCB7pIBBoCIAAiFgoUUmVtb3ZlTWVtYmVyUmVzcG9uc2UiLgoRTGVhdmVHcm91cFJlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAAiFAoSTGVhdmVHcm91cFJlc3BvbnNlIjAKE0dldEdyb3VwSW5mb1JlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAAifgoUR2V0R3JvdXBJbmZvUmVzcG9uc2USIAoFZ3JvdXAYASABKAsyES5hcGkudjEuR3JvdXBJbmZvEiMKB21lbWJlcnMYAiADKAsyEi5hcGkudjEuTWVtYmVySW5mbxIfCgV1c2VycxgDIAMoCzIQLmFwaS52MS5Vc2VySW5mbyJSChFMaXN0R3JvdXBzUmVxdWVzdBIVCghhZnRlcl9pZBgBIAEoBUgAiAEBEhkKBWxpbWl0GAIgASgFQgq6SAcaBRjIASgAQgsKCV9hZnRlcl9pZCJJChJMaXN0R3JvdXBzUmVzcG9uc2USIQoGZ3JvdXBzGAEgAygLMhEuYXBpLnYxLkdyb3VwSW5mbxIQCghoYXNfbW9yZRgCIAEoCCpYCgpNZW1iZXJSb2xlEhsKF01FTUJFUl9ST0xFX1VOU1BFQ0lGSUVEEAASFQoRTUVNQkVSX1JPTEVfT1dORVIQARIWChJNRU1CRVJfUk9MRV9NRU1CRVIQAipgCgtHcm91cFN0YXR1cxIcChhHUk9VUF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNHUk9VUF9TVEFUVVNfTk9STUFMEAESGgoWR1JPVVBfU1RBVFVTX0RJU1NPTFZFRBACMqkGCgxHcm91cFNlcnZpY2USRgoLQ3JlYXRlR3JvdXASGi5hcGkudjEuQ3JlYXRlR3JvdXBSZXF1ZXN0GhsuYXBpLnYxLkNyZWF0ZUdyb3VwUmVzcG9uc2USTAoNRGlzc29sdmVHcm91cBIcLmFwaS52MS5EaXNzb2x2ZUdyb3VwUmVxdWVzdBodLmFwaS52MS5EaXNzb2x2ZUdyb3VwUmVzcG9uc2USUgoPVXBkYXRlR3JvdXBOYW1lEh4uYXBpLnYxLlVwZGF0ZUdyb3VwTmFtZVJlcXVlc3QaHy5hcGkudjEuVXBkYXRlR3JvdXBOYW1lUmVzcG9uc2USWAoRVXBkYXRlR3JvdXBBdmF0YXISIC5hcGkudjEuVXBkYXRlR3JvdXBBdmF0YXJSZXF1ZXN0GiEuYXBpLnYxLlVwZGF0ZUdyb3VwQXZhdGFyUmVzcG9uc2USZwoWVXBkYXRlR3JvdXBEZXNjcmlwdGlvbhIlLmFwaS52MS5VcGRhdGVHcm91cERlc2NyaXB0aW9uUmVxdWVzdBomLmFwaS52MS5VcGRhdGVHcm91cERlc2NyaXB0aW9uUmVzcG9uc2USTAoNSW52aXRlTWVtYmVycxIcLmFwaS52MS5JbnZpdGVNZW1iZXJzUmVxdWVzdBodLmFwaS52MS5JbnZpdGVNZW1iZXJzUmVzcG9uc2USSQoMUmVtb3ZlTWVtYmVyEhsuYXBpLnYxLlJlbW92ZU1lbWJlclJlcXVlc3QaHC5hcGkudjEuUmVtb3ZlTWVtYmVyUmVzcG9uc2USQwoKTGVhdmVHcm91cBIZLmFwaS52MS5MZWF2ZUdyb3VwUmVxdWVzdBoaLmFwaS52MS5MZWF2ZUdyb3VwUmVzcG9uc2USSQoMR2V0R3JvdXBJbmZvEhsuYXBpLnYxLkdldEdyb3VwSW5mb1JlcXVlc3QaHC5hcGkudjEuR2V0R3JvdXBJbmZvUmVzcG9uc2USQwoKTGlzdEdyb3VwcxIZLmFwaS52MS5MaXN0R3JvdXBzUmVxdWVzdBoaLmFwaS52MS5MaXN0R3JvdXBzUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * @generated from message api.v1.GroupInfo
- */
-export type GroupInfo = Message<"api.v1.GroupInfo"> & {
-  /**
-   * Also the group's conversation id (widened to int64).
-   *
-   * @generated from field: int32 group_id = 1;
-   */
-  groupId: number;
-
-  /**
-   * @generated from field: string name = 2;
-   */
-  name: string;
-
-  /**
-   * @generated from field: string avatar_url = 3;
-   */
-  avatarUrl: string;
-
-  /**
-   * @generated from field: string description = 4;
-   */
-  description: string;
-
-  /**
-   * @generated from field: int64 created_at = 5;
-   */
-  createdAt: bigint;
-
-  /**
-   * @generated from field: int32 owner_id = 6;
-   */
-  ownerId: number;
-
-  /**
-   * @generated from field: api.v1.GroupStatus status = 7;
-   */
-  status: GroupStatus;
-};
-
-/**
- * @generated from message api.v1.GroupInfo
- */
-export type GroupInfoJson = {
-  /**
-   * Also the group's conversation id (widened to int64).
-   *
-   * @generated from field: int32 group_id = 1;
-   */
-  groupId?: number;
-
-  /**
-   * @generated from field: string name = 2;
-   */
-  name?: string;
-
-  /**
-   * @generated from field: string avatar_url = 3;
-   */
-  avatarUrl?: string;
-
-  /**
-   * @generated from field: string description = 4;
-   */
-  description?: string;
-
-  /**
-   * @generated from field: int64 created_at = 5;
-   */
-  createdAt?: string;
-
-  /**
-   * @generated from field: int32 owner_id = 6;
-   */
-  ownerId?: number;
-
-  /**
-   * @generated from field: api.v1.GroupStatus status = 7;
-   */
-  status?: GroupStatusJson;
-};
-
-/**
- * Describes the message api.v1.GroupInfo.
- * Use `create(GroupInfoSchema)` to create a new message.
- */
-export const GroupInfoSchema: GenMessage<GroupInfo, {jsonType: GroupInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 0);
-
-/**
- * @generated from message api.v1.MemberInfo
- */
-export type MemberInfo = Message<"api.v1.MemberInfo"> & {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId: number;
-
-  /**
-   * @generated from field: api.v1.MemberRole role = 2;
-   */
-  role: MemberRole;
-
-  /**
-   * @generated from field: int64 joined_at = 3;
-   */
-  joinedAt: bigint;
-};
-
-/**
- * @generated from message api.v1.MemberInfo
- */
-export type MemberInfoJson = {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId?: number;
-
-  /**
-   * @generated from field: api.v1.MemberRole role = 2;
-   */
-  role?: MemberRoleJson;
-
-  /**
-   * @generated from field: int64 joined_at = 3;
-   */
-  joinedAt?: string;
-};
-
-/**
- * Describes the message api.v1.MemberInfo.
- * Use `create(MemberInfoSchema)` to create a new message.
- */
-export const MemberInfoSchema: GenMessage<MemberInfo, {jsonType: MemberInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 1);
+  fileDesc("ChJhcGkvdjEvZ3JvdXAucHJvdG8SBmFwaS52MSKMAQoSQ3JlYXRlR3JvdXBSZXF1ZXN0EhsKBG5hbWUYASABKAlCDbpICnIIiIgnARABGEASHAoKYXZhdGFyX3VybBgCIAEoCUIIukgFcgMYgBASHAoKbWVtYmVyX2lkcxgDIAMoBUIIukgFkgECCAISHQoLZGVzY3JpcHRpb24YBCABKAlCCLpIBXIDGPQDIjoKE0NyZWF0ZUdyb3VwUmVzcG9uc2USIwoFZ3JvdXAYASABKAsyFC5zaGFyZWQudjEuR3JvdXBJbmZvIjEKFERpc3NvbHZlR3JvdXBSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAIhcKFURpc3NvbHZlR3JvdXBSZXNwb25zZSJQChZVcGRhdGVHcm91cE5hbWVSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAEhsKBG5hbWUYAiABKAlCDbpICnIIiIgnARABGEAiGQoXVXBkYXRlR3JvdXBOYW1lUmVzcG9uc2UiUwoYVXBkYXRlR3JvdXBBdmF0YXJSZXF1ZXN0EhkKCGdyb3VwX2lkGAEgASgFQge6SAQaAiAAEhwKCmF2YXRhcl91cmwYAiABKAlCCLpIBXIDGIAQIhsKGVVwZGF0ZUdyb3VwQXZhdGFyUmVzcG9uc2UiWQodVXBkYXRlR3JvdXBEZXNjcmlwdGlvblJlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAASHQoLZGVzY3JpcHRpb24YAiABKAlCCLpIBXIDGPQDIiAKHlVwZGF0ZUdyb3VwRGVzY3JpcHRpb25SZXNwb25zZSJPChRJbnZpdGVNZW1iZXJzUmVxdWVzdBIZCghncm91cF9pZBgBIAEoBUIHukgEGgIgABIcCgptZW1iZXJfaWRzGAIgAygFQgi6SAWSAQIQYyIXChVJbnZpdGVNZW1iZXJzUmVzcG9uc2UiTAoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIZCghncm91cF9pZBgBIAEoBUIHukgEGgIgABIaCgl0YXJnZXRfaWQYAiABKAVCB7pIBBoCIAAiFgoUUmVtb3ZlTWVtYmVyUmVzcG9uc2UiLgoRTGVhdmVHcm91cFJlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAAiFAoSTGVhdmVHcm91cFJlc3BvbnNlIjAKE0dldEdyb3VwSW5mb1JlcXVlc3QSGQoIZ3JvdXBfaWQYASABKAVCB7pIBBoCIAAihwEKFEdldEdyb3VwSW5mb1Jlc3BvbnNlEiMKBWdyb3VwGAEgASgLMhQuc2hhcmVkLnYxLkdyb3VwSW5mbxImCgdtZW1iZXJzGAIgAygLMhUuc2hhcmVkLnYxLk1lbWJlckluZm8SIgoFdXNlcnMYAyADKAsyEy5zaGFyZWQudjEuVXNlckluZm8iUgoRTGlzdEdyb3Vwc1JlcXVlc3QSFQoIYWZ0ZXJfaWQYASABKAVIAIgBARIZCgVsaW1pdBgCIAEoBUIKukgHGgUYyAEoAEILCglfYWZ0ZXJfaWQiTAoSTGlzdEdyb3Vwc1Jlc3BvbnNlEiQKBmdyb3VwcxgBIAMoCzIULnNoYXJlZC52MS5Hcm91cEluZm8SEAoIaGFzX21vcmUYAiABKAgyqQYKDEdyb3VwU2VydmljZRJGCgtDcmVhdGVHcm91cBIaLmFwaS52MS5DcmVhdGVHcm91cFJlcXVlc3QaGy5hcGkudjEuQ3JlYXRlR3JvdXBSZXNwb25zZRJMCg1EaXNzb2x2ZUdyb3VwEhwuYXBpLnYxLkRpc3NvbHZlR3JvdXBSZXF1ZXN0Gh0uYXBpLnYxLkRpc3NvbHZlR3JvdXBSZXNwb25zZRJSCg9VcGRhdGVHcm91cE5hbWUSHi5hcGkudjEuVXBkYXRlR3JvdXBOYW1lUmVxdWVzdBofLmFwaS52MS5VcGRhdGVHcm91cE5hbWVSZXNwb25zZRJYChFVcGRhdGVHcm91cEF2YXRhchIgLmFwaS52MS5VcGRhdGVHcm91cEF2YXRhclJlcXVlc3QaIS5hcGkudjEuVXBkYXRlR3JvdXBBdmF0YXJSZXNwb25zZRJnChZVcGRhdGVHcm91cERlc2NyaXB0aW9uEiUuYXBpLnYxLlVwZGF0ZUdyb3VwRGVzY3JpcHRpb25SZXF1ZXN0GiYuYXBpLnYxLlVwZGF0ZUdyb3VwRGVzY3JpcHRpb25SZXNwb25zZRJMCg1JbnZpdGVNZW1iZXJzEhwuYXBpLnYxLkludml0ZU1lbWJlcnNSZXF1ZXN0Gh0uYXBpLnYxLkludml0ZU1lbWJlcnNSZXNwb25zZRJJCgxSZW1vdmVNZW1iZXISGy5hcGkudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBocLmFwaS52MS5SZW1vdmVNZW1iZXJSZXNwb25zZRJDCgpMZWF2ZUdyb3VwEhkuYXBpLnYxLkxlYXZlR3JvdXBSZXF1ZXN0GhouYXBpLnYxLkxlYXZlR3JvdXBSZXNwb25zZRJJCgxHZXRHcm91cEluZm8SGy5hcGkudjEuR2V0R3JvdXBJbmZvUmVxdWVzdBocLmFwaS52MS5HZXRHcm91cEluZm9SZXNwb25zZRJDCgpMaXN0R3JvdXBzEhkuYXBpLnYxLkxpc3RHcm91cHNSZXF1ZXN0GhouYXBpLnYxLkxpc3RHcm91cHNSZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate, file_shared_v1_common, file_shared_v1_group]);
 
 /**
  * @generated from message api.v1.CreateGroupRequest
@@ -219,14 +84,14 @@ export type CreateGroupRequestJson = {
  * Use `create(CreateGroupRequestSchema)` to create a new message.
  */
 export const CreateGroupRequestSchema: GenMessage<CreateGroupRequest, {jsonType: CreateGroupRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 2);
+  messageDesc(file_api_v1_group, 0);
 
 /**
  * @generated from message api.v1.CreateGroupResponse
  */
 export type CreateGroupResponse = Message<"api.v1.CreateGroupResponse"> & {
   /**
-   * @generated from field: api.v1.GroupInfo group = 1;
+   * @generated from field: shared.v1.GroupInfo group = 1;
    */
   group?: GroupInfo | undefined;
 };
@@ -236,7 +101,7 @@ export type CreateGroupResponse = Message<"api.v1.CreateGroupResponse"> & {
  */
 export type CreateGroupResponseJson = {
   /**
-   * @generated from field: api.v1.GroupInfo group = 1;
+   * @generated from field: shared.v1.GroupInfo group = 1;
    */
   group?: GroupInfoJson;
 };
@@ -246,7 +111,7 @@ export type CreateGroupResponseJson = {
  * Use `create(CreateGroupResponseSchema)` to create a new message.
  */
 export const CreateGroupResponseSchema: GenMessage<CreateGroupResponse, {jsonType: CreateGroupResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 3);
+  messageDesc(file_api_v1_group, 1);
 
 /**
  * @generated from message api.v1.DissolveGroupRequest
@@ -273,7 +138,7 @@ export type DissolveGroupRequestJson = {
  * Use `create(DissolveGroupRequestSchema)` to create a new message.
  */
 export const DissolveGroupRequestSchema: GenMessage<DissolveGroupRequest, {jsonType: DissolveGroupRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 4);
+  messageDesc(file_api_v1_group, 2);
 
 /**
  * @generated from message api.v1.DissolveGroupResponse
@@ -292,7 +157,7 @@ export type DissolveGroupResponseJson = {
  * Use `create(DissolveGroupResponseSchema)` to create a new message.
  */
 export const DissolveGroupResponseSchema: GenMessage<DissolveGroupResponse, {jsonType: DissolveGroupResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 5);
+  messageDesc(file_api_v1_group, 3);
 
 /**
  * @generated from message api.v1.UpdateGroupNameRequest
@@ -329,7 +194,7 @@ export type UpdateGroupNameRequestJson = {
  * Use `create(UpdateGroupNameRequestSchema)` to create a new message.
  */
 export const UpdateGroupNameRequestSchema: GenMessage<UpdateGroupNameRequest, {jsonType: UpdateGroupNameRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 6);
+  messageDesc(file_api_v1_group, 4);
 
 /**
  * @generated from message api.v1.UpdateGroupNameResponse
@@ -348,7 +213,7 @@ export type UpdateGroupNameResponseJson = {
  * Use `create(UpdateGroupNameResponseSchema)` to create a new message.
  */
 export const UpdateGroupNameResponseSchema: GenMessage<UpdateGroupNameResponse, {jsonType: UpdateGroupNameResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 7);
+  messageDesc(file_api_v1_group, 5);
 
 /**
  * @generated from message api.v1.UpdateGroupAvatarRequest
@@ -385,7 +250,7 @@ export type UpdateGroupAvatarRequestJson = {
  * Use `create(UpdateGroupAvatarRequestSchema)` to create a new message.
  */
 export const UpdateGroupAvatarRequestSchema: GenMessage<UpdateGroupAvatarRequest, {jsonType: UpdateGroupAvatarRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 8);
+  messageDesc(file_api_v1_group, 6);
 
 /**
  * @generated from message api.v1.UpdateGroupAvatarResponse
@@ -404,7 +269,7 @@ export type UpdateGroupAvatarResponseJson = {
  * Use `create(UpdateGroupAvatarResponseSchema)` to create a new message.
  */
 export const UpdateGroupAvatarResponseSchema: GenMessage<UpdateGroupAvatarResponse, {jsonType: UpdateGroupAvatarResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 9);
+  messageDesc(file_api_v1_group, 7);
 
 /**
  * @generated from message api.v1.UpdateGroupDescriptionRequest
@@ -441,7 +306,7 @@ export type UpdateGroupDescriptionRequestJson = {
  * Use `create(UpdateGroupDescriptionRequestSchema)` to create a new message.
  */
 export const UpdateGroupDescriptionRequestSchema: GenMessage<UpdateGroupDescriptionRequest, {jsonType: UpdateGroupDescriptionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 10);
+  messageDesc(file_api_v1_group, 8);
 
 /**
  * @generated from message api.v1.UpdateGroupDescriptionResponse
@@ -460,7 +325,7 @@ export type UpdateGroupDescriptionResponseJson = {
  * Use `create(UpdateGroupDescriptionResponseSchema)` to create a new message.
  */
 export const UpdateGroupDescriptionResponseSchema: GenMessage<UpdateGroupDescriptionResponse, {jsonType: UpdateGroupDescriptionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 11);
+  messageDesc(file_api_v1_group, 9);
 
 /**
  * @generated from message api.v1.InviteMembersRequest
@@ -501,7 +366,7 @@ export type InviteMembersRequestJson = {
  * Use `create(InviteMembersRequestSchema)` to create a new message.
  */
 export const InviteMembersRequestSchema: GenMessage<InviteMembersRequest, {jsonType: InviteMembersRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 12);
+  messageDesc(file_api_v1_group, 10);
 
 /**
  * @generated from message api.v1.InviteMembersResponse
@@ -520,7 +385,7 @@ export type InviteMembersResponseJson = {
  * Use `create(InviteMembersResponseSchema)` to create a new message.
  */
 export const InviteMembersResponseSchema: GenMessage<InviteMembersResponse, {jsonType: InviteMembersResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 13);
+  messageDesc(file_api_v1_group, 11);
 
 /**
  * @generated from message api.v1.RemoveMemberRequest
@@ -561,7 +426,7 @@ export type RemoveMemberRequestJson = {
  * Use `create(RemoveMemberRequestSchema)` to create a new message.
  */
 export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest, {jsonType: RemoveMemberRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 14);
+  messageDesc(file_api_v1_group, 12);
 
 /**
  * @generated from message api.v1.RemoveMemberResponse
@@ -580,7 +445,7 @@ export type RemoveMemberResponseJson = {
  * Use `create(RemoveMemberResponseSchema)` to create a new message.
  */
 export const RemoveMemberResponseSchema: GenMessage<RemoveMemberResponse, {jsonType: RemoveMemberResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 15);
+  messageDesc(file_api_v1_group, 13);
 
 /**
  * @generated from message api.v1.LeaveGroupRequest
@@ -607,7 +472,7 @@ export type LeaveGroupRequestJson = {
  * Use `create(LeaveGroupRequestSchema)` to create a new message.
  */
 export const LeaveGroupRequestSchema: GenMessage<LeaveGroupRequest, {jsonType: LeaveGroupRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 16);
+  messageDesc(file_api_v1_group, 14);
 
 /**
  * @generated from message api.v1.LeaveGroupResponse
@@ -626,7 +491,7 @@ export type LeaveGroupResponseJson = {
  * Use `create(LeaveGroupResponseSchema)` to create a new message.
  */
 export const LeaveGroupResponseSchema: GenMessage<LeaveGroupResponse, {jsonType: LeaveGroupResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 17);
+  messageDesc(file_api_v1_group, 15);
 
 /**
  * @generated from message api.v1.GetGroupInfoRequest
@@ -653,26 +518,26 @@ export type GetGroupInfoRequestJson = {
  * Use `create(GetGroupInfoRequestSchema)` to create a new message.
  */
 export const GetGroupInfoRequestSchema: GenMessage<GetGroupInfoRequest, {jsonType: GetGroupInfoRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 18);
+  messageDesc(file_api_v1_group, 16);
 
 /**
  * @generated from message api.v1.GetGroupInfoResponse
  */
 export type GetGroupInfoResponse = Message<"api.v1.GetGroupInfoResponse"> & {
   /**
-   * @generated from field: api.v1.GroupInfo group = 1;
+   * @generated from field: shared.v1.GroupInfo group = 1;
    */
   group?: GroupInfo | undefined;
 
   /**
-   * @generated from field: repeated api.v1.MemberInfo members = 2;
+   * @generated from field: repeated shared.v1.MemberInfo members = 2;
    */
   members: MemberInfo[];
 
   /**
    * Profiles matching members by user id.
    *
-   * @generated from field: repeated api.v1.UserInfo users = 3;
+   * @generated from field: repeated shared.v1.UserInfo users = 3;
    */
   users: UserInfo[];
 };
@@ -682,19 +547,19 @@ export type GetGroupInfoResponse = Message<"api.v1.GetGroupInfoResponse"> & {
  */
 export type GetGroupInfoResponseJson = {
   /**
-   * @generated from field: api.v1.GroupInfo group = 1;
+   * @generated from field: shared.v1.GroupInfo group = 1;
    */
   group?: GroupInfoJson;
 
   /**
-   * @generated from field: repeated api.v1.MemberInfo members = 2;
+   * @generated from field: repeated shared.v1.MemberInfo members = 2;
    */
   members?: MemberInfoJson[];
 
   /**
    * Profiles matching members by user id.
    *
-   * @generated from field: repeated api.v1.UserInfo users = 3;
+   * @generated from field: repeated shared.v1.UserInfo users = 3;
    */
   users?: UserInfoJson[];
 };
@@ -704,7 +569,7 @@ export type GetGroupInfoResponseJson = {
  * Use `create(GetGroupInfoResponseSchema)` to create a new message.
  */
 export const GetGroupInfoResponseSchema: GenMessage<GetGroupInfoResponse, {jsonType: GetGroupInfoResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 19);
+  messageDesc(file_api_v1_group, 17);
 
 /**
  * @generated from message api.v1.ListGroupsRequest
@@ -745,14 +610,14 @@ export type ListGroupsRequestJson = {
  * Use `create(ListGroupsRequestSchema)` to create a new message.
  */
 export const ListGroupsRequestSchema: GenMessage<ListGroupsRequest, {jsonType: ListGroupsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 20);
+  messageDesc(file_api_v1_group, 18);
 
 /**
  * @generated from message api.v1.ListGroupsResponse
  */
 export type ListGroupsResponse = Message<"api.v1.ListGroupsResponse"> & {
   /**
-   * @generated from field: repeated api.v1.GroupInfo groups = 1;
+   * @generated from field: repeated shared.v1.GroupInfo groups = 1;
    */
   groups: GroupInfo[];
 
@@ -767,7 +632,7 @@ export type ListGroupsResponse = Message<"api.v1.ListGroupsResponse"> & {
  */
 export type ListGroupsResponseJson = {
   /**
-   * @generated from field: repeated api.v1.GroupInfo groups = 1;
+   * @generated from field: repeated shared.v1.GroupInfo groups = 1;
    */
   groups?: GroupInfoJson[];
 
@@ -782,69 +647,7 @@ export type ListGroupsResponseJson = {
  * Use `create(ListGroupsResponseSchema)` to create a new message.
  */
 export const ListGroupsResponseSchema: GenMessage<ListGroupsResponse, {jsonType: ListGroupsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_group, 21);
-
-/**
- * @generated from enum api.v1.MemberRole
- */
-export enum MemberRole {
-  /**
-   * @generated from enum value: MEMBER_ROLE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: MEMBER_ROLE_OWNER = 1;
-   */
-  OWNER = 1,
-
-  /**
-   * @generated from enum value: MEMBER_ROLE_MEMBER = 2;
-   */
-  MEMBER = 2,
-}
-
-/**
- * @generated from enum api.v1.MemberRole
- */
-export type MemberRoleJson = "MEMBER_ROLE_UNSPECIFIED" | "MEMBER_ROLE_OWNER" | "MEMBER_ROLE_MEMBER";
-
-/**
- * Describes the enum api.v1.MemberRole.
- */
-export const MemberRoleSchema: GenEnum<MemberRole, MemberRoleJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_group, 0);
-
-/**
- * @generated from enum api.v1.GroupStatus
- */
-export enum GroupStatus {
-  /**
-   * @generated from enum value: GROUP_STATUS_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: GROUP_STATUS_NORMAL = 1;
-   */
-  NORMAL = 1,
-
-  /**
-   * @generated from enum value: GROUP_STATUS_DISSOLVED = 2;
-   */
-  DISSOLVED = 2,
-}
-
-/**
- * @generated from enum api.v1.GroupStatus
- */
-export type GroupStatusJson = "GROUP_STATUS_UNSPECIFIED" | "GROUP_STATUS_NORMAL" | "GROUP_STATUS_DISSOLVED";
-
-/**
- * Describes the enum api.v1.GroupStatus.
- */
-export const GroupStatusSchema: GenEnum<GroupStatus, GroupStatusJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_group, 1);
+  messageDesc(file_api_v1_group, 19);
 
 /**
  * Group lifecycle, membership and settings.

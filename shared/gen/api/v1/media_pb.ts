@@ -2,166 +2,19 @@
 // @generated from file api/v1/media.proto (package api.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { MediaFileInfo, MediaFileInfoJson, MediaPurpose, MediaPurposeJson } from "../../shared/v1/media_pb.js";
+import { file_shared_v1_media } from "../../shared/v1/media_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/media.proto.
  */
 export const file_api_v1_media: GenFile = /*@__PURE__*/
-  fileDesc("ChJhcGkvdjEvbWVkaWEucHJvdG8SBmFwaS52MSLMAQoNTWVkaWFGaWxlSW5mbxIPCgdmaWxlX2lkGAEgASgJEhEKCWZpbGVfbmFtZRgCIAEoCRIUCgxjb250ZW50X3R5cGUYAyABKAkSDAoEc2l6ZRgEIAEoAxIQCghjaGVja3N1bRgFIAEoCRINCgV3aWR0aBgGIAEoBRIOCgZoZWlnaHQYByABKAUSEwoLZHVyYXRpb25fbXMYCCABKAMSGQoRdGh1bWJuYWlsX2ZpbGVfaWQYCSABKAkSEgoKcHVibGljX3VybBgKIAEoCSKgAQoRVXBsb2FkRmlsZVJlcXVlc3QSIQoJZmlsZV9uYW1lGAEgASgJQg66SAtyCYiIJwEQARj/ARIgCgxjb250ZW50X3R5cGUYAiABKAlCCrpIB3IFEAEY/wESLwoHcHVycG9zZRgDIAEoDjIULmFwaS52MS5NZWRpYVB1cnBvc2VCCLpIBYIBAhABEhUKBGRhdGEYBCABKAxCB7pIBHoCEAEiOQoSVXBsb2FkRmlsZVJlc3BvbnNlEiMKBGZpbGUYASABKAsyFS5hcGkudjEuTWVkaWFGaWxlSW5mbyJvChFJbml0VXBsb2FkUmVxdWVzdBIhCglmaWxlX25hbWUYASABKAlCDrpIC3IJiIgnARABGP8BEiAKDGNvbnRlbnRfdHlwZRgCIAEoCUIKukgHcgUQARj/ARIVCgRzaXplGAMgASgDQge6SAQiAiAAIk4KEkluaXRVcGxvYWRSZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJEhAKCHVwbG9hZGVkGAIgASgDEhIKCmNyZWF0ZWRfYXQYAyABKAMiWQoSVXBsb2FkQ2h1bmtSZXF1ZXN0EhsKCnNlc3Npb25faWQYASABKAlCB7pIBHICEAESDQoFY2h1bmsYAiABKAwSFwoGb2Zmc2V0GAMgASgDQge6SAQiAigAIicKE1VwbG9hZENodW5rUmVzcG9uc2USEAoIdXBsb2FkZWQYASABKAMiNAoVQ29tcGxldGVVcGxvYWRSZXF1ZXN0EhsKCnNlc3Npb25faWQYASABKAlCB7pIBHICEAEiPQoWQ29tcGxldGVVcGxvYWRSZXNwb25zZRIjCgRmaWxlGAEgASgLMhUuYXBpLnYxLk1lZGlhRmlsZUluZm8iMQoVR2V0RG93bmxvYWRVUkxSZXF1ZXN0EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAEiOQoWR2V0RG93bmxvYWRVUkxSZXNwb25zZRILCgN1cmwYASABKAkSEgoKZXhwaXJlc19hdBgCIAEoAyqCAQoMTWVkaWFQdXJwb3NlEh0KGU1FRElBX1BVUlBPU0VfVU5TUEVDSUZJRUQQABIYChRNRURJQV9QVVJQT1NFX0FWQVRBUhABEh4KGk1FRElBX1BVUlBPU0VfR1JPVVBfQVZBVEFSEAISGQoVTUVESUFfUFVSUE9TRV9NRVNTQUdFEAMyggMKDE1lZGlhU2VydmljZRJDCgpVcGxvYWRGaWxlEhkuYXBpLnYxLlVwbG9hZEZpbGVSZXF1ZXN0GhouYXBpLnYxLlVwbG9hZEZpbGVSZXNwb25zZRJDCgpJbml0VXBsb2FkEhkuYXBpLnYxLkluaXRVcGxvYWRSZXF1ZXN0GhouYXBpLnYxLkluaXRVcGxvYWRSZXNwb25zZRJGCgtVcGxvYWRDaHVuaxIaLmFwaS52MS5VcGxvYWRDaHVua1JlcXVlc3QaGy5hcGkudjEuVXBsb2FkQ2h1bmtSZXNwb25zZRJPCg5Db21wbGV0ZVVwbG9hZBIdLmFwaS52MS5Db21wbGV0ZVVwbG9hZFJlcXVlc3QaHi5hcGkudjEuQ29tcGxldGVVcGxvYWRSZXNwb25zZRJPCg5HZXREb3dubG9hZFVSTBIdLmFwaS52MS5HZXREb3dubG9hZFVSTFJlcXVlc3QaHi5hcGkudjEuR2V0RG93bmxvYWRVUkxSZXNwb25zZWIGcHJvdG8z", [file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * @generated from message api.v1.MediaFileInfo
- */
-export type MediaFileInfo = Message<"api.v1.MediaFileInfo"> & {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId: string;
-
-  /**
-   * Original file name.
-   *
-   * @generated from field: string file_name = 2;
-   */
-  fileName: string;
-
-  /**
-   * MIME type.
-   *
-   * @generated from field: string content_type = 3;
-   */
-  contentType: string;
-
-  /**
-   * Bytes.
-   *
-   * @generated from field: int64 size = 4;
-   */
-  size: bigint;
-
-  /**
-   * SHA-256.
-   *
-   * @generated from field: string checksum = 5;
-   */
-  checksum: string;
-
-  /**
-   * Pixels; 0 when not applicable.
-   *
-   * @generated from field: int32 width = 6;
-   */
-  width: number;
-
-  /**
-   * @generated from field: int32 height = 7;
-   */
-  height: number;
-
-  /**
-   * 0 when not applicable.
-   *
-   * @generated from field: int64 duration_ms = 8;
-   */
-  durationMs: bigint;
-
-  /**
-   * Empty when there is no thumbnail.
-   *
-   * @generated from field: string thumbnail_file_id = 9;
-   */
-  thumbnailFileId: string;
-
-  /**
-   * Permanent URL for avatar purposes; empty for MESSAGE.
-   *
-   * @generated from field: string public_url = 10;
-   */
-  publicUrl: string;
-};
-
-/**
- * @generated from message api.v1.MediaFileInfo
- */
-export type MediaFileInfoJson = {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId?: string;
-
-  /**
-   * Original file name.
-   *
-   * @generated from field: string file_name = 2;
-   */
-  fileName?: string;
-
-  /**
-   * MIME type.
-   *
-   * @generated from field: string content_type = 3;
-   */
-  contentType?: string;
-
-  /**
-   * Bytes.
-   *
-   * @generated from field: int64 size = 4;
-   */
-  size?: string;
-
-  /**
-   * SHA-256.
-   *
-   * @generated from field: string checksum = 5;
-   */
-  checksum?: string;
-
-  /**
-   * Pixels; 0 when not applicable.
-   *
-   * @generated from field: int32 width = 6;
-   */
-  width?: number;
-
-  /**
-   * @generated from field: int32 height = 7;
-   */
-  height?: number;
-
-  /**
-   * 0 when not applicable.
-   *
-   * @generated from field: int64 duration_ms = 8;
-   */
-  durationMs?: string;
-
-  /**
-   * Empty when there is no thumbnail.
-   *
-   * @generated from field: string thumbnail_file_id = 9;
-   */
-  thumbnailFileId?: string;
-
-  /**
-   * Permanent URL for avatar purposes; empty for MESSAGE.
-   *
-   * @generated from field: string public_url = 10;
-   */
-  publicUrl?: string;
-};
-
-/**
- * Describes the message api.v1.MediaFileInfo.
- * Use `create(MediaFileInfoSchema)` to create a new message.
- */
-export const MediaFileInfoSchema: GenMessage<MediaFileInfo, {jsonType: MediaFileInfoJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 0);
+  fileDesc("ChJhcGkvdjEvbWVkaWEucHJvdG8SBmFwaS52MSKjAQoRVXBsb2FkRmlsZVJlcXVlc3QSIQoJZmlsZV9uYW1lGAEgASgJQg66SAtyCYiIJwEQARj/ARIgCgxjb250ZW50X3R5cGUYAiABKAlCCrpIB3IFEAEY/wESMgoHcHVycG9zZRgDIAEoDjIXLnNoYXJlZC52MS5NZWRpYVB1cnBvc2VCCLpIBYIBAhABEhUKBGRhdGEYBCABKAxCB7pIBHoCEAEiPAoSVXBsb2FkRmlsZVJlc3BvbnNlEiYKBGZpbGUYASABKAsyGC5zaGFyZWQudjEuTWVkaWFGaWxlSW5mbyJvChFJbml0VXBsb2FkUmVxdWVzdBIhCglmaWxlX25hbWUYASABKAlCDrpIC3IJiIgnARABGP8BEiAKDGNvbnRlbnRfdHlwZRgCIAEoCUIKukgHcgUQARj/ARIVCgRzaXplGAMgASgDQge6SAQiAiAAIk4KEkluaXRVcGxvYWRSZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJEhAKCHVwbG9hZGVkGAIgASgDEhIKCmNyZWF0ZWRfYXQYAyABKAMiWQoSVXBsb2FkQ2h1bmtSZXF1ZXN0EhsKCnNlc3Npb25faWQYASABKAlCB7pIBHICEAESDQoFY2h1bmsYAiABKAwSFwoGb2Zmc2V0GAMgASgDQge6SAQiAigAIicKE1VwbG9hZENodW5rUmVzcG9uc2USEAoIdXBsb2FkZWQYASABKAMiNAoVQ29tcGxldGVVcGxvYWRSZXF1ZXN0EhsKCnNlc3Npb25faWQYASABKAlCB7pIBHICEAEiQAoWQ29tcGxldGVVcGxvYWRSZXNwb25zZRImCgRmaWxlGAEgASgLMhguc2hhcmVkLnYxLk1lZGlhRmlsZUluZm8iMQoVR2V0RG93bmxvYWRVUkxSZXF1ZXN0EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAEiOQoWR2V0RG93bmxvYWRVUkxSZXNwb25zZRILCgN1cmwYASABKAkSEgoKZXhwaXJlc19hdBgCIAEoAzKCAwoMTWVkaWFTZXJ2aWNlEkMKClVwbG9hZEZpbGUSGS5hcGkudjEuVXBsb2FkRmlsZVJlcXVlc3QaGi5hcGkudjEuVXBsb2FkRmlsZVJlc3BvbnNlEkMKCkluaXRVcGxvYWQSGS5hcGkudjEuSW5pdFVwbG9hZFJlcXVlc3QaGi5hcGkudjEuSW5pdFVwbG9hZFJlc3BvbnNlEkYKC1VwbG9hZENodW5rEhouYXBpLnYxLlVwbG9hZENodW5rUmVxdWVzdBobLmFwaS52MS5VcGxvYWRDaHVua1Jlc3BvbnNlEk8KDkNvbXBsZXRlVXBsb2FkEh0uYXBpLnYxLkNvbXBsZXRlVXBsb2FkUmVxdWVzdBoeLmFwaS52MS5Db21wbGV0ZVVwbG9hZFJlc3BvbnNlEk8KDkdldERvd25sb2FkVVJMEh0uYXBpLnYxLkdldERvd25sb2FkVVJMUmVxdWVzdBoeLmFwaS52MS5HZXREb3dubG9hZFVSTFJlc3BvbnNlYgZwcm90bzM", [file_api_v1_rules, file_buf_validate_validate, file_shared_v1_media]);
 
 /**
  * @generated from message api.v1.UploadFileRequest
@@ -180,7 +33,7 @@ export type UploadFileRequest = Message<"api.v1.UploadFileRequest"> & {
   /**
    * UNSPECIFIED is rejected by the server itself, not by validation.
    *
-   * @generated from field: api.v1.MediaPurpose purpose = 3;
+   * @generated from field: shared.v1.MediaPurpose purpose = 3;
    */
   purpose: MediaPurpose;
 
@@ -211,7 +64,7 @@ export type UploadFileRequestJson = {
   /**
    * UNSPECIFIED is rejected by the server itself, not by validation.
    *
-   * @generated from field: api.v1.MediaPurpose purpose = 3;
+   * @generated from field: shared.v1.MediaPurpose purpose = 3;
    */
   purpose?: MediaPurposeJson;
 
@@ -230,14 +83,14 @@ export type UploadFileRequestJson = {
  * Use `create(UploadFileRequestSchema)` to create a new message.
  */
 export const UploadFileRequestSchema: GenMessage<UploadFileRequest, {jsonType: UploadFileRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 1);
+  messageDesc(file_api_v1_media, 0);
 
 /**
  * @generated from message api.v1.UploadFileResponse
  */
 export type UploadFileResponse = Message<"api.v1.UploadFileResponse"> & {
   /**
-   * @generated from field: api.v1.MediaFileInfo file = 1;
+   * @generated from field: shared.v1.MediaFileInfo file = 1;
    */
   file?: MediaFileInfo | undefined;
 };
@@ -247,7 +100,7 @@ export type UploadFileResponse = Message<"api.v1.UploadFileResponse"> & {
  */
 export type UploadFileResponseJson = {
   /**
-   * @generated from field: api.v1.MediaFileInfo file = 1;
+   * @generated from field: shared.v1.MediaFileInfo file = 1;
    */
   file?: MediaFileInfoJson;
 };
@@ -257,7 +110,7 @@ export type UploadFileResponseJson = {
  * Use `create(UploadFileResponseSchema)` to create a new message.
  */
 export const UploadFileResponseSchema: GenMessage<UploadFileResponse, {jsonType: UploadFileResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 2);
+  messageDesc(file_api_v1_media, 1);
 
 /**
  * Chunked upload; MESSAGE purpose only.
@@ -312,7 +165,7 @@ export type InitUploadRequestJson = {
  * Use `create(InitUploadRequestSchema)` to create a new message.
  */
 export const InitUploadRequestSchema: GenMessage<InitUploadRequest, {jsonType: InitUploadRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 3);
+  messageDesc(file_api_v1_media, 2);
 
 /**
  * @generated from message api.v1.InitUploadResponse
@@ -363,7 +216,7 @@ export type InitUploadResponseJson = {
  * Use `create(InitUploadResponseSchema)` to create a new message.
  */
 export const InitUploadResponseSchema: GenMessage<InitUploadResponse, {jsonType: InitUploadResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 4);
+  messageDesc(file_api_v1_media, 3);
 
 /**
  * @generated from message api.v1.UploadChunkRequest
@@ -418,7 +271,7 @@ export type UploadChunkRequestJson = {
  * Use `create(UploadChunkRequestSchema)` to create a new message.
  */
 export const UploadChunkRequestSchema: GenMessage<UploadChunkRequest, {jsonType: UploadChunkRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 5);
+  messageDesc(file_api_v1_media, 4);
 
 /**
  * @generated from message api.v1.UploadChunkResponse
@@ -449,7 +302,7 @@ export type UploadChunkResponseJson = {
  * Use `create(UploadChunkResponseSchema)` to create a new message.
  */
 export const UploadChunkResponseSchema: GenMessage<UploadChunkResponse, {jsonType: UploadChunkResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 6);
+  messageDesc(file_api_v1_media, 5);
 
 /**
  * @generated from message api.v1.CompleteUploadRequest
@@ -476,14 +329,14 @@ export type CompleteUploadRequestJson = {
  * Use `create(CompleteUploadRequestSchema)` to create a new message.
  */
 export const CompleteUploadRequestSchema: GenMessage<CompleteUploadRequest, {jsonType: CompleteUploadRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 7);
+  messageDesc(file_api_v1_media, 6);
 
 /**
  * @generated from message api.v1.CompleteUploadResponse
  */
 export type CompleteUploadResponse = Message<"api.v1.CompleteUploadResponse"> & {
   /**
-   * @generated from field: api.v1.MediaFileInfo file = 1;
+   * @generated from field: shared.v1.MediaFileInfo file = 1;
    */
   file?: MediaFileInfo | undefined;
 };
@@ -493,7 +346,7 @@ export type CompleteUploadResponse = Message<"api.v1.CompleteUploadResponse"> & 
  */
 export type CompleteUploadResponseJson = {
   /**
-   * @generated from field: api.v1.MediaFileInfo file = 1;
+   * @generated from field: shared.v1.MediaFileInfo file = 1;
    */
   file?: MediaFileInfoJson;
 };
@@ -503,7 +356,7 @@ export type CompleteUploadResponseJson = {
  * Use `create(CompleteUploadResponseSchema)` to create a new message.
  */
 export const CompleteUploadResponseSchema: GenMessage<CompleteUploadResponse, {jsonType: CompleteUploadResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 8);
+  messageDesc(file_api_v1_media, 7);
 
 /**
  * @generated from message api.v1.GetDownloadURLRequest
@@ -530,7 +383,7 @@ export type GetDownloadURLRequestJson = {
  * Use `create(GetDownloadURLRequestSchema)` to create a new message.
  */
 export const GetDownloadURLRequestSchema: GenMessage<GetDownloadURLRequest, {jsonType: GetDownloadURLRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 9);
+  messageDesc(file_api_v1_media, 8);
 
 /**
  * @generated from message api.v1.GetDownloadURLResponse
@@ -571,47 +424,7 @@ export type GetDownloadURLResponseJson = {
  * Use `create(GetDownloadURLResponseSchema)` to create a new message.
  */
 export const GetDownloadURLResponseSchema: GenMessage<GetDownloadURLResponse, {jsonType: GetDownloadURLResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_media, 10);
-
-/**
- * AVATAR and GROUP_AVATAR files are public; MESSAGE files need a signed URL.
- *
- * @generated from enum api.v1.MediaPurpose
- */
-export enum MediaPurpose {
-  /**
-   * @generated from enum value: MEDIA_PURPOSE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: MEDIA_PURPOSE_AVATAR = 1;
-   */
-  AVATAR = 1,
-
-  /**
-   * @generated from enum value: MEDIA_PURPOSE_GROUP_AVATAR = 2;
-   */
-  GROUP_AVATAR = 2,
-
-  /**
-   * @generated from enum value: MEDIA_PURPOSE_MESSAGE = 3;
-   */
-  MESSAGE = 3,
-}
-
-/**
- * AVATAR and GROUP_AVATAR files are public; MESSAGE files need a signed URL.
- *
- * @generated from enum api.v1.MediaPurpose
- */
-export type MediaPurposeJson = "MEDIA_PURPOSE_UNSPECIFIED" | "MEDIA_PURPOSE_AVATAR" | "MEDIA_PURPOSE_GROUP_AVATAR" | "MEDIA_PURPOSE_MESSAGE";
-
-/**
- * Describes the enum api.v1.MediaPurpose.
- */
-export const MediaPurposeSchema: GenEnum<MediaPurpose, MediaPurposeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_media, 0);
+  messageDesc(file_api_v1_media, 9);
 
 /**
  * Single-request and resumable chunked upload, and download URLs.

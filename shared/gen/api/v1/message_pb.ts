@@ -2,1409 +2,20 @@
 // @generated from file api/v1/message.proto (package api.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { UserInfo, UserInfoJson } from "./common_pb.js";
-import { file_api_v1_common } from "./common_pb.js";
-import type { MemberInfo, MemberInfoJson } from "./group_pb.js";
-import { file_api_v1_group } from "./group_pb.js";
-import { file_api_v1_rules } from "./rules_pb.js";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { UserInfo, UserInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
+import type { MessageBody, MessageBodyJson, MessageEntity, MessageEntityJson, MessageEnvelope, MessageEnvelopeJson } from "../../shared/v1/message_pb.js";
+import { file_shared_v1_message } from "../../shared/v1/message_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/message.proto.
  */
 export const file_api_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("ChRhcGkvdjEvbWVzc2FnZS5wcm90bxIGYXBpLnYxIu0CCg9NZXNzYWdlRW52ZWxvcGUSEgoKbWVzc2FnZV9pZBgBIAEoAxIXCg9jb252ZXJzYXRpb25faWQYAiABKAMSEQoJc2VuZGVyX2lkGAMgASgFEiEKBGJvZHkYBCABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHkSJgoIcmVwbHlfdG8YBSABKAsyFC5hcGkudjEuUmVwbHlDb250ZXh0EjcKCG1ldGFkYXRhGAYgAygLMiUuYXBpLnYxLk1lc3NhZ2VFbnZlbG9wZS5NZXRhZGF0YUVudHJ5EhIKCmNyZWF0ZWRfYXQYByABKAMSFwoKdXBkYXRlZF9hdBgIIAEoA0gAiAEBEg4KBmVkaXRlZBgJIAEoCBIZChFjbGllbnRfbWVzc2FnZV9pZBgKIAEoAxovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX3VwZGF0ZWRfYXQi7QMKC01lc3NhZ2VCb2R5EisKBHR5cGUYASABKA4yEy5hcGkudjEuTWVzc2FnZVR5cGVCCLpIBYIBAhABEiMKBHRleHQYCiABKAsyEy5hcGkudjEuVGV4dENvbnRlbnRIABIlCgVpbWFnZRgLIAEoCzIULmFwaS52MS5JbWFnZUNvbnRlbnRIABIlCgVhdWRpbxgMIAEoCzIULmFwaS52MS5BdWRpb0NvbnRlbnRIABIlCgV2aWRlbxgNIAEoCzIULmFwaS52MS5WaWRlb0NvbnRlbnRIABIjCgRmaWxlGA4gASgLMhMuYXBpLnYxLkZpbGVDb250ZW50SAASKwoIbWFya2Rvd24YDyABKAsyFy5hcGkudjEuTWFya2Rvd25Db250ZW50SAASIwoEY2FyZBgQIAEoCzITLmFwaS52MS5DYXJkQ29udGVudEgAEicKBnN0cmVhbRgRIAEoCzIVLmFwaS52MS5TdHJlYW1Db250ZW50SAASJQoFZ3JvdXAYEiABKAsyFC5hcGkudjEuR3JvdXBDb250ZW50SAASKwoIcmVjYWxsZWQYEyABKAsyFy5hcGkudjEuUmVjYWxsZWRDb250ZW50SAASGAoOY3VzdG9tX3BheWxvYWQYHiABKAxIAEIJCgdjb250ZW50IlAKC1RleHRDb250ZW50EhgKBHRleHQYASABKAlCCrpIB3IFEAEYkE4SJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSKGAQoMSW1hZ2VDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSDQoFd2lkdGgYAyABKAUSDgoGaGVpZ2h0GAQgASgFEhIKCnNpemVfYnl0ZXMYBSABKAMSDgoGZm9ybWF0GAYgASgJIoIBCgxBdWRpb0NvbnRlbnQSGAoHZmlsZV9pZBgBIAEoCUIHukgEcgIQARIcCgtkdXJhdGlvbl9tcxgCIAEoBUIHukgEGgIoABISCgpzaXplX2J5dGVzGAMgASgDEhcKCnRyYW5zY3JpcHQYBCABKAlIAIgBAUINCgtfdHJhbnNjcmlwdCKLAQoMVmlkZW9Db250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESGQoRdGh1bWJuYWlsX2ZpbGVfaWQYAiABKAkSEwoLZHVyYXRpb25fbXMYAyABKAUSDQoFd2lkdGgYBCABKAUSDgoGaGVpZ2h0GAUgASgFEhIKCnNpemVfYnl0ZXMYBiABKAMiogEKC0ZpbGVDb250ZW50EhgKB2ZpbGVfaWQYASABKAlCB7pIBHICEAESIAoIZmlsZW5hbWUYAiABKAlCDrpIC3IJiIgnARABGP8BEhIKCnNpemVfYnl0ZXMYAyABKAMSEQoJbWltZV90eXBlGAQgASgJEhwKD2NoZWNrc3VtX3NoYTI1NhgFIAEoCUgAiAEBQhIKEF9jaGVja3N1bV9zaGEyNTYiXQoPTWFya2Rvd25Db250ZW50EiEKDHJhd19tYXJrZG93bhgBIAEoCUILukgIcgYQARignAESJwoIZW50aXRpZXMYAiADKAsyFS5hcGkudjEuTWVzc2FnZUVudGl0eSJOCgtDYXJkQ29udGVudBIeCgljYXJkX2pzb24YASABKAlCC7pICHIGEAIYgJADEh8KDWZhbGxiYWNrX3RleHQYAiABKAlCCLpIBXIDGOgHIr8BCg1TdHJlYW1Db250ZW50EiIKBXBoYXNlGAEgASgOMhMuYXBpLnYxLlN0cmVhbVBoYXNlEgsKA3NlcRgCIAEoBRINCgVkZWx0YRgDIAEoCRIUCgxjb250ZW50X3R5cGUYBCABKAkSGAoQYWNjdW11bGF0ZWRfdGV4dBgFIAEoCRInCghlbnRpdGllcxgGIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5EhUKDWVycm9yX21lc3NhZ2UYByABKAkigAIKDEdyb3VwQ29udGVudBIQCghncm91cF9pZBgHIAEoBRIyCg1tZW1iZXJfam9pbmVkGAEgASgLMhkuYXBpLnYxLk1lbWJlckpvaW5lZEV2ZW50SAASLgoLbWVtYmVyX2xlZnQYAiABKAsyFy5hcGkudjEuTWVtYmVyTGVmdEV2ZW50SAASNAoObWVtYmVyX3JlbW92ZWQYAyABKAsyGi5hcGkudjEuTWVtYmVyUmVtb3ZlZEV2ZW50SAASOwoSZ3JvdXBfaW5mb19jaGFuZ2VkGAQgASgLMh0uYXBpLnYxLkdyb3VwSW5mb0NoYW5nZWRFdmVudEgAQgcKBWV2ZW50Il0KEU1lbWJlckpvaW5lZEV2ZW50EiMKB21lbWJlcnMYASADKAsyEi5hcGkudjEuTWVtYmVySW5mbxIjCgdpbnZpdGVyGAIgASgLMhIuYXBpLnYxLk1lbWJlckluZm8iNQoPTWVtYmVyTGVmdEV2ZW50EiIKBm1lbWJlchgBIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvIl4KEk1lbWJlclJlbW92ZWRFdmVudBIiCgZtZW1iZXIYASABKAsyEi5hcGkudjEuTWVtYmVySW5mbxIkCghvcGVyYXRvchgCIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvIkwKFUdyb3VwSW5mb0NoYW5nZWRFdmVudBIkCghvcGVyYXRvchgBIAEoCzISLmFwaS52MS5NZW1iZXJJbmZvEg0KBWZpZWxkGAIgASgJIhEKD1JlY2FsbGVkQ29udGVudCJnCgxSZXBseUNvbnRleHQSEgoKbWVzc2FnZV9pZBgBIAEoAxIRCglzZW5kZXJfaWQYAiABKAUSFwoPc2VuZGVyX25pY2tuYW1lGAMgASgJEhcKD2NvbnRlbnRfcHJldmlldxgEIAEoCSKGAgoNTWVzc2FnZUVudGl0eRIxCgR0eXBlGAEgASgOMhkuYXBpLnYxLk1lc3NhZ2VFbnRpdHlUeXBlQgi6SAWCAQIQARIOCgZvZmZzZXQYAiABKAUSDgoGbGVuZ3RoGAMgASgFEigKB21lbnRpb24YCiABKAsyFS5hcGkudjEuTWVudGlvbkVudGl0eUgAEiAKA3VybBgLIAEoCzIRLmFwaS52MS5VcmxFbnRpdHlIABIkCgVwaG9uZRgMIAEoCzITLmFwaS52MS5QaG9uZUVudGl0eUgAEigKB2hhc2h0YWcYDSABKAsyFS5hcGkudjEuSGFzaHRhZ0VudGl0eUgAQgYKBGRhdGEiMAoNTWVudGlvbkVudGl0eRIPCgd1c2VyX2lkGAEgASgFEg4KBmlzX2FsbBgCIAEoCCJECglVcmxFbnRpdHkSCwoDdXJsGAEgASgJEhkKDGRpc3BsYXlfdGV4dBgCIAEoCUgAiAEBQg8KDV9kaXNwbGF5X3RleHQiIwoLUGhvbmVFbnRpdHkSFAoMcGhvbmVfbnVtYmVyGAEgASgJIhwKDUhhc2h0YWdFbnRpdHkSCwoDdGFnGAEgASgJIr8BChJTZW5kTWVzc2FnZVJlcXVlc3QSIgoRY2xpZW50X21lc3NhZ2VfaWQYASABKANCB7pIBCICIAASIAoPY29udmVyc2F0aW9uX2lkGAIgASgDQge6SAQiAiAAEikKBGJvZHkYAyABKAsyEy5hcGkudjEuTWVzc2FnZUJvZHlCBrpIA8gBARIgChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgDSACIAQFCFgoUX3JlcGx5X3RvX21lc3NhZ2VfaWQiPQoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgDEhIKCmNyZWF0ZWRfYXQYAiABKAMiggEKEkVkaXRNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABItCghuZXdfYm9keRgDIAEoCzITLmFwaS52MS5NZXNzYWdlQm9keUIGukgDyAEBIikKE0VkaXRNZXNzYWdlUmVzcG9uc2USEgoKdXBkYXRlZF9hdBgBIAEoAyJZChVEZWxldGVNZXNzYWdlc1JlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KC21lc3NhZ2VfaWRzGAIgAygDQgm6SAaSAQMQyAEiLwoWRGVsZXRlTWVzc2FnZXNSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgFIlsKFERlbGV0ZUhpc3RvcnlSZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIhChB1cF90b19tZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAIhcKFURlbGV0ZUhpc3RvcnlSZXNwb25zZSJVChRSZWNhbGxNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgACIXChVSZWNhbGxNZXNzYWdlUmVzcG9uc2UiUgoRR2V0TWVzc2FnZVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAAiPgoSR2V0TWVzc2FnZVJlc3BvbnNlEigKB21lc3NhZ2UYASABKAsyFy5hcGkudjEuTWVzc2FnZUVudmVsb3BlIsEBChhHZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KEWJlZm9yZV9tZXNzYWdlX2lkGAIgASgDSACIAQESHQoQYWZ0ZXJfbWVzc2FnZV9pZBgDIAEoA0gBiAEBEhkKBWxpbWl0GAQgASgFQgq6SAcaBRjIASgAQhQKEl9iZWZvcmVfbWVzc2FnZV9pZEITChFfYWZ0ZXJfbWVzc2FnZV9pZCKBAQoZR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRIpCghtZXNzYWdlcxgBIAMoCzIXLmFwaS52MS5NZXNzYWdlRW52ZWxvcGUSEAoIaGFzX21vcmUYAiABKAgSJwoNcmVsYXRlZF91c2VycxgDIAMoCzIQLmFwaS52MS5Vc2VySW5mbyKRAQoXU3VibWl0Q2FyZEFjdGlvblJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASHwoLYWN0aW9uX2RhdGEYAyABKAlCCrpIB3IFEAEYgCASFgoEdmVyYhgEIAEoCUIIukgFcgMYgAEiLQoYU3VibWl0Q2FyZEFjdGlvblJlc3BvbnNlEhEKCWFjdGlvbl9pZBgBIAEoCSKFAQoWUHVzaFN0cmVhbURlbHRhUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIUCgNzZXEYAyABKAVCB7pIBBoCIAASFgoFZGVsdGEYBCABKAlCB7pIBHICEAEiGQoXUHVzaFN0cmVhbURlbHRhUmVzcG9uc2UilAEKEEVuZFN0cmVhbVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASGAoQYWNjdW11bGF0ZWRfdGV4dBgDIAEoCRInCghlbnRpdGllcxgEIAMoCzIVLmFwaS52MS5NZXNzYWdlRW50aXR5IhMKEUVuZFN0cmVhbVJlc3BvbnNlInYKEkVycm9yU3RyZWFtUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIhCg1lcnJvcl9tZXNzYWdlGAMgASgJQgq6SAdyBRABGOgHIhUKE0Vycm9yU3RyZWFtUmVzcG9uc2UirgEKF0Fuc3dlckNhcmRBY3Rpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIbCgptZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAEhoKCWFjdGlvbl9pZBgDIAEoCUIHukgEcgIQARIbCgR0ZXh0GAQgASgJQgi6SAVyAxjIAUgAiAEBEhIKCnNob3dfYWxlcnQYBSABKAhCBwoFX3RleHQiGgoYQW5zd2VyQ2FyZEFjdGlvblJlc3BvbnNlKqUCCgtNZXNzYWdlVHlwZRIcChhNRVNTQUdFX1RZUEVfVU5TUEVDSUZJRUQQABIVChFNRVNTQUdFX1RZUEVfVEVYVBABEhYKEk1FU1NBR0VfVFlQRV9JTUFHRRACEhYKEk1FU1NBR0VfVFlQRV9BVURJTxADEhYKEk1FU1NBR0VfVFlQRV9WSURFTxAEEhUKEU1FU1NBR0VfVFlQRV9GSUxFEAUSGQoVTUVTU0FHRV9UWVBFX01BUktET1dOEAYSFQoRTUVTU0FHRV9UWVBFX0NBUkQQBxIXChNNRVNTQUdFX1RZUEVfU1RSRUFNEAgSFgoSTUVTU0FHRV9UWVBFX0dST1VQEAoSGQoVTUVTU0FHRV9UWVBFX1JFQ0FMTEVEEAsiBAgJEAkqiQEKC1N0cmVhbVBoYXNlEhwKGFNUUkVBTV9QSEFTRV9VTlNQRUNJRklFRBAAEhYKElNUUkVBTV9QSEFTRV9TVEFSVBABEhYKElNUUkVBTV9QSEFTRV9ERUxUQRACEhQKEFNUUkVBTV9QSEFTRV9FTkQQAxIWChJTVFJFQU1fUEhBU0VfRVJST1IQBCqxAgoRTWVzc2FnZUVudGl0eVR5cGUSIwofTUVTU0FHRV9FTlRJVFlfVFlQRV9VTlNQRUNJRklFRBAAEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfTUVOVElPThABEhsKF01FU1NBR0VfRU5USVRZX1RZUEVfVVJMEAISHQoZTUVTU0FHRV9FTlRJVFlfVFlQRV9QSE9ORRADEh8KG01FU1NBR0VfRU5USVRZX1RZUEVfSEFTSFRBRxAEEh0KGU1FU1NBR0VfRU5USVRZX1RZUEVfRU1BSUwQBRIcChhNRVNTQUdFX0VOVElUWV9UWVBFX0JPTEQQBhIeChpNRVNTQUdFX0VOVElUWV9UWVBFX0lUQUxJQxAHEhwKGE1FU1NBR0VfRU5USVRZX1RZUEVfQ09ERRAIMrgHCg5NZXNzYWdlU2VydmljZRJGCgtTZW5kTWVzc2FnZRIaLmFwaS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZRJGCgtFZGl0TWVzc2FnZRIaLmFwaS52MS5FZGl0TWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuRWRpdE1lc3NhZ2VSZXNwb25zZRJPCg5EZWxldGVNZXNzYWdlcxIdLmFwaS52MS5EZWxldGVNZXNzYWdlc1JlcXVlc3QaHi5hcGkudjEuRGVsZXRlTWVzc2FnZXNSZXNwb25zZRJMCg1EZWxldGVIaXN0b3J5EhwuYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXNwb25zZRJMCg1SZWNhbGxNZXNzYWdlEhwuYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXF1ZXN0Gh0uYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXNwb25zZRJDCgpHZXRNZXNzYWdlEhkuYXBpLnYxLkdldE1lc3NhZ2VSZXF1ZXN0GhouYXBpLnYxLkdldE1lc3NhZ2VSZXNwb25zZRJYChFHZXRNZXNzYWdlSGlzdG9yeRIgLmFwaS52MS5HZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QaIS5hcGkudjEuR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRJVChBTdWJtaXRDYXJkQWN0aW9uEh8uYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXNwb25zZRJSCg9QdXNoU3RyZWFtRGVsdGESHi5hcGkudjEuUHVzaFN0cmVhbURlbHRhUmVxdWVzdBofLmFwaS52MS5QdXNoU3RyZWFtRGVsdGFSZXNwb25zZRJACglFbmRTdHJlYW0SGC5hcGkudjEuRW5kU3RyZWFtUmVxdWVzdBoZLmFwaS52MS5FbmRTdHJlYW1SZXNwb25zZRJGCgtFcnJvclN0cmVhbRIaLmFwaS52MS5FcnJvclN0cmVhbVJlcXVlc3QaGy5hcGkudjEuRXJyb3JTdHJlYW1SZXNwb25zZRJVChBBbnN3ZXJDYXJkQWN0aW9uEh8uYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXNwb25zZWIGcHJvdG8z", [file_api_v1_common, file_api_v1_group, file_api_v1_rules, file_buf_validate_validate]);
-
-/**
- * @generated from message api.v1.MessageEnvelope
- */
-export type MessageEnvelope = Message<"api.v1.MessageEnvelope"> & {
-  /**
-   * Increasing within its conversation.
-   *
-   * @generated from field: int64 message_id = 1;
-   */
-  messageId: bigint;
-
-  /**
-   * @generated from field: int64 conversation_id = 2;
-   */
-  conversationId: bigint;
-
-  /**
-   * 0 for group system messages; original sender for recalled ones.
-   *
-   * @generated from field: int32 sender_id = 3;
-   */
-  senderId: number;
-
-  /**
-   * @generated from field: api.v1.MessageBody body = 4;
-   */
-  body?: MessageBody | undefined;
-
-  /**
-   * @generated from field: api.v1.ReplyContext reply_to = 5;
-   */
-  replyTo?: ReplyContext | undefined;
-
-  /**
-   * @generated from field: map<string, string> metadata = 6;
-   */
-  metadata: { [key: string]: string };
-
-  /**
-   * @generated from field: int64 created_at = 7;
-   */
-  createdAt: bigint;
-
-  /**
-   * Set by edit or recall.
-   *
-   * @generated from field: optional int64 updated_at = 8;
-   */
-  updatedAt?: bigint | undefined;
-
-  /**
-   * True after an edit (not after a recall).
-   *
-   * @generated from field: bool edited = 9;
-   */
-  edited: boolean;
-
-  /**
-   * Echo of the sender's dedup id; 0 for system-generated messages.
-   *
-   * @generated from field: int64 client_message_id = 10;
-   */
-  clientMessageId: bigint;
-};
-
-/**
- * @generated from message api.v1.MessageEnvelope
- */
-export type MessageEnvelopeJson = {
-  /**
-   * Increasing within its conversation.
-   *
-   * @generated from field: int64 message_id = 1;
-   */
-  messageId?: string;
-
-  /**
-   * @generated from field: int64 conversation_id = 2;
-   */
-  conversationId?: string;
-
-  /**
-   * 0 for group system messages; original sender for recalled ones.
-   *
-   * @generated from field: int32 sender_id = 3;
-   */
-  senderId?: number;
-
-  /**
-   * @generated from field: api.v1.MessageBody body = 4;
-   */
-  body?: MessageBodyJson;
-
-  /**
-   * @generated from field: api.v1.ReplyContext reply_to = 5;
-   */
-  replyTo?: ReplyContextJson;
-
-  /**
-   * @generated from field: map<string, string> metadata = 6;
-   */
-  metadata?: { [key: string]: string };
-
-  /**
-   * @generated from field: int64 created_at = 7;
-   */
-  createdAt?: string;
-
-  /**
-   * Set by edit or recall.
-   *
-   * @generated from field: optional int64 updated_at = 8;
-   */
-  updatedAt?: string;
-
-  /**
-   * True after an edit (not after a recall).
-   *
-   * @generated from field: bool edited = 9;
-   */
-  edited?: boolean;
-
-  /**
-   * Echo of the sender's dedup id; 0 for system-generated messages.
-   *
-   * @generated from field: int64 client_message_id = 10;
-   */
-  clientMessageId?: string;
-};
-
-/**
- * Describes the message api.v1.MessageEnvelope.
- * Use `create(MessageEnvelopeSchema)` to create a new message.
- */
-export const MessageEnvelopeSchema: GenMessage<MessageEnvelope, {jsonType: MessageEnvelopeJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 0);
-
-/**
- * Discriminator plus one content variant; the server checks that they agree.
- *
- * @generated from message api.v1.MessageBody
- */
-export type MessageBody = Message<"api.v1.MessageBody"> & {
-  /**
-   * @generated from field: api.v1.MessageType type = 1;
-   */
-  type: MessageType;
-
-  /**
-   * @generated from oneof api.v1.MessageBody.content
-   */
-  content: {
-    /**
-     * @generated from field: api.v1.TextContent text = 10;
-     */
-    value: TextContent;
-    case: "text";
-  } | {
-    /**
-     * @generated from field: api.v1.ImageContent image = 11;
-     */
-    value: ImageContent;
-    case: "image";
-  } | {
-    /**
-     * @generated from field: api.v1.AudioContent audio = 12;
-     */
-    value: AudioContent;
-    case: "audio";
-  } | {
-    /**
-     * @generated from field: api.v1.VideoContent video = 13;
-     */
-    value: VideoContent;
-    case: "video";
-  } | {
-    /**
-     * @generated from field: api.v1.FileContent file = 14;
-     */
-    value: FileContent;
-    case: "file";
-  } | {
-    /**
-     * @generated from field: api.v1.MarkdownContent markdown = 15;
-     */
-    value: MarkdownContent;
-    case: "markdown";
-  } | {
-    /**
-     * @generated from field: api.v1.CardContent card = 16;
-     */
-    value: CardContent;
-    case: "card";
-  } | {
-    /**
-     * @generated from field: api.v1.StreamContent stream = 17;
-     */
-    value: StreamContent;
-    case: "stream";
-  } | {
-    /**
-     * @generated from field: api.v1.GroupContent group = 18;
-     */
-    value: GroupContent;
-    case: "group";
-  } | {
-    /**
-     * @generated from field: api.v1.RecalledContent recalled = 19;
-     */
-    value: RecalledContent;
-    case: "recalled";
-  } | {
-    /**
-     * Opaque extension payload.
-     *
-     * @generated from field: bytes custom_payload = 30;
-     */
-    value: Uint8Array;
-    case: "customPayload";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Discriminator plus one content variant; the server checks that they agree.
- *
- * @generated from message api.v1.MessageBody
- */
-export type MessageBodyJson = {
-  /**
-   * @generated from field: api.v1.MessageType type = 1;
-   */
-  type?: MessageTypeJson;
-
-  /**
-   * @generated from field: api.v1.TextContent text = 10;
-   */
-  text?: TextContentJson;
-
-  /**
-   * @generated from field: api.v1.ImageContent image = 11;
-   */
-  image?: ImageContentJson;
-
-  /**
-   * @generated from field: api.v1.AudioContent audio = 12;
-   */
-  audio?: AudioContentJson;
-
-  /**
-   * @generated from field: api.v1.VideoContent video = 13;
-   */
-  video?: VideoContentJson;
-
-  /**
-   * @generated from field: api.v1.FileContent file = 14;
-   */
-  file?: FileContentJson;
-
-  /**
-   * @generated from field: api.v1.MarkdownContent markdown = 15;
-   */
-  markdown?: MarkdownContentJson;
-
-  /**
-   * @generated from field: api.v1.CardContent card = 16;
-   */
-  card?: CardContentJson;
-
-  /**
-   * @generated from field: api.v1.StreamContent stream = 17;
-   */
-  stream?: StreamContentJson;
-
-  /**
-   * @generated from field: api.v1.GroupContent group = 18;
-   */
-  group?: GroupContentJson;
-
-  /**
-   * @generated from field: api.v1.RecalledContent recalled = 19;
-   */
-  recalled?: RecalledContentJson;
-
-  /**
-   * Opaque extension payload.
-   *
-   * @generated from field: bytes custom_payload = 30;
-   */
-  customPayload?: string;
-};
-
-/**
- * Describes the message api.v1.MessageBody.
- * Use `create(MessageBodySchema)` to create a new message.
- */
-export const MessageBodySchema: GenMessage<MessageBody, {jsonType: MessageBodyJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 1);
-
-/**
- * @generated from message api.v1.TextContent
- */
-export type TextContent = Message<"api.v1.TextContent"> & {
-  /**
-   * @generated from field: string text = 1;
-   */
-  text: string;
-
-  /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 2;
-   */
-  entities: MessageEntity[];
-};
-
-/**
- * @generated from message api.v1.TextContent
- */
-export type TextContentJson = {
-  /**
-   * @generated from field: string text = 1;
-   */
-  text?: string;
-
-  /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 2;
-   */
-  entities?: MessageEntityJson[];
-};
-
-/**
- * Describes the message api.v1.TextContent.
- * Use `create(TextContentSchema)` to create a new message.
- */
-export const TextContentSchema: GenMessage<TextContent, {jsonType: TextContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 2);
-
-/**
- * @generated from message api.v1.ImageContent
- */
-export type ImageContent = Message<"api.v1.ImageContent"> & {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId: string;
-
-  /**
-   * @generated from field: string thumbnail_file_id = 2;
-   */
-  thumbnailFileId: string;
-
-  /**
-   * Pixels.
-   *
-   * @generated from field: int32 width = 3;
-   */
-  width: number;
-
-  /**
-   * @generated from field: int32 height = 4;
-   */
-  height: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 5;
-   */
-  sizeBytes: bigint;
-
-  /**
-   * jpg, png, gif or webp.
-   *
-   * @generated from field: string format = 6;
-   */
-  format: string;
-};
-
-/**
- * @generated from message api.v1.ImageContent
- */
-export type ImageContentJson = {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId?: string;
-
-  /**
-   * @generated from field: string thumbnail_file_id = 2;
-   */
-  thumbnailFileId?: string;
-
-  /**
-   * Pixels.
-   *
-   * @generated from field: int32 width = 3;
-   */
-  width?: number;
-
-  /**
-   * @generated from field: int32 height = 4;
-   */
-  height?: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 5;
-   */
-  sizeBytes?: string;
-
-  /**
-   * jpg, png, gif or webp.
-   *
-   * @generated from field: string format = 6;
-   */
-  format?: string;
-};
-
-/**
- * Describes the message api.v1.ImageContent.
- * Use `create(ImageContentSchema)` to create a new message.
- */
-export const ImageContentSchema: GenMessage<ImageContent, {jsonType: ImageContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 3);
-
-/**
- * @generated from message api.v1.AudioContent
- */
-export type AudioContent = Message<"api.v1.AudioContent"> & {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId: string;
-
-  /**
-   * @generated from field: int32 duration_ms = 2;
-   */
-  durationMs: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 3;
-   */
-  sizeBytes: bigint;
-
-  /**
-   * @generated from field: optional string transcript = 4;
-   */
-  transcript?: string | undefined;
-};
-
-/**
- * @generated from message api.v1.AudioContent
- */
-export type AudioContentJson = {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId?: string;
-
-  /**
-   * @generated from field: int32 duration_ms = 2;
-   */
-  durationMs?: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 3;
-   */
-  sizeBytes?: string;
-
-  /**
-   * @generated from field: optional string transcript = 4;
-   */
-  transcript?: string;
-};
-
-/**
- * Describes the message api.v1.AudioContent.
- * Use `create(AudioContentSchema)` to create a new message.
- */
-export const AudioContentSchema: GenMessage<AudioContent, {jsonType: AudioContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 4);
-
-/**
- * @generated from message api.v1.VideoContent
- */
-export type VideoContent = Message<"api.v1.VideoContent"> & {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId: string;
-
-  /**
-   * @generated from field: string thumbnail_file_id = 2;
-   */
-  thumbnailFileId: string;
-
-  /**
-   * @generated from field: int32 duration_ms = 3;
-   */
-  durationMs: number;
-
-  /**
-   * @generated from field: int32 width = 4;
-   */
-  width: number;
-
-  /**
-   * @generated from field: int32 height = 5;
-   */
-  height: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 6;
-   */
-  sizeBytes: bigint;
-};
-
-/**
- * @generated from message api.v1.VideoContent
- */
-export type VideoContentJson = {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId?: string;
-
-  /**
-   * @generated from field: string thumbnail_file_id = 2;
-   */
-  thumbnailFileId?: string;
-
-  /**
-   * @generated from field: int32 duration_ms = 3;
-   */
-  durationMs?: number;
-
-  /**
-   * @generated from field: int32 width = 4;
-   */
-  width?: number;
-
-  /**
-   * @generated from field: int32 height = 5;
-   */
-  height?: number;
-
-  /**
-   * @generated from field: int64 size_bytes = 6;
-   */
-  sizeBytes?: string;
-};
-
-/**
- * Describes the message api.v1.VideoContent.
- * Use `create(VideoContentSchema)` to create a new message.
- */
-export const VideoContentSchema: GenMessage<VideoContent, {jsonType: VideoContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 5);
-
-/**
- * @generated from message api.v1.FileContent
- */
-export type FileContent = Message<"api.v1.FileContent"> & {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId: string;
-
-  /**
-   * @generated from field: string filename = 2;
-   */
-  filename: string;
-
-  /**
-   * @generated from field: int64 size_bytes = 3;
-   */
-  sizeBytes: bigint;
-
-  /**
-   * @generated from field: string mime_type = 4;
-   */
-  mimeType: string;
-
-  /**
-   * @generated from field: optional string checksum_sha256 = 5;
-   */
-  checksumSha256?: string | undefined;
-};
-
-/**
- * @generated from message api.v1.FileContent
- */
-export type FileContentJson = {
-  /**
-   * @generated from field: string file_id = 1;
-   */
-  fileId?: string;
-
-  /**
-   * @generated from field: string filename = 2;
-   */
-  filename?: string;
-
-  /**
-   * @generated from field: int64 size_bytes = 3;
-   */
-  sizeBytes?: string;
-
-  /**
-   * @generated from field: string mime_type = 4;
-   */
-  mimeType?: string;
-
-  /**
-   * @generated from field: optional string checksum_sha256 = 5;
-   */
-  checksumSha256?: string;
-};
-
-/**
- * Describes the message api.v1.FileContent.
- * Use `create(FileContentSchema)` to create a new message.
- */
-export const FileContentSchema: GenMessage<FileContent, {jsonType: FileContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 6);
-
-/**
- * Rendered by the client.
- *
- * @generated from message api.v1.MarkdownContent
- */
-export type MarkdownContent = Message<"api.v1.MarkdownContent"> & {
-  /**
-   * @generated from field: string raw_markdown = 1;
-   */
-  rawMarkdown: string;
-
-  /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 2;
-   */
-  entities: MessageEntity[];
-};
-
-/**
- * Rendered by the client.
- *
- * @generated from message api.v1.MarkdownContent
- */
-export type MarkdownContentJson = {
-  /**
-   * @generated from field: string raw_markdown = 1;
-   */
-  rawMarkdown?: string;
-
-  /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 2;
-   */
-  entities?: MessageEntityJson[];
-};
-
-/**
- * Describes the message api.v1.MarkdownContent.
- * Use `create(MarkdownContentSchema)` to create a new message.
- */
-export const MarkdownContentSchema: GenMessage<MarkdownContent, {jsonType: MarkdownContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 7);
-
-/**
- * Adaptive Card; the server checks only JSON syntax and size.
- *
- * @generated from message api.v1.CardContent
- */
-export type CardContent = Message<"api.v1.CardContent"> & {
-  /**
-   * @generated from field: string card_json = 1;
-   */
-  cardJson: string;
-
-  /**
-   * Shown by clients that cannot render cards.
-   *
-   * @generated from field: string fallback_text = 2;
-   */
-  fallbackText: string;
-};
-
-/**
- * Adaptive Card; the server checks only JSON syntax and size.
- *
- * @generated from message api.v1.CardContent
- */
-export type CardContentJson = {
-  /**
-   * @generated from field: string card_json = 1;
-   */
-  cardJson?: string;
-
-  /**
-   * Shown by clients that cannot render cards.
-   *
-   * @generated from field: string fallback_text = 2;
-   */
-  fallbackText?: string;
-};
-
-/**
- * Describes the message api.v1.CardContent.
- * Use `create(CardContentSchema)` to create a new message.
- */
-export const CardContentSchema: GenMessage<CardContent, {jsonType: CardContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 8);
-
-/**
- * Agent streaming output. Also produced by the server (START/DELTA/END/ERROR
- * pushes), so it carries no validation constraints.
- *
- * @generated from message api.v1.StreamContent
- */
-export type StreamContent = Message<"api.v1.StreamContent"> & {
-  /**
-   * @generated from field: api.v1.StreamPhase phase = 1;
-   */
-  phase: StreamPhase;
-
-  /**
-   * Counts from 1 in DELTA pushes; 0 otherwise.
-   *
-   * @generated from field: int32 seq = 2;
-   */
-  seq: number;
-
-  /**
-   * DELTA only.
-   *
-   * @generated from field: string delta = 3;
-   */
-  delta: string;
-
-  /**
-   * MIME type, e.g. text/plain or text/markdown.
-   *
-   * @generated from field: string content_type = 4;
-   */
-  contentType: string;
-
-  /**
-   * Full text in END, partial in ERROR, current state in GetMessage.
-   *
-   * @generated from field: string accumulated_text = 5;
-   */
-  accumulatedText: string;
-
-  /**
-   * Filled in END and in GetMessage.
-   *
-   * @generated from field: repeated api.v1.MessageEntity entities = 6;
-   */
-  entities: MessageEntity[];
-
-  /**
-   * ERROR only.
-   *
-   * @generated from field: string error_message = 7;
-   */
-  errorMessage: string;
-};
-
-/**
- * Agent streaming output. Also produced by the server (START/DELTA/END/ERROR
- * pushes), so it carries no validation constraints.
- *
- * @generated from message api.v1.StreamContent
- */
-export type StreamContentJson = {
-  /**
-   * @generated from field: api.v1.StreamPhase phase = 1;
-   */
-  phase?: StreamPhaseJson;
-
-  /**
-   * Counts from 1 in DELTA pushes; 0 otherwise.
-   *
-   * @generated from field: int32 seq = 2;
-   */
-  seq?: number;
-
-  /**
-   * DELTA only.
-   *
-   * @generated from field: string delta = 3;
-   */
-  delta?: string;
-
-  /**
-   * MIME type, e.g. text/plain or text/markdown.
-   *
-   * @generated from field: string content_type = 4;
-   */
-  contentType?: string;
-
-  /**
-   * Full text in END, partial in ERROR, current state in GetMessage.
-   *
-   * @generated from field: string accumulated_text = 5;
-   */
-  accumulatedText?: string;
-
-  /**
-   * Filled in END and in GetMessage.
-   *
-   * @generated from field: repeated api.v1.MessageEntity entities = 6;
-   */
-  entities?: MessageEntityJson[];
-
-  /**
-   * ERROR only.
-   *
-   * @generated from field: string error_message = 7;
-   */
-  errorMessage?: string;
-};
-
-/**
- * Describes the message api.v1.StreamContent.
- * Use `create(StreamContentSchema)` to create a new message.
- */
-export const StreamContentSchema: GenMessage<StreamContent, {jsonType: StreamContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 9);
-
-/**
- * Group system event carried as a GROUP message.
- *
- * @generated from message api.v1.GroupContent
- */
-export type GroupContent = Message<"api.v1.GroupContent"> & {
-  /**
-   * @generated from field: int32 group_id = 7;
-   */
-  groupId: number;
-
-  /**
-   * @generated from oneof api.v1.GroupContent.event
-   */
-  event: {
-    /**
-     * @generated from field: api.v1.MemberJoinedEvent member_joined = 1;
-     */
-    value: MemberJoinedEvent;
-    case: "memberJoined";
-  } | {
-    /**
-     * @generated from field: api.v1.MemberLeftEvent member_left = 2;
-     */
-    value: MemberLeftEvent;
-    case: "memberLeft";
-  } | {
-    /**
-     * @generated from field: api.v1.MemberRemovedEvent member_removed = 3;
-     */
-    value: MemberRemovedEvent;
-    case: "memberRemoved";
-  } | {
-    /**
-     * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 4;
-     */
-    value: GroupInfoChangedEvent;
-    case: "groupInfoChanged";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Group system event carried as a GROUP message.
- *
- * @generated from message api.v1.GroupContent
- */
-export type GroupContentJson = {
-  /**
-   * @generated from field: int32 group_id = 7;
-   */
-  groupId?: number;
-
-  /**
-   * @generated from field: api.v1.MemberJoinedEvent member_joined = 1;
-   */
-  memberJoined?: MemberJoinedEventJson;
-
-  /**
-   * @generated from field: api.v1.MemberLeftEvent member_left = 2;
-   */
-  memberLeft?: MemberLeftEventJson;
-
-  /**
-   * @generated from field: api.v1.MemberRemovedEvent member_removed = 3;
-   */
-  memberRemoved?: MemberRemovedEventJson;
-
-  /**
-   * @generated from field: api.v1.GroupInfoChangedEvent group_info_changed = 4;
-   */
-  groupInfoChanged?: GroupInfoChangedEventJson;
-};
-
-/**
- * Describes the message api.v1.GroupContent.
- * Use `create(GroupContentSchema)` to create a new message.
- */
-export const GroupContentSchema: GenMessage<GroupContent, {jsonType: GroupContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 10);
-
-/**
- * @generated from message api.v1.MemberJoinedEvent
- */
-export type MemberJoinedEvent = Message<"api.v1.MemberJoinedEvent"> & {
-  /**
-   * Everyone added in the same operation (their UserInfo travels in Update.users).
-   *
-   * @generated from field: repeated api.v1.MemberInfo members = 1;
-   */
-  members: MemberInfo[];
-
-  /**
-   * Absent when the group was just created.
-   *
-   * @generated from field: api.v1.MemberInfo inviter = 2;
-   */
-  inviter?: MemberInfo | undefined;
-};
-
-/**
- * @generated from message api.v1.MemberJoinedEvent
- */
-export type MemberJoinedEventJson = {
-  /**
-   * Everyone added in the same operation (their UserInfo travels in Update.users).
-   *
-   * @generated from field: repeated api.v1.MemberInfo members = 1;
-   */
-  members?: MemberInfoJson[];
-
-  /**
-   * Absent when the group was just created.
-   *
-   * @generated from field: api.v1.MemberInfo inviter = 2;
-   */
-  inviter?: MemberInfoJson;
-};
-
-/**
- * Describes the message api.v1.MemberJoinedEvent.
- * Use `create(MemberJoinedEventSchema)` to create a new message.
- */
-export const MemberJoinedEventSchema: GenMessage<MemberJoinedEvent, {jsonType: MemberJoinedEventJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 11);
-
-/**
- * @generated from message api.v1.MemberLeftEvent
- */
-export type MemberLeftEvent = Message<"api.v1.MemberLeftEvent"> & {
-  /**
-   * @generated from field: api.v1.MemberInfo member = 1;
-   */
-  member?: MemberInfo | undefined;
-};
-
-/**
- * @generated from message api.v1.MemberLeftEvent
- */
-export type MemberLeftEventJson = {
-  /**
-   * @generated from field: api.v1.MemberInfo member = 1;
-   */
-  member?: MemberInfoJson;
-};
-
-/**
- * Describes the message api.v1.MemberLeftEvent.
- * Use `create(MemberLeftEventSchema)` to create a new message.
- */
-export const MemberLeftEventSchema: GenMessage<MemberLeftEvent, {jsonType: MemberLeftEventJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 12);
-
-/**
- * @generated from message api.v1.MemberRemovedEvent
- */
-export type MemberRemovedEvent = Message<"api.v1.MemberRemovedEvent"> & {
-  /**
-   * @generated from field: api.v1.MemberInfo member = 1;
-   */
-  member?: MemberInfo | undefined;
-
-  /**
-   * The owner who removed the member.
-   *
-   * @generated from field: api.v1.MemberInfo operator = 2;
-   */
-  operator?: MemberInfo | undefined;
-};
-
-/**
- * @generated from message api.v1.MemberRemovedEvent
- */
-export type MemberRemovedEventJson = {
-  /**
-   * @generated from field: api.v1.MemberInfo member = 1;
-   */
-  member?: MemberInfoJson;
-
-  /**
-   * The owner who removed the member.
-   *
-   * @generated from field: api.v1.MemberInfo operator = 2;
-   */
-  operator?: MemberInfoJson;
-};
-
-/**
- * Describes the message api.v1.MemberRemovedEvent.
- * Use `create(MemberRemovedEventSchema)` to create a new message.
- */
-export const MemberRemovedEventSchema: GenMessage<MemberRemovedEvent, {jsonType: MemberRemovedEventJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 13);
-
-/**
- * @generated from message api.v1.GroupInfoChangedEvent
- */
-export type GroupInfoChangedEvent = Message<"api.v1.GroupInfoChangedEvent"> & {
-  /**
-   * @generated from field: api.v1.MemberInfo operator = 1;
-   */
-  operator?: MemberInfo | undefined;
-
-  /**
-   * Which setting changed: name, avatar or description.
-   *
-   * @generated from field: string field = 2;
-   */
-  field: string;
-};
-
-/**
- * @generated from message api.v1.GroupInfoChangedEvent
- */
-export type GroupInfoChangedEventJson = {
-  /**
-   * @generated from field: api.v1.MemberInfo operator = 1;
-   */
-  operator?: MemberInfoJson;
-
-  /**
-   * Which setting changed: name, avatar or description.
-   *
-   * @generated from field: string field = 2;
-   */
-  field?: string;
-};
-
-/**
- * Describes the message api.v1.GroupInfoChangedEvent.
- * Use `create(GroupInfoChangedEventSchema)` to create a new message.
- */
-export const GroupInfoChangedEventSchema: GenMessage<GroupInfoChangedEvent, {jsonType: GroupInfoChangedEventJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 14);
-
-/**
- * Body of a recalled message; intentionally empty.
- *
- * @generated from message api.v1.RecalledContent
- */
-export type RecalledContent = Message<"api.v1.RecalledContent"> & {
-};
-
-/**
- * Body of a recalled message; intentionally empty.
- *
- * @generated from message api.v1.RecalledContent
- */
-export type RecalledContentJson = {
-};
-
-/**
- * Describes the message api.v1.RecalledContent.
- * Use `create(RecalledContentSchema)` to create a new message.
- */
-export const RecalledContentSchema: GenMessage<RecalledContent, {jsonType: RecalledContentJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 15);
-
-/**
- * Snapshot of the message being replied to.
- *
- * @generated from message api.v1.ReplyContext
- */
-export type ReplyContext = Message<"api.v1.ReplyContext"> & {
-  /**
-   * @generated from field: int64 message_id = 1;
-   */
-  messageId: bigint;
-
-  /**
-   * @generated from field: int32 sender_id = 2;
-   */
-  senderId: number;
-
-  /**
-   * @generated from field: string sender_nickname = 3;
-   */
-  senderNickname: string;
-
-  /**
-   * Up to the first 100 characters.
-   *
-   * @generated from field: string content_preview = 4;
-   */
-  contentPreview: string;
-};
-
-/**
- * Snapshot of the message being replied to.
- *
- * @generated from message api.v1.ReplyContext
- */
-export type ReplyContextJson = {
-  /**
-   * @generated from field: int64 message_id = 1;
-   */
-  messageId?: string;
-
-  /**
-   * @generated from field: int32 sender_id = 2;
-   */
-  senderId?: number;
-
-  /**
-   * @generated from field: string sender_nickname = 3;
-   */
-  senderNickname?: string;
-
-  /**
-   * Up to the first 100 characters.
-   *
-   * @generated from field: string content_preview = 4;
-   */
-  contentPreview?: string;
-};
-
-/**
- * Describes the message api.v1.ReplyContext.
- * Use `create(ReplyContextSchema)` to create a new message.
- */
-export const ReplyContextSchema: GenMessage<ReplyContext, {jsonType: ReplyContextJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 16);
-
-/**
- * Annotation over a character range of the text.
- *
- * @generated from message api.v1.MessageEntity
- */
-export type MessageEntity = Message<"api.v1.MessageEntity"> & {
-  /**
-   * @generated from field: api.v1.MessageEntityType type = 1;
-   */
-  type: MessageEntityType;
-
-  /**
-   * In characters.
-   *
-   * @generated from field: int32 offset = 2;
-   */
-  offset: number;
-
-  /**
-   * @generated from field: int32 length = 3;
-   */
-  length: number;
-
-  /**
-   * Named as upstream names it (the name is not on the wire, in binary or JSON).
-   *
-   * @generated from oneof api.v1.MessageEntity.data
-   */
-  data: {
-    /**
-     * @generated from field: api.v1.MentionEntity mention = 10;
-     */
-    value: MentionEntity;
-    case: "mention";
-  } | {
-    /**
-     * @generated from field: api.v1.UrlEntity url = 11;
-     */
-    value: UrlEntity;
-    case: "url";
-  } | {
-    /**
-     * @generated from field: api.v1.PhoneEntity phone = 12;
-     */
-    value: PhoneEntity;
-    case: "phone";
-  } | {
-    /**
-     * @generated from field: api.v1.HashtagEntity hashtag = 13;
-     */
-    value: HashtagEntity;
-    case: "hashtag";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Annotation over a character range of the text.
- *
- * @generated from message api.v1.MessageEntity
- */
-export type MessageEntityJson = {
-  /**
-   * @generated from field: api.v1.MessageEntityType type = 1;
-   */
-  type?: MessageEntityTypeJson;
-
-  /**
-   * In characters.
-   *
-   * @generated from field: int32 offset = 2;
-   */
-  offset?: number;
-
-  /**
-   * @generated from field: int32 length = 3;
-   */
-  length?: number;
-
-  /**
-   * @generated from field: api.v1.MentionEntity mention = 10;
-   */
-  mention?: MentionEntityJson;
-
-  /**
-   * @generated from field: api.v1.UrlEntity url = 11;
-   */
-  url?: UrlEntityJson;
-
-  /**
-   * @generated from field: api.v1.PhoneEntity phone = 12;
-   */
-  phone?: PhoneEntityJson;
-
-  /**
-   * @generated from field: api.v1.HashtagEntity hashtag = 13;
-   */
-  hashtag?: HashtagEntityJson;
-};
-
-/**
- * Describes the message api.v1.MessageEntity.
- * Use `create(MessageEntitySchema)` to create a new message.
- */
-export const MessageEntitySchema: GenMessage<MessageEntity, {jsonType: MessageEntityJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 17);
-
-/**
- * @generated from message api.v1.MentionEntity
- */
-export type MentionEntity = Message<"api.v1.MentionEntity"> & {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId: number;
-
-  /**
-   * @all mention.
-   *
-   * @generated from field: bool is_all = 2;
-   */
-  isAll: boolean;
-};
-
-/**
- * @generated from message api.v1.MentionEntity
- */
-export type MentionEntityJson = {
-  /**
-   * @generated from field: int32 user_id = 1;
-   */
-  userId?: number;
-
-  /**
-   * @all mention.
-   *
-   * @generated from field: bool is_all = 2;
-   */
-  isAll?: boolean;
-};
-
-/**
- * Describes the message api.v1.MentionEntity.
- * Use `create(MentionEntitySchema)` to create a new message.
- */
-export const MentionEntitySchema: GenMessage<MentionEntity, {jsonType: MentionEntityJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 18);
-
-/**
- * @generated from message api.v1.UrlEntity
- */
-export type UrlEntity = Message<"api.v1.UrlEntity"> & {
-  /**
-   * @generated from field: string url = 1;
-   */
-  url: string;
-
-  /**
-   * @generated from field: optional string display_text = 2;
-   */
-  displayText?: string | undefined;
-};
-
-/**
- * @generated from message api.v1.UrlEntity
- */
-export type UrlEntityJson = {
-  /**
-   * @generated from field: string url = 1;
-   */
-  url?: string;
-
-  /**
-   * @generated from field: optional string display_text = 2;
-   */
-  displayText?: string;
-};
-
-/**
- * Describes the message api.v1.UrlEntity.
- * Use `create(UrlEntitySchema)` to create a new message.
- */
-export const UrlEntitySchema: GenMessage<UrlEntity, {jsonType: UrlEntityJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 19);
-
-/**
- * @generated from message api.v1.PhoneEntity
- */
-export type PhoneEntity = Message<"api.v1.PhoneEntity"> & {
-  /**
-   * @generated from field: string phone_number = 1;
-   */
-  phoneNumber: string;
-};
-
-/**
- * @generated from message api.v1.PhoneEntity
- */
-export type PhoneEntityJson = {
-  /**
-   * @generated from field: string phone_number = 1;
-   */
-  phoneNumber?: string;
-};
-
-/**
- * Describes the message api.v1.PhoneEntity.
- * Use `create(PhoneEntitySchema)` to create a new message.
- */
-export const PhoneEntitySchema: GenMessage<PhoneEntity, {jsonType: PhoneEntityJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 20);
-
-/**
- * @generated from message api.v1.HashtagEntity
- */
-export type HashtagEntity = Message<"api.v1.HashtagEntity"> & {
-  /**
-   * Without the leading #.
-   *
-   * @generated from field: string tag = 1;
-   */
-  tag: string;
-};
-
-/**
- * @generated from message api.v1.HashtagEntity
- */
-export type HashtagEntityJson = {
-  /**
-   * Without the leading #.
-   *
-   * @generated from field: string tag = 1;
-   */
-  tag?: string;
-};
-
-/**
- * Describes the message api.v1.HashtagEntity.
- * Use `create(HashtagEntitySchema)` to create a new message.
- */
-export const HashtagEntitySchema: GenMessage<HashtagEntity, {jsonType: HashtagEntityJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 21);
+  fileDesc("ChRhcGkvdjEvbWVzc2FnZS5wcm90bxIGYXBpLnYxIsIBChJTZW5kTWVzc2FnZVJlcXVlc3QSIgoRY2xpZW50X21lc3NhZ2VfaWQYASABKANCB7pIBCICIAASIAoPY29udmVyc2F0aW9uX2lkGAIgASgDQge6SAQiAiAAEiwKBGJvZHkYAyABKAsyFi5zaGFyZWQudjEuTWVzc2FnZUJvZHlCBrpIA8gBARIgChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgDSACIAQFCFgoUX3JlcGx5X3RvX21lc3NhZ2VfaWQiPQoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgDEhIKCmNyZWF0ZWRfYXQYAiABKAMihQEKEkVkaXRNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIwCghuZXdfYm9keRgDIAEoCzIWLnNoYXJlZC52MS5NZXNzYWdlQm9keUIGukgDyAEBIikKE0VkaXRNZXNzYWdlUmVzcG9uc2USEgoKdXBkYXRlZF9hdBgBIAEoAyJZChVEZWxldGVNZXNzYWdlc1JlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KC21lc3NhZ2VfaWRzGAIgAygDQgm6SAaSAQMQyAEiLwoWRGVsZXRlTWVzc2FnZXNSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgFIlsKFERlbGV0ZUhpc3RvcnlSZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIhChB1cF90b19tZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAIhcKFURlbGV0ZUhpc3RvcnlSZXNwb25zZSJVChRSZWNhbGxNZXNzYWdlUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgACIXChVSZWNhbGxNZXNzYWdlUmVzcG9uc2UiUgoRR2V0TWVzc2FnZVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAAiQQoSR2V0TWVzc2FnZVJlc3BvbnNlEisKB21lc3NhZ2UYASABKAsyGi5zaGFyZWQudjEuTWVzc2FnZUVudmVsb3BlIsEBChhHZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEh4KEWJlZm9yZV9tZXNzYWdlX2lkGAIgASgDSACIAQESHQoQYWZ0ZXJfbWVzc2FnZV9pZBgDIAEoA0gBiAEBEhkKBWxpbWl0GAQgASgFQgq6SAcaBRjIASgAQhQKEl9iZWZvcmVfbWVzc2FnZV9pZEITChFfYWZ0ZXJfbWVzc2FnZV9pZCKHAQoZR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRIsCghtZXNzYWdlcxgBIAMoCzIaLnNoYXJlZC52MS5NZXNzYWdlRW52ZWxvcGUSEAoIaGFzX21vcmUYAiABKAgSKgoNcmVsYXRlZF91c2VycxgDIAMoCzITLnNoYXJlZC52MS5Vc2VySW5mbyKRAQoXU3VibWl0Q2FyZEFjdGlvblJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASHwoLYWN0aW9uX2RhdGEYAyABKAlCCrpIB3IFEAEYgCASFgoEdmVyYhgEIAEoCUIIukgFcgMYgAEiLQoYU3VibWl0Q2FyZEFjdGlvblJlc3BvbnNlEhEKCWFjdGlvbl9pZBgBIAEoCSKFAQoWUHVzaFN0cmVhbURlbHRhUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIUCgNzZXEYAyABKAVCB7pIBBoCIAASFgoFZGVsdGEYBCABKAlCB7pIBHICEAEiGQoXUHVzaFN0cmVhbURlbHRhUmVzcG9uc2UilwEKEEVuZFN0cmVhbVJlcXVlc3QSIAoPY29udmVyc2F0aW9uX2lkGAEgASgDQge6SAQiAiAAEhsKCm1lc3NhZ2VfaWQYAiABKANCB7pIBCICIAASGAoQYWNjdW11bGF0ZWRfdGV4dBgDIAEoCRIqCghlbnRpdGllcxgEIAMoCzIYLnNoYXJlZC52MS5NZXNzYWdlRW50aXR5IhMKEUVuZFN0cmVhbVJlc3BvbnNlInYKEkVycm9yU3RyZWFtUmVxdWVzdBIgCg9jb252ZXJzYXRpb25faWQYASABKANCB7pIBCICIAASGwoKbWVzc2FnZV9pZBgCIAEoA0IHukgEIgIgABIhCg1lcnJvcl9tZXNzYWdlGAMgASgJQgq6SAdyBRABGOgHIhUKE0Vycm9yU3RyZWFtUmVzcG9uc2UirgEKF0Fuc3dlckNhcmRBY3Rpb25SZXF1ZXN0EiAKD2NvbnZlcnNhdGlvbl9pZBgBIAEoA0IHukgEIgIgABIbCgptZXNzYWdlX2lkGAIgASgDQge6SAQiAiAAEhoKCWFjdGlvbl9pZBgDIAEoCUIHukgEcgIQARIbCgR0ZXh0GAQgASgJQgi6SAVyAxjIAUgAiAEBEhIKCnNob3dfYWxlcnQYBSABKAhCBwoFX3RleHQiGgoYQW5zd2VyQ2FyZEFjdGlvblJlc3BvbnNlMrgHCg5NZXNzYWdlU2VydmljZRJGCgtTZW5kTWVzc2FnZRIaLmFwaS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZRJGCgtFZGl0TWVzc2FnZRIaLmFwaS52MS5FZGl0TWVzc2FnZVJlcXVlc3QaGy5hcGkudjEuRWRpdE1lc3NhZ2VSZXNwb25zZRJPCg5EZWxldGVNZXNzYWdlcxIdLmFwaS52MS5EZWxldGVNZXNzYWdlc1JlcXVlc3QaHi5hcGkudjEuRGVsZXRlTWVzc2FnZXNSZXNwb25zZRJMCg1EZWxldGVIaXN0b3J5EhwuYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXF1ZXN0Gh0uYXBpLnYxLkRlbGV0ZUhpc3RvcnlSZXNwb25zZRJMCg1SZWNhbGxNZXNzYWdlEhwuYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXF1ZXN0Gh0uYXBpLnYxLlJlY2FsbE1lc3NhZ2VSZXNwb25zZRJDCgpHZXRNZXNzYWdlEhkuYXBpLnYxLkdldE1lc3NhZ2VSZXF1ZXN0GhouYXBpLnYxLkdldE1lc3NhZ2VSZXNwb25zZRJYChFHZXRNZXNzYWdlSGlzdG9yeRIgLmFwaS52MS5HZXRNZXNzYWdlSGlzdG9yeVJlcXVlc3QaIS5hcGkudjEuR2V0TWVzc2FnZUhpc3RvcnlSZXNwb25zZRJVChBTdWJtaXRDYXJkQWN0aW9uEh8uYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLlN1Ym1pdENhcmRBY3Rpb25SZXNwb25zZRJSCg9QdXNoU3RyZWFtRGVsdGESHi5hcGkudjEuUHVzaFN0cmVhbURlbHRhUmVxdWVzdBofLmFwaS52MS5QdXNoU3RyZWFtRGVsdGFSZXNwb25zZRJACglFbmRTdHJlYW0SGC5hcGkudjEuRW5kU3RyZWFtUmVxdWVzdBoZLmFwaS52MS5FbmRTdHJlYW1SZXNwb25zZRJGCgtFcnJvclN0cmVhbRIaLmFwaS52MS5FcnJvclN0cmVhbVJlcXVlc3QaGy5hcGkudjEuRXJyb3JTdHJlYW1SZXNwb25zZRJVChBBbnN3ZXJDYXJkQWN0aW9uEh8uYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXF1ZXN0GiAuYXBpLnYxLkFuc3dlckNhcmRBY3Rpb25SZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_shared_v1_common, file_shared_v1_message]);
 
 /**
  * @generated from message api.v1.SendMessageRequest
@@ -1423,7 +34,7 @@ export type SendMessageRequest = Message<"api.v1.SendMessageRequest"> & {
   conversationId: bigint;
 
   /**
-   * @generated from field: api.v1.MessageBody body = 3;
+   * @generated from field: shared.v1.MessageBody body = 3;
    */
   body?: MessageBody | undefined;
 
@@ -1450,7 +61,7 @@ export type SendMessageRequestJson = {
   conversationId?: string;
 
   /**
-   * @generated from field: api.v1.MessageBody body = 3;
+   * @generated from field: shared.v1.MessageBody body = 3;
    */
   body?: MessageBodyJson;
 
@@ -1465,7 +76,7 @@ export type SendMessageRequestJson = {
  * Use `create(SendMessageRequestSchema)` to create a new message.
  */
 export const SendMessageRequestSchema: GenMessage<SendMessageRequest, {jsonType: SendMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 22);
+  messageDesc(file_api_v1_message, 0);
 
 /**
  * @generated from message api.v1.SendMessageResponse
@@ -1502,7 +113,7 @@ export type SendMessageResponseJson = {
  * Use `create(SendMessageResponseSchema)` to create a new message.
  */
 export const SendMessageResponseSchema: GenMessage<SendMessageResponse, {jsonType: SendMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 23);
+  messageDesc(file_api_v1_message, 1);
 
 /**
  * @generated from message api.v1.EditMessageRequest
@@ -1521,7 +132,7 @@ export type EditMessageRequest = Message<"api.v1.EditMessageRequest"> & {
   /**
    * Must keep the original body type.
    *
-   * @generated from field: api.v1.MessageBody new_body = 3;
+   * @generated from field: shared.v1.MessageBody new_body = 3;
    */
   newBody?: MessageBody | undefined;
 };
@@ -1543,7 +154,7 @@ export type EditMessageRequestJson = {
   /**
    * Must keep the original body type.
    *
-   * @generated from field: api.v1.MessageBody new_body = 3;
+   * @generated from field: shared.v1.MessageBody new_body = 3;
    */
   newBody?: MessageBodyJson;
 };
@@ -1553,7 +164,7 @@ export type EditMessageRequestJson = {
  * Use `create(EditMessageRequestSchema)` to create a new message.
  */
 export const EditMessageRequestSchema: GenMessage<EditMessageRequest, {jsonType: EditMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 24);
+  messageDesc(file_api_v1_message, 2);
 
 /**
  * @generated from message api.v1.EditMessageResponse
@@ -1580,7 +191,7 @@ export type EditMessageResponseJson = {
  * Use `create(EditMessageResponseSchema)` to create a new message.
  */
 export const EditMessageResponseSchema: GenMessage<EditMessageResponse, {jsonType: EditMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 25);
+  messageDesc(file_api_v1_message, 3);
 
 /**
  * @generated from message api.v1.DeleteMessagesRequest
@@ -1617,7 +228,7 @@ export type DeleteMessagesRequestJson = {
  * Use `create(DeleteMessagesRequestSchema)` to create a new message.
  */
 export const DeleteMessagesRequestSchema: GenMessage<DeleteMessagesRequest, {jsonType: DeleteMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 26);
+  messageDesc(file_api_v1_message, 4);
 
 /**
  * @generated from message api.v1.DeleteMessagesResponse
@@ -1648,7 +259,7 @@ export type DeleteMessagesResponseJson = {
  * Use `create(DeleteMessagesResponseSchema)` to create a new message.
  */
 export const DeleteMessagesResponseSchema: GenMessage<DeleteMessagesResponse, {jsonType: DeleteMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 27);
+  messageDesc(file_api_v1_message, 5);
 
 /**
  * @generated from message api.v1.DeleteHistoryRequest
@@ -1689,7 +300,7 @@ export type DeleteHistoryRequestJson = {
  * Use `create(DeleteHistoryRequestSchema)` to create a new message.
  */
 export const DeleteHistoryRequestSchema: GenMessage<DeleteHistoryRequest, {jsonType: DeleteHistoryRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 28);
+  messageDesc(file_api_v1_message, 6);
 
 /**
  * @generated from message api.v1.DeleteHistoryResponse
@@ -1708,7 +319,7 @@ export type DeleteHistoryResponseJson = {
  * Use `create(DeleteHistoryResponseSchema)` to create a new message.
  */
 export const DeleteHistoryResponseSchema: GenMessage<DeleteHistoryResponse, {jsonType: DeleteHistoryResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 29);
+  messageDesc(file_api_v1_message, 7);
 
 /**
  * @generated from message api.v1.RecallMessageRequest
@@ -1745,7 +356,7 @@ export type RecallMessageRequestJson = {
  * Use `create(RecallMessageRequestSchema)` to create a new message.
  */
 export const RecallMessageRequestSchema: GenMessage<RecallMessageRequest, {jsonType: RecallMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 30);
+  messageDesc(file_api_v1_message, 8);
 
 /**
  * @generated from message api.v1.RecallMessageResponse
@@ -1764,7 +375,7 @@ export type RecallMessageResponseJson = {
  * Use `create(RecallMessageResponseSchema)` to create a new message.
  */
 export const RecallMessageResponseSchema: GenMessage<RecallMessageResponse, {jsonType: RecallMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 31);
+  messageDesc(file_api_v1_message, 9);
 
 /**
  * @generated from message api.v1.GetMessageRequest
@@ -1801,14 +412,14 @@ export type GetMessageRequestJson = {
  * Use `create(GetMessageRequestSchema)` to create a new message.
  */
 export const GetMessageRequestSchema: GenMessage<GetMessageRequest, {jsonType: GetMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 32);
+  messageDesc(file_api_v1_message, 10);
 
 /**
  * @generated from message api.v1.GetMessageResponse
  */
 export type GetMessageResponse = Message<"api.v1.GetMessageResponse"> & {
   /**
-   * @generated from field: api.v1.MessageEnvelope message = 1;
+   * @generated from field: shared.v1.MessageEnvelope message = 1;
    */
   message?: MessageEnvelope | undefined;
 };
@@ -1818,7 +429,7 @@ export type GetMessageResponse = Message<"api.v1.GetMessageResponse"> & {
  */
 export type GetMessageResponseJson = {
   /**
-   * @generated from field: api.v1.MessageEnvelope message = 1;
+   * @generated from field: shared.v1.MessageEnvelope message = 1;
    */
   message?: MessageEnvelopeJson;
 };
@@ -1828,7 +439,7 @@ export type GetMessageResponseJson = {
  * Use `create(GetMessageResponseSchema)` to create a new message.
  */
 export const GetMessageResponseSchema: GenMessage<GetMessageResponse, {jsonType: GetMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 33);
+  messageDesc(file_api_v1_message, 11);
 
 /**
  * @generated from message api.v1.GetMessageHistoryRequest
@@ -1893,14 +504,14 @@ export type GetMessageHistoryRequestJson = {
  * Use `create(GetMessageHistoryRequestSchema)` to create a new message.
  */
 export const GetMessageHistoryRequestSchema: GenMessage<GetMessageHistoryRequest, {jsonType: GetMessageHistoryRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 34);
+  messageDesc(file_api_v1_message, 12);
 
 /**
  * @generated from message api.v1.GetMessageHistoryResponse
  */
 export type GetMessageHistoryResponse = Message<"api.v1.GetMessageHistoryResponse"> & {
   /**
-   * @generated from field: repeated api.v1.MessageEnvelope messages = 1;
+   * @generated from field: repeated shared.v1.MessageEnvelope messages = 1;
    */
   messages: MessageEnvelope[];
 
@@ -1912,7 +523,7 @@ export type GetMessageHistoryResponse = Message<"api.v1.GetMessageHistoryRespons
   /**
    * Senders and reply senders appearing in the page.
    *
-   * @generated from field: repeated api.v1.UserInfo related_users = 3;
+   * @generated from field: repeated shared.v1.UserInfo related_users = 3;
    */
   relatedUsers: UserInfo[];
 };
@@ -1922,7 +533,7 @@ export type GetMessageHistoryResponse = Message<"api.v1.GetMessageHistoryRespons
  */
 export type GetMessageHistoryResponseJson = {
   /**
-   * @generated from field: repeated api.v1.MessageEnvelope messages = 1;
+   * @generated from field: repeated shared.v1.MessageEnvelope messages = 1;
    */
   messages?: MessageEnvelopeJson[];
 
@@ -1934,7 +545,7 @@ export type GetMessageHistoryResponseJson = {
   /**
    * Senders and reply senders appearing in the page.
    *
-   * @generated from field: repeated api.v1.UserInfo related_users = 3;
+   * @generated from field: repeated shared.v1.UserInfo related_users = 3;
    */
   relatedUsers?: UserInfoJson[];
 };
@@ -1944,7 +555,7 @@ export type GetMessageHistoryResponseJson = {
  * Use `create(GetMessageHistoryResponseSchema)` to create a new message.
  */
 export const GetMessageHistoryResponseSchema: GenMessage<GetMessageHistoryResponse, {jsonType: GetMessageHistoryResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 35);
+  messageDesc(file_api_v1_message, 13);
 
 /**
  * @generated from message api.v1.SubmitCardActionRequest
@@ -2009,7 +620,7 @@ export type SubmitCardActionRequestJson = {
  * Use `create(SubmitCardActionRequestSchema)` to create a new message.
  */
 export const SubmitCardActionRequestSchema: GenMessage<SubmitCardActionRequest, {jsonType: SubmitCardActionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 36);
+  messageDesc(file_api_v1_message, 14);
 
 /**
  * @generated from message api.v1.SubmitCardActionResponse
@@ -2036,7 +647,7 @@ export type SubmitCardActionResponseJson = {
  * Use `create(SubmitCardActionResponseSchema)` to create a new message.
  */
 export const SubmitCardActionResponseSchema: GenMessage<SubmitCardActionResponse, {jsonType: SubmitCardActionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 37);
+  messageDesc(file_api_v1_message, 15);
 
 /**
  * @generated from message api.v1.PushStreamDeltaRequest
@@ -2097,7 +708,7 @@ export type PushStreamDeltaRequestJson = {
  * Use `create(PushStreamDeltaRequestSchema)` to create a new message.
  */
 export const PushStreamDeltaRequestSchema: GenMessage<PushStreamDeltaRequest, {jsonType: PushStreamDeltaRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 38);
+  messageDesc(file_api_v1_message, 16);
 
 /**
  * @generated from message api.v1.PushStreamDeltaResponse
@@ -2116,7 +727,7 @@ export type PushStreamDeltaResponseJson = {
  * Use `create(PushStreamDeltaResponseSchema)` to create a new message.
  */
 export const PushStreamDeltaResponseSchema: GenMessage<PushStreamDeltaResponse, {jsonType: PushStreamDeltaResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 39);
+  messageDesc(file_api_v1_message, 17);
 
 /**
  * @generated from message api.v1.EndStreamRequest
@@ -2140,7 +751,7 @@ export type EndStreamRequest = Message<"api.v1.EndStreamRequest"> & {
   accumulatedText: string;
 
   /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 4;
+   * @generated from field: repeated shared.v1.MessageEntity entities = 4;
    */
   entities: MessageEntity[];
 };
@@ -2167,7 +778,7 @@ export type EndStreamRequestJson = {
   accumulatedText?: string;
 
   /**
-   * @generated from field: repeated api.v1.MessageEntity entities = 4;
+   * @generated from field: repeated shared.v1.MessageEntity entities = 4;
    */
   entities?: MessageEntityJson[];
 };
@@ -2177,7 +788,7 @@ export type EndStreamRequestJson = {
  * Use `create(EndStreamRequestSchema)` to create a new message.
  */
 export const EndStreamRequestSchema: GenMessage<EndStreamRequest, {jsonType: EndStreamRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 40);
+  messageDesc(file_api_v1_message, 18);
 
 /**
  * @generated from message api.v1.EndStreamResponse
@@ -2196,7 +807,7 @@ export type EndStreamResponseJson = {
  * Use `create(EndStreamResponseSchema)` to create a new message.
  */
 export const EndStreamResponseSchema: GenMessage<EndStreamResponse, {jsonType: EndStreamResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 41);
+  messageDesc(file_api_v1_message, 19);
 
 /**
  * @generated from message api.v1.ErrorStreamRequest
@@ -2243,7 +854,7 @@ export type ErrorStreamRequestJson = {
  * Use `create(ErrorStreamRequestSchema)` to create a new message.
  */
 export const ErrorStreamRequestSchema: GenMessage<ErrorStreamRequest, {jsonType: ErrorStreamRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 42);
+  messageDesc(file_api_v1_message, 20);
 
 /**
  * @generated from message api.v1.ErrorStreamResponse
@@ -2262,7 +873,7 @@ export type ErrorStreamResponseJson = {
  * Use `create(ErrorStreamResponseSchema)` to create a new message.
  */
 export const ErrorStreamResponseSchema: GenMessage<ErrorStreamResponse, {jsonType: ErrorStreamResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 43);
+  messageDesc(file_api_v1_message, 21);
 
 /**
  * @generated from message api.v1.AnswerCardActionRequest
@@ -2337,7 +948,7 @@ export type AnswerCardActionRequestJson = {
  * Use `create(AnswerCardActionRequestSchema)` to create a new message.
  */
 export const AnswerCardActionRequestSchema: GenMessage<AnswerCardActionRequest, {jsonType: AnswerCardActionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 44);
+  messageDesc(file_api_v1_message, 22);
 
 /**
  * @generated from message api.v1.AnswerCardActionResponse
@@ -2356,186 +967,7 @@ export type AnswerCardActionResponseJson = {
  * Use `create(AnswerCardActionResponseSchema)` to create a new message.
  */
 export const AnswerCardActionResponseSchema: GenMessage<AnswerCardActionResponse, {jsonType: AnswerCardActionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_api_v1_message, 45);
-
-/**
- * @generated from enum api.v1.MessageType
- */
-export enum MessageType {
-  /**
-   * @generated from enum value: MESSAGE_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_TEXT = 1;
-   */
-  TEXT = 1,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_IMAGE = 2;
-   */
-  IMAGE = 2,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_AUDIO = 3;
-   */
-  AUDIO = 3,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_VIDEO = 4;
-   */
-  VIDEO = 4,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_FILE = 5;
-   */
-  FILE = 5,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_MARKDOWN = 6;
-   */
-  MARKDOWN = 6,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_CARD = 7;
-   */
-  CARD = 7,
-
-  /**
-   * @generated from enum value: MESSAGE_TYPE_STREAM = 8;
-   */
-  STREAM = 8,
-
-  /**
-   * Group system event (sender 0).
-   *
-   * @generated from enum value: MESSAGE_TYPE_GROUP = 10;
-   */
-  GROUP = 10,
-
-  /**
-   * Recall notice replacing the original body.
-   *
-   * @generated from enum value: MESSAGE_TYPE_RECALLED = 11;
-   */
-  RECALLED = 11,
-}
-
-/**
- * @generated from enum api.v1.MessageType
- */
-export type MessageTypeJson = "MESSAGE_TYPE_UNSPECIFIED" | "MESSAGE_TYPE_TEXT" | "MESSAGE_TYPE_IMAGE" | "MESSAGE_TYPE_AUDIO" | "MESSAGE_TYPE_VIDEO" | "MESSAGE_TYPE_FILE" | "MESSAGE_TYPE_MARKDOWN" | "MESSAGE_TYPE_CARD" | "MESSAGE_TYPE_STREAM" | "MESSAGE_TYPE_GROUP" | "MESSAGE_TYPE_RECALLED";
-
-/**
- * Describes the enum api.v1.MessageType.
- */
-export const MessageTypeSchema: GenEnum<MessageType, MessageTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_message, 0);
-
-/**
- * @generated from enum api.v1.StreamPhase
- */
-export enum StreamPhase {
-  /**
-   * @generated from enum value: STREAM_PHASE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: STREAM_PHASE_START = 1;
-   */
-  START = 1,
-
-  /**
-   * @generated from enum value: STREAM_PHASE_DELTA = 2;
-   */
-  DELTA = 2,
-
-  /**
-   * @generated from enum value: STREAM_PHASE_END = 3;
-   */
-  END = 3,
-
-  /**
-   * @generated from enum value: STREAM_PHASE_ERROR = 4;
-   */
-  ERROR = 4,
-}
-
-/**
- * @generated from enum api.v1.StreamPhase
- */
-export type StreamPhaseJson = "STREAM_PHASE_UNSPECIFIED" | "STREAM_PHASE_START" | "STREAM_PHASE_DELTA" | "STREAM_PHASE_END" | "STREAM_PHASE_ERROR";
-
-/**
- * Describes the enum api.v1.StreamPhase.
- */
-export const StreamPhaseSchema: GenEnum<StreamPhase, StreamPhaseJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_message, 1);
-
-/**
- * @generated from enum api.v1.MessageEntityType
- */
-export enum MessageEntityType {
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_MENTION = 1;
-   */
-  MENTION = 1,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_URL = 2;
-   */
-  URL = 2,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_PHONE = 3;
-   */
-  PHONE = 3,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_HASHTAG = 4;
-   */
-  HASHTAG = 4,
-
-  /**
-   * Kinds the upstream protocol adds; they carry no detail.
-   *
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_EMAIL = 5;
-   */
-  EMAIL = 5,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_BOLD = 6;
-   */
-  BOLD = 6,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_ITALIC = 7;
-   */
-  ITALIC = 7,
-
-  /**
-   * @generated from enum value: MESSAGE_ENTITY_TYPE_CODE = 8;
-   */
-  CODE = 8,
-}
-
-/**
- * @generated from enum api.v1.MessageEntityType
- */
-export type MessageEntityTypeJson = "MESSAGE_ENTITY_TYPE_UNSPECIFIED" | "MESSAGE_ENTITY_TYPE_MENTION" | "MESSAGE_ENTITY_TYPE_URL" | "MESSAGE_ENTITY_TYPE_PHONE" | "MESSAGE_ENTITY_TYPE_HASHTAG" | "MESSAGE_ENTITY_TYPE_EMAIL" | "MESSAGE_ENTITY_TYPE_BOLD" | "MESSAGE_ENTITY_TYPE_ITALIC" | "MESSAGE_ENTITY_TYPE_CODE";
-
-/**
- * Describes the enum api.v1.MessageEntityType.
- */
-export const MessageEntityTypeSchema: GenEnum<MessageEntityType, MessageEntityTypeJson> = /*@__PURE__*/
-  enumDesc(file_api_v1_message, 2);
+  messageDesc(file_api_v1_message, 23);
 
 /**
  * Sending, editing, deleting, recalling and reading messages, card actions

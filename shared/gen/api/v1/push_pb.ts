@@ -4,16 +4,16 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { PushPlatform, PushPlatformJson } from "./common_pb.js";
-import { file_api_v1_common } from "./common_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { PushPlatform, PushPlatformJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/push.proto.
  */
 export const file_api_v1_push: GenFile = /*@__PURE__*/
-  fileDesc("ChFhcGkvdjEvcHVzaC5wcm90bxIGYXBpLnYxIpIBChRSZWdpc3RlclRva2VuUmVxdWVzdBIaCglkZXZpY2VfaWQYASABKAlCB7pIBHICEAESFgoFdG9rZW4YAiABKAlCB7pIBHICEAESMgoIcGxhdGZvcm0YAyABKA4yFC5hcGkudjEuUHVzaFBsYXRmb3JtQgq6SAeCAQQQASAAEhIKCmlzX3NhbmRib3gYBCABKAgiFwoVUmVnaXN0ZXJUb2tlblJlc3BvbnNlIjQKFlVucmVnaXN0ZXJUb2tlblJlcXVlc3QSGgoJZGV2aWNlX2lkGAEgASgJQge6SARyAhABIhkKF1VucmVnaXN0ZXJUb2tlblJlc3BvbnNlIhMKEUNsZWFyQmFkZ2VSZXF1ZXN0IhQKEkNsZWFyQmFkZ2VSZXNwb25zZTL0AQoLUHVzaFNlcnZpY2USTAoNUmVnaXN0ZXJUb2tlbhIcLmFwaS52MS5SZWdpc3RlclRva2VuUmVxdWVzdBodLmFwaS52MS5SZWdpc3RlclRva2VuUmVzcG9uc2USUgoPVW5yZWdpc3RlclRva2VuEh4uYXBpLnYxLlVucmVnaXN0ZXJUb2tlblJlcXVlc3QaHy5hcGkudjEuVW5yZWdpc3RlclRva2VuUmVzcG9uc2USQwoKQ2xlYXJCYWRnZRIZLmFwaS52MS5DbGVhckJhZGdlUmVxdWVzdBoaLmFwaS52MS5DbGVhckJhZGdlUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_common, file_buf_validate_validate]);
+  fileDesc("ChFhcGkvdjEvcHVzaC5wcm90bxIGYXBpLnYxIpUBChRSZWdpc3RlclRva2VuUmVxdWVzdBIaCglkZXZpY2VfaWQYASABKAlCB7pIBHICEAESFgoFdG9rZW4YAiABKAlCB7pIBHICEAESNQoIcGxhdGZvcm0YAyABKA4yFy5zaGFyZWQudjEuUHVzaFBsYXRmb3JtQgq6SAeCAQQQASAAEhIKCmlzX3NhbmRib3gYBCABKAgiFwoVUmVnaXN0ZXJUb2tlblJlc3BvbnNlIjQKFlVucmVnaXN0ZXJUb2tlblJlcXVlc3QSGgoJZGV2aWNlX2lkGAEgASgJQge6SARyAhABIhkKF1VucmVnaXN0ZXJUb2tlblJlc3BvbnNlIhMKEUNsZWFyQmFkZ2VSZXF1ZXN0IhQKEkNsZWFyQmFkZ2VSZXNwb25zZTL0AQoLUHVzaFNlcnZpY2USTAoNUmVnaXN0ZXJUb2tlbhIcLmFwaS52MS5SZWdpc3RlclRva2VuUmVxdWVzdBodLmFwaS52MS5SZWdpc3RlclRva2VuUmVzcG9uc2USUgoPVW5yZWdpc3RlclRva2VuEh4uYXBpLnYxLlVucmVnaXN0ZXJUb2tlblJlcXVlc3QaHy5hcGkudjEuVW5yZWdpc3RlclRva2VuUmVzcG9uc2USQwoKQ2xlYXJCYWRnZRIZLmFwaS52MS5DbGVhckJhZGdlUmVxdWVzdBoaLmFwaS52MS5DbGVhckJhZGdlUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_shared_v1_common]);
 
 /**
  * Replaces any token already stored for the device.
@@ -34,7 +34,7 @@ export type RegisterTokenRequest = Message<"api.v1.RegisterTokenRequest"> & {
   token: string;
 
   /**
-   * @generated from field: api.v1.PushPlatform platform = 3;
+   * @generated from field: shared.v1.PushPlatform platform = 3;
    */
   platform: PushPlatform;
 
@@ -63,7 +63,7 @@ export type RegisterTokenRequestJson = {
   token?: string;
 
   /**
-   * @generated from field: api.v1.PushPlatform platform = 3;
+   * @generated from field: shared.v1.PushPlatform platform = 3;
    */
   platform?: PushPlatformJson;
 

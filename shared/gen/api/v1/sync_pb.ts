@@ -4,15 +4,15 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { SnUpdate, SnUpdateJson, UpdateState, UpdateStateJson } from "./updates_pb.js";
-import { file_api_v1_updates } from "./updates_pb.js";
+import type { SnUpdate, SnUpdateJson, UpdateState, UpdateStateJson } from "../../shared/v1/updates_pb.js";
+import { file_shared_v1_updates } from "../../shared/v1/updates_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/sync.proto.
  */
 export const file_api_v1_sync: GenFile = /*@__PURE__*/
-  fileDesc("ChFhcGkvdjEvc3luYy5wcm90bxIGYXBpLnYxIiIKFEdldERpZmZlcmVuY2VSZXF1ZXN0EgoKAnNuGAEgASgFInEKFUdldERpZmZlcmVuY2VSZXNwb25zZRIhCgd1cGRhdGVzGAEgAygLMhAuYXBpLnYxLlNuVXBkYXRlEgoKAnNuGAIgASgFEhAKCGhhc19tb3JlGAMgASgIEhcKD3VwZGF0ZV90b29fbG9uZxgEIAEoCCIYChZHZXRDdXJyZW50U3RhdGVSZXF1ZXN0Ij0KF0dldEN1cnJlbnRTdGF0ZVJlc3BvbnNlEiIKBXN0YXRlGAEgASgLMhMuYXBpLnYxLlVwZGF0ZVN0YXRlMq8BCgtTeW5jU2VydmljZRJMCg1HZXREaWZmZXJlbmNlEhwuYXBpLnYxLkdldERpZmZlcmVuY2VSZXF1ZXN0Gh0uYXBpLnYxLkdldERpZmZlcmVuY2VSZXNwb25zZRJSCg9HZXRDdXJyZW50U3RhdGUSHi5hcGkudjEuR2V0Q3VycmVudFN0YXRlUmVxdWVzdBofLmFwaS52MS5HZXRDdXJyZW50U3RhdGVSZXNwb25zZWIGcHJvdG8z", [file_api_v1_updates]);
+  fileDesc("ChFhcGkvdjEvc3luYy5wcm90bxIGYXBpLnYxIiIKFEdldERpZmZlcmVuY2VSZXF1ZXN0EgoKAnNuGAEgASgFInQKFUdldERpZmZlcmVuY2VSZXNwb25zZRIkCgd1cGRhdGVzGAEgAygLMhMuc2hhcmVkLnYxLlNuVXBkYXRlEgoKAnNuGAIgASgFEhAKCGhhc19tb3JlGAMgASgIEhcKD3VwZGF0ZV90b29fbG9uZxgEIAEoCCIYChZHZXRDdXJyZW50U3RhdGVSZXF1ZXN0IkAKF0dldEN1cnJlbnRTdGF0ZVJlc3BvbnNlEiUKBXN0YXRlGAEgASgLMhYuc2hhcmVkLnYxLlVwZGF0ZVN0YXRlMq8BCgtTeW5jU2VydmljZRJMCg1HZXREaWZmZXJlbmNlEhwuYXBpLnYxLkdldERpZmZlcmVuY2VSZXF1ZXN0Gh0uYXBpLnYxLkdldERpZmZlcmVuY2VSZXNwb25zZRJSCg9HZXRDdXJyZW50U3RhdGUSHi5hcGkudjEuR2V0Q3VycmVudFN0YXRlUmVxdWVzdBofLmFwaS52MS5HZXRDdXJyZW50U3RhdGVSZXNwb25zZWIGcHJvdG8z", [file_shared_v1_updates]);
 
 /**
  * @generated from message api.v1.GetDifferenceRequest
@@ -52,7 +52,7 @@ export type GetDifferenceResponse = Message<"api.v1.GetDifferenceResponse"> & {
   /**
    * In sn order.
    *
-   * @generated from field: repeated api.v1.SnUpdate updates = 1;
+   * @generated from field: repeated shared.v1.SnUpdate updates = 1;
    */
   updates: SnUpdate[];
 
@@ -85,7 +85,7 @@ export type GetDifferenceResponseJson = {
   /**
    * In sn order.
    *
-   * @generated from field: repeated api.v1.SnUpdate updates = 1;
+   * @generated from field: repeated shared.v1.SnUpdate updates = 1;
    */
   updates?: SnUpdateJson[];
 
@@ -142,7 +142,7 @@ export const GetCurrentStateRequestSchema: GenMessage<GetCurrentStateRequest, {j
  */
 export type GetCurrentStateResponse = Message<"api.v1.GetCurrentStateResponse"> & {
   /**
-   * @generated from field: api.v1.UpdateState state = 1;
+   * @generated from field: shared.v1.UpdateState state = 1;
    */
   state?: UpdateState | undefined;
 };
@@ -152,7 +152,7 @@ export type GetCurrentStateResponse = Message<"api.v1.GetCurrentStateResponse"> 
  */
 export type GetCurrentStateResponseJson = {
   /**
-   * @generated from field: api.v1.UpdateState state = 1;
+   * @generated from field: shared.v1.UpdateState state = 1;
    */
   state?: UpdateStateJson;
 };

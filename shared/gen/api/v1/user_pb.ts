@@ -4,17 +4,19 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Device, DeviceJson, User, UserInfo, UserInfoJson, UserJson } from "./common_pb.js";
+import type { Device, DeviceJson, User, UserJson } from "./common_pb.js";
 import { file_api_v1_common } from "./common_pb.js";
 import { file_api_v1_rules } from "./rules_pb.js";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import type { UserInfo, UserInfoJson } from "../../shared/v1/common_pb.js";
+import { file_shared_v1_common } from "../../shared/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file api/v1/user.proto.
  */
 export const file_api_v1_user: GenFile = /*@__PURE__*/
-  fileDesc("ChFhcGkvdjEvdXNlci5wcm90bxIGYXBpLnYxIhMKEUdldFByb2ZpbGVSZXF1ZXN0IjMKEkdldFByb2ZpbGVSZXNwb25zZRIdCgdwcm9maWxlGAEgASgLMgwuYXBpLnYxLlVzZXIiqQEKFFVwZGF0ZVByb2ZpbGVSZXF1ZXN0EiIKCG5pY2tuYW1lGAEgASgJQgu6SAhyBoiIJwEYQEgAiAEBEiAKCXNpZ25hdHVyZRgCIAEoCUIIukgFcgMYyAFIAYgBARIhCgphdmF0YXJfdXJsGAMgASgJQgi6SAVyAxiAEEgCiAEBQgsKCV9uaWNrbmFtZUIMCgpfc2lnbmF0dXJlQg0KC19hdmF0YXJfdXJsIjYKFVVwZGF0ZVByb2ZpbGVSZXNwb25zZRIdCgdwcm9maWxlGAEgASgLMgwuYXBpLnYxLlVzZXIiFAoSTGlzdERldmljZXNSZXF1ZXN0IjYKE0xpc3REZXZpY2VzUmVzcG9uc2USHwoHZGV2aWNlcxgBIAMoCzIOLmFwaS52MS5EZXZpY2UiMQoTUmVtb3ZlRGV2aWNlUmVxdWVzdBIaCglkZXZpY2VfaWQYASABKAlCB7pIBHICEAEiFgoUUmVtb3ZlRGV2aWNlUmVzcG9uc2UiNQoSU2V0VXNlcm5hbWVSZXF1ZXN0Eh8KCHVzZXJuYW1lGAEgASgJQg26SApyCIiIJwEQBRggIjQKE1NldFVzZXJuYW1lUmVzcG9uc2USHQoHcHJvZmlsZRgBIAEoCzIMLmFwaS52MS5Vc2VyIjkKFlJlc29sdmVVc2VybmFtZVJlcXVlc3QSHwoIdXNlcm5hbWUYASABKAlCDbpICnIIiIgnARAFGCAiTQoXUmVzb2x2ZVVzZXJuYW1lUmVzcG9uc2USHgoEdXNlchgBIAEoCzIQLmFwaS52MS5Vc2VySW5mbxISCgppc19jb250YWN0GAIgASgIIjgKF0JhdGNoR2V0VXNlckluZm9SZXF1ZXN0Eh0KCHVzZXJfaWRzGAEgAygFQgu6SAiSAQUIARDIASKWAQoYQmF0Y2hHZXRVc2VySW5mb1Jlc3BvbnNlEjoKBXVzZXJzGAEgAygLMisuYXBpLnYxLkJhdGNoR2V0VXNlckluZm9SZXNwb25zZS5Vc2Vyc0VudHJ5Gj4KClVzZXJzRW50cnkSCwoDa2V5GAEgASgFEh8KBXZhbHVlGAIgASgLMhAuYXBpLnYxLlVzZXJJbmZvOgI4ATKmBAoLVXNlclNlcnZpY2USQwoKR2V0UHJvZmlsZRIZLmFwaS52MS5HZXRQcm9maWxlUmVxdWVzdBoaLmFwaS52MS5HZXRQcm9maWxlUmVzcG9uc2USTAoNVXBkYXRlUHJvZmlsZRIcLmFwaS52MS5VcGRhdGVQcm9maWxlUmVxdWVzdBodLmFwaS52MS5VcGRhdGVQcm9maWxlUmVzcG9uc2USRgoLTGlzdERldmljZXMSGi5hcGkudjEuTGlzdERldmljZXNSZXF1ZXN0GhsuYXBpLnYxLkxpc3REZXZpY2VzUmVzcG9uc2USSQoMUmVtb3ZlRGV2aWNlEhsuYXBpLnYxLlJlbW92ZURldmljZVJlcXVlc3QaHC5hcGkudjEuUmVtb3ZlRGV2aWNlUmVzcG9uc2USRgoLU2V0VXNlcm5hbWUSGi5hcGkudjEuU2V0VXNlcm5hbWVSZXF1ZXN0GhsuYXBpLnYxLlNldFVzZXJuYW1lUmVzcG9uc2USUgoPUmVzb2x2ZVVzZXJuYW1lEh4uYXBpLnYxLlJlc29sdmVVc2VybmFtZVJlcXVlc3QaHy5hcGkudjEuUmVzb2x2ZVVzZXJuYW1lUmVzcG9uc2USVQoQQmF0Y2hHZXRVc2VySW5mbxIfLmFwaS52MS5CYXRjaEdldFVzZXJJbmZvUmVxdWVzdBogLmFwaS52MS5CYXRjaEdldFVzZXJJbmZvUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate]);
+  fileDesc("ChFhcGkvdjEvdXNlci5wcm90bxIGYXBpLnYxIhMKEUdldFByb2ZpbGVSZXF1ZXN0IjMKEkdldFByb2ZpbGVSZXNwb25zZRIdCgdwcm9maWxlGAEgASgLMgwuYXBpLnYxLlVzZXIiqQEKFFVwZGF0ZVByb2ZpbGVSZXF1ZXN0EiIKCG5pY2tuYW1lGAEgASgJQgu6SAhyBoiIJwEYQEgAiAEBEiAKCXNpZ25hdHVyZRgCIAEoCUIIukgFcgMYyAFIAYgBARIhCgphdmF0YXJfdXJsGAMgASgJQgi6SAVyAxiAEEgCiAEBQgsKCV9uaWNrbmFtZUIMCgpfc2lnbmF0dXJlQg0KC19hdmF0YXJfdXJsIjYKFVVwZGF0ZVByb2ZpbGVSZXNwb25zZRIdCgdwcm9maWxlGAEgASgLMgwuYXBpLnYxLlVzZXIiFAoSTGlzdERldmljZXNSZXF1ZXN0IjYKE0xpc3REZXZpY2VzUmVzcG9uc2USHwoHZGV2aWNlcxgBIAMoCzIOLmFwaS52MS5EZXZpY2UiMQoTUmVtb3ZlRGV2aWNlUmVxdWVzdBIaCglkZXZpY2VfaWQYASABKAlCB7pIBHICEAEiFgoUUmVtb3ZlRGV2aWNlUmVzcG9uc2UiNQoSU2V0VXNlcm5hbWVSZXF1ZXN0Eh8KCHVzZXJuYW1lGAEgASgJQg26SApyCIiIJwEQBRggIjQKE1NldFVzZXJuYW1lUmVzcG9uc2USHQoHcHJvZmlsZRgBIAEoCzIMLmFwaS52MS5Vc2VyIjkKFlJlc29sdmVVc2VybmFtZVJlcXVlc3QSHwoIdXNlcm5hbWUYASABKAlCDbpICnIIiIgnARAFGCAiUAoXUmVzb2x2ZVVzZXJuYW1lUmVzcG9uc2USIQoEdXNlchgBIAEoCzITLnNoYXJlZC52MS5Vc2VySW5mbxISCgppc19jb250YWN0GAIgASgIIjgKF0JhdGNoR2V0VXNlckluZm9SZXF1ZXN0Eh0KCHVzZXJfaWRzGAEgAygFQgu6SAiSAQUIARDIASKZAQoYQmF0Y2hHZXRVc2VySW5mb1Jlc3BvbnNlEjoKBXVzZXJzGAEgAygLMisuYXBpLnYxLkJhdGNoR2V0VXNlckluZm9SZXNwb25zZS5Vc2Vyc0VudHJ5GkEKClVzZXJzRW50cnkSCwoDa2V5GAEgASgFEiIKBXZhbHVlGAIgASgLMhMuc2hhcmVkLnYxLlVzZXJJbmZvOgI4ATKmBAoLVXNlclNlcnZpY2USQwoKR2V0UHJvZmlsZRIZLmFwaS52MS5HZXRQcm9maWxlUmVxdWVzdBoaLmFwaS52MS5HZXRQcm9maWxlUmVzcG9uc2USTAoNVXBkYXRlUHJvZmlsZRIcLmFwaS52MS5VcGRhdGVQcm9maWxlUmVxdWVzdBodLmFwaS52MS5VcGRhdGVQcm9maWxlUmVzcG9uc2USRgoLTGlzdERldmljZXMSGi5hcGkudjEuTGlzdERldmljZXNSZXF1ZXN0GhsuYXBpLnYxLkxpc3REZXZpY2VzUmVzcG9uc2USSQoMUmVtb3ZlRGV2aWNlEhsuYXBpLnYxLlJlbW92ZURldmljZVJlcXVlc3QaHC5hcGkudjEuUmVtb3ZlRGV2aWNlUmVzcG9uc2USRgoLU2V0VXNlcm5hbWUSGi5hcGkudjEuU2V0VXNlcm5hbWVSZXF1ZXN0GhsuYXBpLnYxLlNldFVzZXJuYW1lUmVzcG9uc2USUgoPUmVzb2x2ZVVzZXJuYW1lEh4uYXBpLnYxLlJlc29sdmVVc2VybmFtZVJlcXVlc3QaHy5hcGkudjEuUmVzb2x2ZVVzZXJuYW1lUmVzcG9uc2USVQoQQmF0Y2hHZXRVc2VySW5mbxIfLmFwaS52MS5CYXRjaEdldFVzZXJJbmZvUmVxdWVzdBogLmFwaS52MS5CYXRjaEdldFVzZXJJbmZvUmVzcG9uc2ViBnByb3RvMw", [file_api_v1_common, file_api_v1_rules, file_buf_validate_validate, file_shared_v1_common]);
 
 /**
  * @generated from message api.v1.GetProfileRequest
@@ -326,7 +328,7 @@ export const ResolveUsernameRequestSchema: GenMessage<ResolveUsernameRequest, {j
  */
 export type ResolveUsernameResponse = Message<"api.v1.ResolveUsernameResponse"> & {
   /**
-   * @generated from field: api.v1.UserInfo user = 1;
+   * @generated from field: shared.v1.UserInfo user = 1;
    */
   user?: UserInfo | undefined;
 
@@ -341,7 +343,7 @@ export type ResolveUsernameResponse = Message<"api.v1.ResolveUsernameResponse"> 
  */
 export type ResolveUsernameResponseJson = {
   /**
-   * @generated from field: api.v1.UserInfo user = 1;
+   * @generated from field: shared.v1.UserInfo user = 1;
    */
   user?: UserInfoJson;
 
@@ -392,7 +394,7 @@ export type BatchGetUserInfoResponse = Message<"api.v1.BatchGetUserInfoResponse"
   /**
    * Keyed by user id; unknown or deleted ids are left out.
    *
-   * @generated from field: map<int32, api.v1.UserInfo> users = 1;
+   * @generated from field: map<int32, shared.v1.UserInfo> users = 1;
    */
   users: { [key: number]: UserInfo };
 };
@@ -404,7 +406,7 @@ export type BatchGetUserInfoResponseJson = {
   /**
    * Keyed by user id; unknown or deleted ids are left out.
    *
-   * @generated from field: map<int32, api.v1.UserInfo> users = 1;
+   * @generated from field: map<int32, shared.v1.UserInfo> users = 1;
    */
   users?: { [key: number]: UserInfoJson };
 };
