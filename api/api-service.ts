@@ -3,7 +3,15 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BlockList } from "node:net";
 import type { DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type MethodImpl, type ServiceImpl } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createConnectRouter,
+  createContextValues,
+  type ConnectRouter,
+  type MethodImpl,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { ServiceBroker, ServiceSchema } from "moleculer";

@@ -2,9 +2,39 @@
 // setup, change and reset. Owns every credential the platform issues to users.
 import { create } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
-import { ChangePasswordRequestSchema, ChangePasswordResponseSchema, GetClientConfigRequestSchema, GetClientConfigResponseSchema, LoginPasswordRequestSchema, LoginPasswordResponseSchema, LogoutAllRequestSchema, LogoutAllResponseSchema, LogoutRequestSchema, LogoutResponseSchema, RefreshTokenRequestSchema, RefreshTokenResponseSchema, RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ResetPasswordConfirmRequestSchema, ResetPasswordConfirmResponseSchema, ResetPasswordRequestRequestSchema, ResetPasswordRequestResponseSchema, ResetPasswordVerifyRequestSchema, ResetPasswordVerifyResponseSchema, SetupPasswordRequestSchema, SetupPasswordResponseSchema, VerifyCodeRequestSchema, VerifyCodeResponseSchema } from "../shared/gen/api/v1/auth_pb.js";
+import {
+  ChangePasswordRequestSchema,
+  ChangePasswordResponseSchema,
+  GetClientConfigRequestSchema,
+  GetClientConfigResponseSchema,
+  LoginPasswordRequestSchema,
+  LoginPasswordResponseSchema,
+  LogoutAllRequestSchema,
+  LogoutAllResponseSchema,
+  LogoutRequestSchema,
+  LogoutResponseSchema,
+  RefreshTokenRequestSchema,
+  RefreshTokenResponseSchema,
+  RequestVerifyCodeRequestSchema,
+  RequestVerifyCodeResponseSchema,
+  ResetPasswordConfirmRequestSchema,
+  ResetPasswordConfirmResponseSchema,
+  ResetPasswordRequestRequestSchema,
+  ResetPasswordRequestResponseSchema,
+  ResetPasswordVerifyRequestSchema,
+  ResetPasswordVerifyResponseSchema,
+  SetupPasswordRequestSchema,
+  SetupPasswordResponseSchema,
+  VerifyCodeRequestSchema,
+  VerifyCodeResponseSchema,
+} from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType, type DeviceInput } from "../shared/gen/api/v1/common_pb.js";
-import { ListDevicesRequestSchema, ListDevicesResponseSchema, RemoveDeviceRequestSchema, RemoveDeviceResponseSchema } from "../shared/gen/api/v1/user_pb.js";
+import {
+  ListDevicesRequestSchema,
+  ListDevicesResponseSchema,
+  RemoveDeviceRequestSchema,
+  RemoveDeviceResponseSchema,
+} from "../shared/gen/api/v1/user_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
 import { requestAuthority } from "../shared/public-url.js";

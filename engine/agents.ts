@@ -6,8 +6,40 @@
 // change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import moleculer, { type Context, type ServiceSchema } from "moleculer";
-import { AgentInfoSchema, AgentProfileSchema, AgentStatus as AgentStatusEnum, type AgentCommandInfo, type AgentInfo, type AgentProfile } from "../shared/gen/shared/v1/agent_pb.js";
-import { CreateAgentRequestSchema, CreateAgentResponseSchema, DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, GetAgentInfoRequestSchema, GetAgentInfoResponseSchema, GetMiniAppLaunchDataRequestSchema, GetMiniAppLaunchDataResponseSchema, GetMyAgentRequestSchema, GetMyAgentResponseSchema, ListFeaturedAgentsRequestSchema, ListFeaturedAgentsResponseSchema, ListMyAgentsRequestSchema, ListMyAgentsResponseSchema, RegenerateAgentSecretKeyRequestSchema, RegenerateAgentSecretKeyResponseSchema, RegenerateAgentTokenRequestSchema, RegenerateAgentTokenResponseSchema, SetAgentConfigRequestSchema, SetAgentConfigResponseSchema, SetAgentMiniAppRequestSchema, SetAgentMiniAppResponseSchema, UpdateAgentSelfConfigRequestSchema, UpdateAgentSelfConfigResponseSchema } from "../shared/gen/api/v1/agent_pb.js";
+import {
+  AgentInfoSchema,
+  AgentProfileSchema,
+  AgentStatus as AgentStatusEnum,
+  type AgentCommandInfo,
+  type AgentInfo,
+  type AgentProfile,
+} from "../shared/gen/shared/v1/agent_pb.js";
+import {
+  CreateAgentRequestSchema,
+  CreateAgentResponseSchema,
+  DeleteMyAgentRequestSchema,
+  DeleteMyAgentResponseSchema,
+  GetAgentInfoRequestSchema,
+  GetAgentInfoResponseSchema,
+  GetMiniAppLaunchDataRequestSchema,
+  GetMiniAppLaunchDataResponseSchema,
+  GetMyAgentRequestSchema,
+  GetMyAgentResponseSchema,
+  ListFeaturedAgentsRequestSchema,
+  ListFeaturedAgentsResponseSchema,
+  ListMyAgentsRequestSchema,
+  ListMyAgentsResponseSchema,
+  RegenerateAgentSecretKeyRequestSchema,
+  RegenerateAgentSecretKeyResponseSchema,
+  RegenerateAgentTokenRequestSchema,
+  RegenerateAgentTokenResponseSchema,
+  SetAgentConfigRequestSchema,
+  SetAgentConfigResponseSchema,
+  SetAgentMiniAppRequestSchema,
+  SetAgentMiniAppResponseSchema,
+  UpdateAgentSelfConfigRequestSchema,
+  UpdateAgentSelfConfigResponseSchema,
+} from "../shared/gen/api/v1/agent_pb.js";
 import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";

@@ -11,8 +11,39 @@ import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import type { Context, ServiceSchema } from "moleculer";
-import { AnswerCardActionRequestSchema, AnswerCardActionResponseSchema, EditMessageRequestSchema, EditMessageResponseSchema, EndStreamRequestSchema, EndStreamResponseSchema, ErrorStreamRequestSchema, ErrorStreamResponseSchema, GetMessageHistoryRequestSchema, GetMessageHistoryResponseSchema, GetMessageRequestSchema, GetMessageResponseSchema, PushStreamDeltaRequestSchema, PushStreamDeltaResponseSchema, RecallMessageRequestSchema, RecallMessageResponseSchema, SendMessageRequestSchema, SendMessageResponseSchema, SubmitCardActionRequestSchema, SubmitCardActionResponseSchema, type SendMessageRequest } from "../shared/gen/api/v1/message_pb.js";
-import { MessageBodySchema, MessageEnvelopeSchema, MessageType, ReplyContextSchema, StreamPhase, type MessageBody, type MessageEntity, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
+import {
+  AnswerCardActionRequestSchema,
+  AnswerCardActionResponseSchema,
+  EditMessageRequestSchema,
+  EditMessageResponseSchema,
+  EndStreamRequestSchema,
+  EndStreamResponseSchema,
+  ErrorStreamRequestSchema,
+  ErrorStreamResponseSchema,
+  GetMessageHistoryRequestSchema,
+  GetMessageHistoryResponseSchema,
+  GetMessageRequestSchema,
+  GetMessageResponseSchema,
+  PushStreamDeltaRequestSchema,
+  PushStreamDeltaResponseSchema,
+  RecallMessageRequestSchema,
+  RecallMessageResponseSchema,
+  SendMessageRequestSchema,
+  SendMessageResponseSchema,
+  SubmitCardActionRequestSchema,
+  SubmitCardActionResponseSchema,
+  type SendMessageRequest,
+} from "../shared/gen/api/v1/message_pb.js";
+import {
+  MessageBodySchema,
+  MessageEnvelopeSchema,
+  MessageType,
+  ReplyContextSchema,
+  StreamPhase,
+  type MessageBody,
+  type MessageEntity,
+  type MessageEnvelope,
+} from "../shared/gen/shared/v1/message_pb.js";
 import { CardActionPayloadSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
@@ -23,7 +54,17 @@ import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./f
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
-import { checkEntities, checkOutgoingBody, contentPreview, finishedStreamBody, groupEventUserIds, openStreamOf, recalledBody, startsStream, streamStartBody } from "./message-body.js";
+import {
+  checkEntities,
+  checkOutgoingBody,
+  contentPreview,
+  finishedStreamBody,
+  groupEventUserIds,
+  openStreamOf,
+  recalledBody,
+  startsStream,
+  streamStartBody,
+} from "./message-body.js";
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";

@@ -4,8 +4,22 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
 import { ConversationActionType, ConversationInfoSchema, ConversationType, type ConversationInfo } from "../shared/gen/shared/v1/conversation_pb.js";
-import { GetConversationRequestSchema, GetConversationResponseSchema, ListConversationsRequestSchema, ListConversationsResponseSchema, MarkAsReadRequestSchema, MarkAsReadResponseSchema, UpdateConversationActionRequestSchema, UpdateConversationActionResponseSchema } from "../shared/gen/api/v1/conversation_pb.js";
-import { DeleteHistoryRequestSchema, DeleteHistoryResponseSchema, DeleteMessagesRequestSchema, DeleteMessagesResponseSchema } from "../shared/gen/api/v1/message_pb.js";
+import {
+  GetConversationRequestSchema,
+  GetConversationResponseSchema,
+  ListConversationsRequestSchema,
+  ListConversationsResponseSchema,
+  MarkAsReadRequestSchema,
+  MarkAsReadResponseSchema,
+  UpdateConversationActionRequestSchema,
+  UpdateConversationActionResponseSchema,
+} from "../shared/gen/api/v1/conversation_pb.js";
+import {
+  DeleteHistoryRequestSchema,
+  DeleteHistoryResponseSchema,
+  DeleteMessagesRequestSchema,
+  DeleteMessagesResponseSchema,
+} from "../shared/gen/api/v1/message_pb.js";
 import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { privateParticipants } from "../shared/ids.js";

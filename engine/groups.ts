@@ -3,7 +3,28 @@
 // stay dense.
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { CreateGroupRequestSchema, CreateGroupResponseSchema, DissolveGroupRequestSchema, DissolveGroupResponseSchema, GetGroupInfoRequestSchema, GetGroupInfoResponseSchema, InviteMembersRequestSchema, InviteMembersResponseSchema, LeaveGroupRequestSchema, LeaveGroupResponseSchema, ListGroupsRequestSchema, ListGroupsResponseSchema, RemoveMemberRequestSchema, RemoveMemberResponseSchema, UpdateGroupAvatarRequestSchema, UpdateGroupAvatarResponseSchema, UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema } from "../shared/gen/api/v1/group_pb.js";
+import {
+  CreateGroupRequestSchema,
+  CreateGroupResponseSchema,
+  DissolveGroupRequestSchema,
+  DissolveGroupResponseSchema,
+  GetGroupInfoRequestSchema,
+  GetGroupInfoResponseSchema,
+  InviteMembersRequestSchema,
+  InviteMembersResponseSchema,
+  LeaveGroupRequestSchema,
+  LeaveGroupResponseSchema,
+  ListGroupsRequestSchema,
+  ListGroupsResponseSchema,
+  RemoveMemberRequestSchema,
+  RemoveMemberResponseSchema,
+  UpdateGroupAvatarRequestSchema,
+  UpdateGroupAvatarResponseSchema,
+  UpdateGroupDescriptionRequestSchema,
+  UpdateGroupDescriptionResponseSchema,
+  UpdateGroupNameRequestSchema,
+  UpdateGroupNameResponseSchema,
+} from "../shared/gen/api/v1/group_pb.js";
 import { MemberInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
 import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/shared/v1/message_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
@@ -12,7 +33,16 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, GroupStatus, MemberRole, type GroupRecord, type MemberRecord, type UserRecord } from "./store/store.js";
+import {
+  AccountType,
+  AgentStatus,
+  AgentVisibility,
+  GroupStatus,
+  MemberRole,
+  type GroupRecord,
+  type MemberRecord,
+  type UserRecord,
+} from "./store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 const maxMembers = 200;

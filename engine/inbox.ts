@@ -16,7 +16,12 @@
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
-import { GetCurrentStateRequestSchema, GetCurrentStateResponseSchema, GetDifferenceRequestSchema, GetDifferenceResponseSchema } from "../shared/gen/api/v1/sync_pb.js";
+import {
+  GetCurrentStateRequestSchema,
+  GetCurrentStateResponseSchema,
+  GetDifferenceRequestSchema,
+  GetDifferenceResponseSchema,
+} from "../shared/gen/api/v1/sync_pb.js";
 import { CardActionPayloadSchema, NonSnUpdateSchema, SnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";

@@ -9,12 +9,29 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { CompleteUploadRequestSchema, CompleteUploadResponseSchema, GetDownloadURLRequestSchema, GetDownloadURLResponseSchema, InitUploadRequestSchema, InitUploadResponseSchema, UploadChunkRequestSchema, UploadChunkResponseSchema, UploadFileRequestSchema, UploadFileResponseSchema } from "../shared/gen/api/v1/media_pb.js";
+import {
+  CompleteUploadRequestSchema,
+  CompleteUploadResponseSchema,
+  GetDownloadURLRequestSchema,
+  GetDownloadURLResponseSchema,
+  InitUploadRequestSchema,
+  InitUploadResponseSchema,
+  UploadChunkRequestSchema,
+  UploadChunkResponseSchema,
+  UploadFileRequestSchema,
+  UploadFileResponseSchema,
+} from "../shared/gen/api/v1/media_pb.js";
 import { MediaPurpose, type MediaFileInfoSchema } from "../shared/gen/shared/v1/media_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { publicBaseUrl } from "../shared/public-url.js";
-import { mediaDownloadMetaKey, mediaPathPrefix, type MediaDownloadHead, type MediaDownloadParams, type RequestedRange } from "../shared/media-download.js";
+import {
+  mediaDownloadMetaKey,
+  mediaPathPrefix,
+  type MediaDownloadHead,
+  type MediaDownloadParams,
+  type RequestedRange,
+} from "../shared/media-download.js";
 import type { BlobStore, ByteRange } from "./blob-store/blob-store.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";

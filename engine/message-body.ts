@@ -2,7 +2,15 @@
 // content it carries, some types are the server's alone, cards must be JSON, and entities must
 // lie inside the text they annotate.
 import { create } from "@bufbuild/protobuf";
-import { MessageBodySchema, MessageEntityType, MessageType, StreamPhase, type MessageBody, type MessageEntity, type StreamContent } from "../shared/gen/shared/v1/message_pb.js";
+import {
+  MessageBodySchema,
+  MessageEntityType,
+  MessageType,
+  StreamPhase,
+  type MessageBody,
+  type MessageEntity,
+  type StreamContent,
+} from "../shared/gen/shared/v1/message_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 
 const contentOfType: Record<number, MessageBody["content"]["case"]> = {

@@ -3,7 +3,14 @@
 // actor hands new messages over with an event (requestOfflinePush) once they are sequenced and
 // fanned out, so the sender never waits for providers and a provider failure never fails a send.
 import type { Context, ServiceSchema } from "moleculer";
-import { ClearBadgeRequestSchema, ClearBadgeResponseSchema, RegisterTokenRequestSchema, RegisterTokenResponseSchema, UnregisterTokenRequestSchema, UnregisterTokenResponseSchema } from "../shared/gen/api/v1/push_pb.js";
+import {
+  ClearBadgeRequestSchema,
+  ClearBadgeResponseSchema,
+  RegisterTokenRequestSchema,
+  RegisterTokenResponseSchema,
+  UnregisterTokenRequestSchema,
+  UnregisterTokenResponseSchema,
+} from "../shared/gen/api/v1/push_pb.js";
 import { PushPlatform } from "../shared/gen/shared/v1/common_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { PresenceActions, type OnlineAmongParams } from "../shared/presence.js";

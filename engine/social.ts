@@ -1,7 +1,33 @@
 // The social graph: friend requests, contacts (one record per side), aliases, blocks, search.
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { AcceptFriendRequestRequestSchema, AcceptFriendRequestResponseSchema, AddContactRequestSchema, AddContactResponseSchema, BlockUserRequestSchema, BlockUserResponseSchema, DeleteContactRequestSchema, DeleteContactResponseSchema, ListBlockedRequestSchema, ListBlockedResponseSchema, ListContactsRequestSchema, ListContactsResponseSchema, ListPendingRequestsRequestSchema, ListPendingRequestsResponseSchema, RejectFriendRequestRequestSchema, RejectFriendRequestResponseSchema, SearchAccountType, SearchUsersRequestSchema, SearchUsersResponseSchema, SendFriendRequestRequestSchema, SendFriendRequestResponseSchema, UnblockUserRequestSchema, UnblockUserResponseSchema, UpdateContactAliasRequestSchema, UpdateContactAliasResponseSchema } from "../shared/gen/api/v1/contact_pb.js";
+import {
+  AcceptFriendRequestRequestSchema,
+  AcceptFriendRequestResponseSchema,
+  AddContactRequestSchema,
+  AddContactResponseSchema,
+  BlockUserRequestSchema,
+  BlockUserResponseSchema,
+  DeleteContactRequestSchema,
+  DeleteContactResponseSchema,
+  ListBlockedRequestSchema,
+  ListBlockedResponseSchema,
+  ListContactsRequestSchema,
+  ListContactsResponseSchema,
+  ListPendingRequestsRequestSchema,
+  ListPendingRequestsResponseSchema,
+  RejectFriendRequestRequestSchema,
+  RejectFriendRequestResponseSchema,
+  SearchAccountType,
+  SearchUsersRequestSchema,
+  SearchUsersResponseSchema,
+  SendFriendRequestRequestSchema,
+  SendFriendRequestResponseSchema,
+  UnblockUserRequestSchema,
+  UnblockUserResponseSchema,
+  UpdateContactAliasRequestSchema,
+  UpdateContactAliasResponseSchema,
+} from "../shared/gen/api/v1/contact_pb.js";
 import { PendingRequestItemSchema, type PendingRequestItem } from "../shared/gen/shared/v1/contact_pb.js";
 import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";

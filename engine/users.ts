@@ -1,6 +1,17 @@
 // Users: profiles, usernames and the public view of accounts.
 import type { ServiceSchema } from "moleculer";
-import { BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, GetProfileRequestSchema, GetProfileResponseSchema, ResolveUsernameRequestSchema, ResolveUsernameResponseSchema, SetUsernameRequestSchema, SetUsernameResponseSchema, UpdateProfileRequestSchema, UpdateProfileResponseSchema } from "../shared/gen/api/v1/user_pb.js";
+import {
+  BatchGetUserInfoRequestSchema,
+  BatchGetUserInfoResponseSchema,
+  GetProfileRequestSchema,
+  GetProfileResponseSchema,
+  ResolveUsernameRequestSchema,
+  ResolveUsernameResponseSchema,
+  SetUsernameRequestSchema,
+  SetUsernameResponseSchema,
+  UpdateProfileRequestSchema,
+  UpdateProfileResponseSchema,
+} from "../shared/gen/api/v1/user_pb.js";
 import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { EngineDeps } from "./deps.js";

@@ -6,7 +6,17 @@
 // Top-level bytes fields (uploads carry megabytes in one) are base64-coded with Node's native
 // codec: protobuf-es codes bytes in JavaScript, about a second for 5 MB with the event loop
 // blocked. The result is the same canonical JSON either way.
-import { ScalarType, create, fromJson, toJson, type DescField, type DescMessage, type JsonObject, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import {
+  ScalarType,
+  create,
+  fromJson,
+  toJson,
+  type DescField,
+  type DescMessage,
+  type JsonObject,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 
 export type WireMessage = JsonObject;
 

@@ -1,6 +1,17 @@
 // The promises of the storage port, as one mocha suite every adapter must pass.
 import { expect } from "chai";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, maxQueuedWebhooksPerAgent, type FanOutRecord, type MediaFileRecord, type SessionRecord, type Store, type UploadSessionRecord } from "./store.js";
+import {
+  AccountType,
+  AgentStatus,
+  AgentVisibility,
+  DeliveryMode,
+  maxQueuedWebhooksPerAgent,
+  type FanOutRecord,
+  type MediaFileRecord,
+  type SessionRecord,
+  type Store,
+  type UploadSessionRecord,
+} from "./store.js";
 
 export interface StoreUnderTest {
   store: Store;

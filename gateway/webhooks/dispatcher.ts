@@ -14,7 +14,13 @@
 // retry falls due, when a delivery finishes, and every `pollIntervalMs` as a safety net. Times in
 // the queue are engine-clock times, so tests that move the clock move retries with it.
 import type { ServiceSchema } from "moleculer";
-import { AgentDeliveryActions, type DeliveryModeChangedParams, type QueuedWebhook, type WebhookQueue, type WebhookTargetResolver } from "../../shared/agent-delivery.js";
+import {
+  AgentDeliveryActions,
+  type DeliveryModeChangedParams,
+  type QueuedWebhook,
+  type WebhookQueue,
+  type WebhookTargetResolver,
+} from "../../shared/agent-delivery.js";
 import { BusEvents } from "../../shared/bus.js";
 import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
