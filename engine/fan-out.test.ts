@@ -71,7 +71,7 @@ describe("FanOuts", () => {
       [2, String(records[0].fanOutId), false],
       [3, String(records[1].fanOutId), false],
     ]);
-    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
   it("delivers a new fan-out to each recipient once, unchecked, then forgets it", async () => {
@@ -82,7 +82,7 @@ describe("FanOuts", () => {
       [1, false],
       [2, false],
     ]);
-    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
   it("delivers recorded fan-outs again in their order, asking each stream to check, and not one this process is still delivering", async () => {
@@ -98,7 +98,7 @@ describe("FanOuts", () => {
     ]);
     inboxes.release();
     await delivering;
-    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
   it("keeps a fan-out whose append failed, and settles its scope before the next event of the scope", async () => {
@@ -109,11 +109,11 @@ describe("FanOuts", () => {
     let failed = false;
     await fanOuts.deliver(failing, prepared).catch(() => (failed = true));
     expect(failed).to.equal(true);
-    expect((await store.fanOuts.pending(10)).map((record) => record.fanOutId)).to.deep.equal([id]);
+    expect((await store.outbox.pending(10)).map((record) => record.fanOutId)).to.deep.equal([id]);
     await fanOuts.settle(inboxes.ctx, "8");
     expect(inboxes.calls).to.deep.equal([]);
     await fanOuts.settle(inboxes.ctx, "9");
     expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([[String(id), true]]);
-    expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 });

@@ -174,7 +174,7 @@ export class FanOuts {
   async postRecordedSystemMessages(ctx: Pick<Context, "call">, recordedBefore = Infinity): Promise<number> {
     let posted = 0;
     for (;;) {
-      const listed = await this.store.fanOuts.pendingSystemMessages(FanOutPolicy.pageSize);
+      const listed = await this.store.outbox.pendingSystemMessages(FanOutPolicy.pageSize);
       const page = listed.filter((record) => record.createdAt < recordedBefore);
       for (const record of page) await this.postSystemMessage(ctx, record);
       posted += page.length;
@@ -198,7 +198,7 @@ export class FanOuts {
     try {
       const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId), again };
       await Promise.all(recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
-      await this.store.fanOuts.finish(fanOutId);
+      await this.store.outbox.finish(fanOutId);
     } catch (err) {
       this.unfinishedScopes.add(scope);
       throw err;
@@ -220,7 +220,7 @@ export class FanOuts {
    */
   async sweep(ctx: Pick<Context, "call">): Promise<void> {
     const recordedBefore = this.clock.now() - FanOutPolicy.sweepAfterMs;
-    const stale = (await this.store.fanOuts.pending(FanOutPolicy.pageSize)).filter((record) => record.createdAt < recordedBefore);
+    const stale = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => record.createdAt < recordedBefore);
     for (const scope of new Set(stale.map((record) => record.scope))) {
       if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
       else await this.finishRecorded(ctx, { scope, recordedBefore });
@@ -236,7 +236,7 @@ export class FanOuts {
   async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number } = {}): Promise<number> {
     let finished = 0;
     for (;;) {
-      const listed = await this.store.fanOuts.pending(FanOutPolicy.pageSize, filter.scope);
+      const listed = await this.store.outbox.pending(FanOutPolicy.pageSize, filter.scope);
       const page = listed.filter((record) => !this.inFlight.has(record.fanOutId) && (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore));
       for (const record of page) await this.deliver(ctx, preparedOf(record), true);
       finished += page.length;

@@ -45,11 +45,11 @@ class Faults {
           return store.updates.appendUpdates(userId, ...rest);
         },
       },
-      fanOuts: {
-        ...store.fanOuts,
+      outbox: {
+        ...store.outbox,
         finish: async (fanOutId) => {
           if (this.finishes > 0 && this.finishes--) fail("finish");
-          return store.fanOuts.finish(fanOutId);
+          return store.outbox.finish(fanOutId);
         },
       },
     };

@@ -184,16 +184,16 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const conversationId = BigInt(group.groupId);
         const systemMessage = { systemMessageId: 2n ** 61n + 3n, conversationId, body: new Uint8Array([8, 7]), extraRecipients: [9], createdAt: 6 };
         await store.groups.updateGroup(group.groupId, { name: "renamed" }, (updated) => (updated.name === "renamed" ? [systemMessage] : []));
-        expect(await store.fanOuts.pendingSystemMessages(10)).to.deep.equal([systemMessage]);
-        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        expect(await store.outbox.pendingSystemMessages(10)).to.deep.equal([systemMessage]);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
         const message = { conversationId, messageId: 1n, senderId: 0, clientMessageId: 0n, body: new Uint8Array([8, 7]), replyTo: null, metadata: {}, createdAt: 7, updatedAt: null, edited: false };
         // A refused insert leaves it recorded.
         await store.messages.insertMessage(message);
         expect((await store.messages.insertMessage(message, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("conflict");
-        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
         expect((await store.messages.insertMessage({ ...message, messageId: 2n }, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("ok");
-        expect(await store.fanOuts.pendingSystemMessages(10)).to.deep.equal([]);
-        expect(await store.fanOuts.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(false);
+        expect(await store.outbox.pendingSystemMessages(10)).to.deep.equal([]);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(false);
       });
     });
 
@@ -317,7 +317,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
     });
 
-    describe("fan-outs", () => {
+    describe("outbox", () => {
       // Ids come from the engine; they run past 2^53.
       let nextId = 2n ** 60n;
       const fanOut = (scope: string, createdAt: number, recipients = [7, 8]) => ({
@@ -336,13 +336,13 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const [a, b, c] = [fanOut("1", 10), fanOut("user:7", 20, [9]), fanOut("1", 30)];
         await record([c, b]);
         await record([a]);
-        expect(await store.fanOuts.pending(10)).to.deep.equal([a, b, c]);
-        expect(ids(await store.fanOuts.pending(1))).to.deep.equal([a.fanOutId]);
-        expect(ids(await store.fanOuts.pending(10, "1"))).to.deep.equal([a.fanOutId, c.fanOutId]);
-        await store.fanOuts.finish(a.fanOutId);
-        await store.fanOuts.finish(a.fanOutId);
-        expect(ids(await store.fanOuts.pending(10))).to.deep.equal([b.fanOutId, c.fanOutId]);
-        expect(await store.fanOuts.pending(10, "2")).to.deep.equal([]);
+        expect(await store.outbox.pending(10)).to.deep.equal([a, b, c]);
+        expect(ids(await store.outbox.pending(1))).to.deep.equal([a.fanOutId]);
+        expect(ids(await store.outbox.pending(10, "1"))).to.deep.equal([a.fanOutId, c.fanOutId]);
+        await store.outbox.finish(a.fanOutId);
+        await store.outbox.finish(a.fanOutId);
+        expect(ids(await store.outbox.pending(10))).to.deep.equal([b.fanOutId, c.fanOutId]);
+        expect(await store.outbox.pending(10, "2")).to.deep.equal([]);
       });
 
       it("records the fan-outs of one change with it: a repeated id records none of them, nor the change", async () => {
@@ -351,7 +351,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         let refused = false;
         await store.conversations.setMuted(1, 1n, true, () => [b, { ...a }]).catch(() => (refused = true));
         expect(refused).to.equal(true);
-        expect(await store.fanOuts.pending(10)).to.deep.equal([a]);
+        expect(await store.outbox.pending(10)).to.deep.equal([a]);
         expect((await store.conversations.getUserState(1, 1n)).isMuted).to.equal(false);
       });
 
@@ -362,7 +362,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const message = { conversationId, messageId: 1n, senderId: 7, clientMessageId: 1n, body: new Uint8Array([1]), replyTo: null, metadata: {}, createdAt: 1000, updatedAt: null, edited: false };
         const inserted = fanOut(String(conversationId), 1000);
         expect(await store.messages.insertMessage(message, { recordAsLast: { participants: [7, 8] }, fanOut: inserted })).to.deep.equal({ outcome: "ok" });
-        expect(await store.fanOuts.pending(10)).to.deep.equal([inserted]);
+        expect(await store.outbox.pending(10)).to.deep.equal([inserted]);
         const conversation = await store.conversations.getConversation(conversationId);
         expect([conversation?.lastMessageId, conversation?.lastMessageTime]).to.deep.equal([1n, 1000]);
         expect((await store.conversations.getUserState(8, conversationId)).isDeleted).to.equal(false);
@@ -370,13 +370,13 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect((await store.messages.insertMessage({ ...message, clientMessageId: 2n }, { fanOut: fanOut(String(conversationId), 1001) })).outcome).to.equal("conflict");
         const updated = fanOut(String(conversationId), 1100);
         await store.messages.updateMessage(conversationId, 1n, { body: new Uint8Array([2]), updatedAt: 1100, edited: true }, { fanOut: updated });
-        expect(await store.fanOuts.pending(10)).to.deep.equal([inserted, updated]);
+        expect(await store.outbox.pending(10)).to.deep.equal([inserted, updated]);
       });
 
       it("records a change's events with the change, given what it answers; a change that did nothing records what its events say", async () => {
         const a = await newUser("ea@x.io");
         const b = await newUser("eb@x.io");
-        const recorded = async () => (await store.fanOuts.pending(100)).map((f) => f.scope);
+        const recorded = async () => (await store.outbox.pending(100)).map((f) => f.scope);
         const tagged = (tag: string) => () => [fanOut(tag, 1)];
         await store.users.updateProfile(a.userId, { nickname: "N" }, (user) => [fanOut(`profile:${user.nickname}`, 1)]);
         expect(await store.users.setCustomUsername(a.userId, "taken_name", tagged("username"))).to.equal("ok");
@@ -418,7 +418,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         await store.users.updateProfile(a.userId, { nickname: "Changed" }, failing).catch(() => (failed = true));
         expect(failed).to.equal(true);
         expect((await store.users.getUser(a.userId))?.nickname).to.equal("n");
-        expect(await store.fanOuts.pending(10)).to.deep.equal([]);
+        expect(await store.outbox.pending(10)).to.deep.equal([]);
       });
 
       it("keeps recorded fan-outs across close and reopen", async function () {
@@ -426,7 +426,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const kept = fanOut("1", 10);
         await record([kept]);
         store = await subject.reopen!();
-        expect(await store.fanOuts.pending(10)).to.deep.equal([kept]);
+        expect(await store.outbox.pending(10)).to.deep.equal([kept]);
       });
     });
 

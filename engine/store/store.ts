@@ -186,7 +186,7 @@ export type OutboxRecord = FanOutRecord | SystemMessageRecord;
  */
 export type EventsOf<Result> = (result: Result) => readonly OutboxRecord[];
 
-export interface FanOutStore {
+export interface OutboxStore {
   /** Unfinished fan-outs, oldest first, at most `limit`; of one scope only when given. */
   pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
   /** Marks the fan-out finished: every recipient's stream has it. */
@@ -621,7 +621,8 @@ export interface Store {
   webhookJobs: WebhookJobStore;
   conversations: ConversationStore;
   messages: MessageStore;
-  fanOuts: FanOutStore;
+  /** Events recorded with the changes they report, until delivered (see FanOutRecord, SystemMessageRecord). */
+  outbox: OutboxStore;
   media: MediaStore;
   close(): Promise<void>;
 }

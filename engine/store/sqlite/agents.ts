@@ -1,6 +1,6 @@
 import type Database from "better-sqlite3";
 import { AccountType, noMiniApp, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
-import type { Recorder } from "./fan-outs.js";
+import type { Recorder } from "./outbox.js";
 
 interface AgentRow {
   agent_user_id: number;

@@ -2,7 +2,7 @@
 // statement here reads integers as bigint (safeIntegers) and converts the small ones back.
 import type Database from "better-sqlite3";
 import type { ConversationKindValue, ConversationRecord, ConversationStore, UserConversationRecord } from "../store.js";
-import type { Recorder } from "./fan-outs.js";
+import type { Recorder } from "./outbox.js";
 
 interface ConversationRow {
   conversation_id: bigint;

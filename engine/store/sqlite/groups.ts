@@ -1,6 +1,6 @@
 import type Database from "better-sqlite3";
 import { ConversationKind, GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
-import type { Recorder } from "./fan-outs.js";
+import type { Recorder } from "./outbox.js";
 
 interface GroupRow {
   group_id: number;

@@ -1,7 +1,7 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
-import type { OutboxWriter, Recorder } from "./fan-outs.js";
+import type { OutboxWriter, Recorder } from "./outbox.js";
 
 interface MessageRow {
   conversation_id: bigint;

@@ -2,7 +2,7 @@ import type Database from "better-sqlite3";
 import type { BlockRecord, ContactRecord, FriendRequestRecord, FriendRequestStatusValue, SocialStore } from "../store.js";
 import { ConversationKind, FriendRequestStatus } from "../store.js";
 import { privateConversationId } from "../../../shared/ids.js";
-import type { Recorder } from "./fan-outs.js";
+import type { Recorder } from "./outbox.js";
 
 interface RequestRow {
   request_id: number;

@@ -25,7 +25,7 @@ import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
-import { fanOutStore, outboxWriter, recorder, type Recorder } from "./fan-outs.js";
+import { outboxStore, outboxWriter, recorder, type Recorder } from "./outbox.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -364,10 +364,10 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   const agentDelivery = agentDeliveryWriters(db);
   const recordAsLast = lastMessageWriter(db);
-  const outbox = outboxWriter(db);
-  const record = recorder(db, outbox);
+  const outboxWrites = outboxWriter(db);
+  const record = recorder(db, outboxWrites);
   const users = userStore(db, record);
-  const fanOuts = fanOutStore(db);
+  const outbox = outboxStore(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
@@ -375,15 +375,15 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
-    messages: messageStore(db, recordAsLast, outbox, record),
-    fanOuts,
+    messages: messageStore(db, recordAsLast, outboxWrites, record),
+    outbox,
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
     updates: updateLogStore(db, agentDelivery),
     async close() {
       if (!db.open) return;
-      fanOuts.close();
+      outbox.close();
       // Folds the write-ahead log into the database file and empties it, so a stopped server
       // leaves parley.db whole (closing the last connection then removes the -wal file).
       db.pragma("wal_checkpoint(TRUNCATE)");

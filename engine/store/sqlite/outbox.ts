@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { EventsOf, FanOutRecord, FanOutStore, OutboxRecord, SystemMessageRecord } from "../store.js";
+import type { EventsOf, FanOutRecord, OutboxStore, OutboxRecord, SystemMessageRecord } from "../store.js";
 
 interface FanOutRow {
   fan_out_id: bigint;
@@ -75,7 +75,7 @@ export function recorder(db: Database.Database, outbox: OutboxWriter): Recorder 
  */
 const finishBatch = { size: 256, delayMs: 20 };
 
-export function fanOutStore(db: Database.Database): FanOutStore & { close(): void } {
+export function outboxStore(db: Database.Database): OutboxStore & { close(): void } {
   const pending = db.prepare<[number], FanOutRow>("SELECT * FROM fan_outs ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const pendingOf = db.prepare<[string, number], FanOutRow>("SELECT * FROM fan_outs WHERE scope = ? ORDER BY fan_out_id LIMIT ?").safeIntegers(true);
   const finishAll = db.prepare("DELETE FROM fan_outs WHERE fan_out_id IN (SELECT value FROM json_each(?))");
