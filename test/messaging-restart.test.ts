@@ -62,6 +62,8 @@ describe("messaging across a restart", () => {
     // a new message lists the deleted conversation again.
     expect(streamAfter.sn).to.equal(streamBefore.sn + 1);
     expect((await send(erin, withErin, "back")).messageId).to.equal(2n);
+    // The list orders by last message time in milliseconds: two sends in one millisecond would tie.
+    server.clock.advance(1);
     expect((await send(bob, withBob, "m5")).messageId).to.equal(5n);
     // The accepted request made a conversation without messages: listed last.
     const withCarol = privateConversationId(alice.userId, carol.userId);
