@@ -4,7 +4,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
-import { apiService, type ApiHandle } from "./api/api-service.js";
+import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { errorBodyJson } from "./api/errors.js";
 import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
@@ -62,6 +62,8 @@ export interface ParleyOptions {
   adapters?: Partial<Pick<EngineDeps, "pushNotifier">> & { store?: (opened: Store) => Store };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
+  /** API tier switches; `leanUnary: false` serves every RPC through Connect-ES (test/lean-rpc-wire.test.ts compares both). */
+  api?: Pick<ApiOptions, "leanUnary">;
 }
 
 export interface HttpTimeouts {
@@ -191,7 +193,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       }
     });
     drain = new HttpDrain(server);
-    broker.createService(apiService((handle) => (api = handle), { trustedProxies: config.trustedProxies }));
+    broker.createService(apiService((handle) => (api = handle), { ...options.api, trustedProxies: config.trustedProxies }));
     broker.createService(
       gatewayService({ ...options.gateway, server, trustedProxies: config.trustedProxies, onConnectionCountChange: (delta) => openSockets.inc(delta) }),
     );

@@ -1,36 +1,20 @@
 // The stateless API tier: a Moleculer service that serves the Connect protocol (JSON and binary
-// protobuf, unary) on the shared HTTP server and forwards each RPC to the engine action owning it.
+// protobuf) on the shared HTTP server and forwards each RPC to the engine action owning it.
+// Connect unary requests take the lean path (api/unary-http.ts); gRPC and gRPC-Web go through
+// Connect-ES's router.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BlockList } from "node:net";
-import type { DescService } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createConnectRouter,
-  createContextValues,
-  type ConnectRouter,
-  type MethodImpl,
-  type ServiceImpl,
-} from "@connectrpc/connect";
-import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
+import { createConnectRouter, createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
-import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
-import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
-import { PushService } from "../shared/gen/api/v1/push_pb.js";
-import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
-import { UserService } from "../shared/gen/api/v1/user_pb.js";
-import { ContactService } from "../shared/gen/api/v1/contact_pb.js";
-import { ConversationService } from "../shared/gen/api/v1/conversation_pb.js";
-import { GroupService } from "../shared/gen/api/v1/group_pb.js";
-import { MediaService } from "../shared/gen/api/v1/media_pb.js";
-import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
 import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
-import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
-import { requestFactsKey } from "./rpc.js";
 import { strictJsonDecoder } from "../shared/strict-json.js";
+import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
+import { connectImplementation, requestFactsKey, type Procedure, type RequestFacts } from "./rpc.js";
+import { UnaryRpcHandler, type UnaryHttpHead, type UnaryHttpRequest, type UnaryHttpResponse } from "./unary-http.js";
 import { agentService } from "./services/agent.js";
 import { authService } from "./services/auth.js";
 import { contactService } from "./services/contact.js";
@@ -49,41 +33,44 @@ import { userService } from "./services/user.js";
  */
 export const maxRequestBytes = 8 * 1024 * 1024;
 
-function registerRoutes(router: ConnectRouter, broker: ServiceBroker): void {
-  serve(router, AuthService, authService(broker));
-  serve(router, UserService, userService(broker));
-  serve(router, PushService, pushService(broker));
-  serve(router, SyncService, syncService(broker));
-  serve(router, ContactService, contactService(broker));
-  serve(router, AgentService, agentService(broker));
-  serve(router, ConversationService, conversationService(broker));
-  serve(router, MessageService, messageService(broker));
-  serve(router, GroupService, groupService(broker));
-  serve(router, MediaService, mediaService(broker));
+/** Every procedure of our services, each served through its route (api/services/). */
+function allProcedures(broker: ServiceBroker): Procedure[] {
+  return [
+    ...authService(broker),
+    ...userService(broker),
+    ...pushService(broker),
+    ...syncService(broker),
+    ...contactService(broker),
+    ...agentService(broker),
+    ...conversationService(broker),
+    ...messageService(broker),
+    ...groupService(broker),
+    ...mediaService(broker),
+  ];
 }
 
 /**
- * Registers each method on its own, so that its JSON requests are decoded for its own input type
- * (strict-json.ts); a method without an implementation answers unimplemented, as a whole service
- * registered at once would.
+ * Registers each procedure with Connect-ES on its own, so that its JSON requests are decoded for
+ * its own input type (strict-json.ts).
  */
-function serve<S extends DescService>(router: ConnectRouter, service: S, impl: Partial<ServiceImpl<S>>): void {
-  for (const method of service.methods) {
-    const implemented = (impl as Record<string, MethodImpl<typeof method> | undefined>)[method.localName];
-    const unimplemented = () => {
-      throw new ConnectError(`${service.typeName}.${method.name} is not implemented`, Code.Unimplemented);
-    };
+function registerWithConnect(router: ConnectRouter, procedures: readonly Procedure[]): void {
+  for (const procedure of procedures) {
     // Strict decoding: an unknown field or enum name is a client bug to report, not to drop.
     // Connect passes jsonOptions whole to its JSON serialization, which also takes the body's
     // textDecoder from there (createJsonSerialization); the handler options' type omits that one.
-    const jsonOptions = { ignoreUnknownFields: false, textDecoder: strictJsonDecoder(method.input) };
-    router.rpc(method, implemented ?? (unimplemented as MethodImpl<typeof method>), { jsonOptions });
+    const jsonOptions = { ignoreUnknownFields: false, textDecoder: strictJsonDecoder(procedure.method.input) };
+    router.rpc(procedure.method, connectImplementation(procedure), { jsonOptions });
   }
 }
 
 export interface ApiOptions {
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
   trustedProxies?: readonly string[];
+  /**
+   * Whether Connect unary requests take the lean path (api/unary-http.ts), as they do unless told;
+   * false sends every RPC through Connect-ES, which test/lean-rpc-wire.test.ts compares it with.
+   */
+  leanUnary?: boolean;
 }
 
 function clientAddress(req: IncomingMessage, trustedProxies: BlockList | undefined): string {
@@ -91,17 +78,40 @@ function clientAddress(req: IncomingMessage, trustedProxies: BlockList | undefin
   return resolveClientAddress(req.socket.remoteAddress ?? "", Array.isArray(forwarded) ? forwarded.join(",") : forwarded, trustedProxies);
 }
 
+/** A procedure as Connect-ES serves it: for gRPC and gRPC-Web, which the lean path leaves to it. */
+export type ConnectEsHandler = (request: Omit<UniversalServerRequest, "contextValues">, facts: Omit<RequestFacts, "authorization">) => Promise<UniversalServerResponse>;
+
 export interface ApiHandle {
   /** Serves one HTTP request if it is a Connect RPC; answers false when the path is not ours. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
+  /**
+   * For other HTTP fronts, from the request head alone (before reading the body): whether the
+   * lean unary path answers it (a Connect unary call, or one of Connect's refusals) or it goes to
+   * `universal(path)` (gRPC: application/grpc*, gRPC-Web: application/grpc-web*).
+   */
+  isLean(method: string, path: string, contentType: string | undefined): boolean;
+  /**
+   * The answer a lean request gets without its body being read (unknown procedure, method,
+   * content type, compression, timeout syntax, a Content-Length over maxRequestBytes); the front
+   * sends it and leaves the body unread. Undefined: read the body, then serveUnary.
+   */
+  answerBeforeBody(head: UnaryHttpHead): UnaryHttpResponse | undefined;
+  /** The answer once a body without Content-Length grows past maxRequestBytes: sent at once, the rest of the body discarded. */
+  bodyTooLarge(path: string): UnaryHttpResponse;
+  /** Serves a whole lean request (isLean said true); never rejects. */
+  serveUnary(request: UnaryHttpRequest): Promise<UnaryHttpResponse>;
+  /** The Connect-ES handler of a procedure path (undefined for an unknown one); its error answers carry their ErrorDetail, as handle()'s do. */
+  universal(path: string): ConnectEsHandler | undefined;
 }
 
 export function apiService(onReady: (api: ApiHandle) => void, options: ApiOptions = {}): ServiceSchema {
   const trustedProxies = options.trustedProxies?.length ? addressList(options.trustedProxies) : undefined;
+  const leanUnary = options.leanUnary ?? true;
   return {
     name: "api",
     started() {
-      const broker = this.broker;
+      const log = (message: string, cause: unknown) => this.logger.error(message, cause);
+      const procedures = allProcedures(this.broker);
       const router = createConnectRouter({
         readMaxBytes: maxRequestBytes,
         interceptors: [
@@ -109,72 +119,164 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
             try {
               return await next(request);
             } catch (err) {
-              throw toConnectError(err, (message, cause) => this.logger.error(message, cause));
+              throw toConnectError(err, log);
             }
           },
         ],
       });
-      registerRoutes(router, broker);
-      const handlers = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+      registerWithConnect(router, procedures);
+      const unary = new UnaryRpcHandler(procedures, { maxRequestBytes, log });
+      const connectEs = new Map<string, ConnectEsHandler>();
+      for (const handler of router.handlers) connectEs.set(handler.requestPath, normalizedConnectEs(handler));
 
-      const handle = (req: IncomingMessage, res: ServerResponse): boolean => {
-        const path = (req.url ?? "").split("?", 1)[0];
-        if (!path.startsWith("/api.v1.")) return false;
-        const handler = handlers.get(path);
-        const started = process.hrtime.bigint();
-        const procedure = handler ? path : "unknown";
-        const finish = (code: string) => {
-          rpcRequests.inc({ procedure, code });
-          rpcDuration.observe({ procedure }, Number(process.hrtime.bigint() - started) / 1e9);
-        };
-        if (!handler) {
-          const body = JSON.stringify({ code: "unimplemented", message: `no such procedure: ${path}` });
-          res.writeHead(404, { "content-type": "application/json" });
-          res.end(normalizeErrorBody(404, new TextEncoder().encode(body)).body);
-          finish("unimplemented");
-          return true;
+      const fail = (res: ServerResponse, procedure: string, err: unknown) => {
+        // A client that went away mid-answer is no fault of ours: nobody to answer, nothing to report.
+        if (res.destroyed) return;
+        this.logger.error("failed to answer an RPC", err);
+        rpcRequests.inc({ procedure, code: "internal" });
+        if (res.headersSent) res.destroy();
+        else res.writeHead(500, { "content-type": "application/json" }).end(errorBodyJson(Errors.internal));
+      };
+
+      const serveLean = (req: IncomingMessage, res: ServerResponse, path: string, startedAt: number) => {
+        const headers = req.headers as Record<string, string | undefined>;
+        const refusal = unary.answerBeforeBody({ method: req.method ?? "", path, headers }, startedAt);
+        if (refusal) {
+          send(res, refusal);
+          return;
         }
-        const fail = (err: unknown) => {
-          // A client that went away mid-answer is no fault of ours: nobody to answer, nothing to report.
-          if (res.destroyed) return;
-          this.logger.error("failed to answer an RPC", err);
-          finish("internal");
-          if (res.headersSent) res.destroy();
-          else res.writeHead(500, { "content-type": "application/json" }).end(errorBodyJson(Errors.internal));
-        };
-        const contextValues = createContextValues().set(requestFactsKey, { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" });
+        readBody(req, maxRequestBytes, (body) => {
+          if (body === tooLarge) {
+            send(res, unary.bodyTooLarge(path, startedAt));
+          } else if (body === aborted) {
+            // What Connect-ES counts for a request whose client left mid-body: no one hears the answer.
+            rpcRequests.inc({ procedure: path, code: "internal" });
+          } else {
+            const request: UnaryHttpRequest = { method: req.method ?? "", path, query: "", headers, body, clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" };
+            unary.serve(request, startedAt).then(
+              (answer) => send(res, answer),
+              (err: unknown) => fail(res, path, err),
+            );
+          }
+        });
+      };
+
+      const serveConnectEs = (req: IncomingMessage, res: ServerResponse, path: string, handler: ConnectEsHandler) => {
+        const facts = { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" };
         // Connect builds a URL from the Host header, of which it reads only the path: a request
         // without a Host (HTTP/1.0) gets a stand-in. Hosts that make no URL never get this far.
         req.headers.host ||= "localhost";
         let universalRequest: UniversalServerRequest;
         try {
-          universalRequest = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+          universalRequest = universalRequestFromNodeRequest(req, res, undefined, undefined);
         } catch (err) {
-          fail(err);
-          return true;
+          fail(res, path, err);
+          return;
         }
-        handler(universalRequest)
-          .then(async (response) => {
-            if (response.status === 200) {
-              finish("ok");
-              return universalResponseToNodeResponse(response, res);
-            }
-            const chunks: Uint8Array[] = [];
-            if (response.body) for await (const chunk of response.body) chunks.push(chunk);
-            const normalized = normalizeErrorBody(response.status, Buffer.concat(chunks));
-            finish(normalized.code);
-            const header = new Headers(response.header);
-            header.set("content-length", String(normalized.body.byteLength));
-            return universalResponseToNodeResponse({ ...response, status: normalized.status, header, body: oneChunk(normalized.body) }, res);
-          })
-          .catch(fail);
+        handler(universalRequest, facts)
+          .then((response) => universalResponseToNodeResponse(response, res))
+          .catch((err: unknown) => fail(res, path, err));
+      };
+
+      const handle = (req: IncomingMessage, res: ServerResponse): boolean => {
+        const url = req.url ?? "";
+        const query = url.indexOf("?");
+        const path = query < 0 ? url : url.slice(0, query);
+        if (!path.startsWith("/api.v1.")) return false;
+        const startedAt = performance.now();
+        const method = req.method ?? "";
+        const handler = connectEs.get(path);
+        if (handler && !(leanUnary && unary.servesLean(method, path, req.headers["content-type"]))) serveConnectEs(req, res, path, handler);
+        else serveLean(req, res, path, startedAt);
         return true;
       };
-      onReady({ handle });
+
+      onReady({
+        handle,
+        isLean: (method, path, contentType) => unary.servesLean(method, path, contentType),
+        answerBeforeBody: (head) => unary.answerBeforeBody(head),
+        bodyTooLarge: (path) => unary.bodyTooLarge(path),
+        serveUnary: (request) => unary.serve(request),
+        universal: (path) => connectEs.get(path),
+      });
     },
   };
 }
 
+/**
+ * A Connect-ES handler whose error answers get their ErrorDetail (normalizeErrorBody): Connect-ES
+ * writes its own refusals (bodies it cannot read, content types, methods) without one.
+ */
+function normalizedConnectEs(handler: UniversalHandler): ConnectEsHandler {
+  const procedure = handler.requestPath;
+  return async (request, facts) => {
+    const startedAt = performance.now();
+    const response = await handler({ ...request, contextValues: createContextValues().set(requestFactsKey, facts) });
+    if (response.status === 200) {
+      count(procedure, "ok", startedAt);
+      return response;
+    }
+    const chunks: Uint8Array[] = [];
+    if (response.body) for await (const chunk of response.body) chunks.push(chunk);
+    const normalized = normalizeErrorBody(response.status, Buffer.concat(chunks));
+    count(procedure, normalized.code, startedAt);
+    const header = new Headers(response.header);
+    header.set("content-length", String(normalized.body.byteLength));
+    return { ...response, status: normalized.status, header, body: oneChunk(normalized.body) };
+  };
+}
+
+function count(procedure: string, code: string, startedAt: number): void {
+  rpcRequests.inc({ procedure, code });
+  rpcDuration.observe({ procedure }, (performance.now() - startedAt) / 1000);
+}
+
 async function* oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
   yield body;
+}
+
+function send(res: ServerResponse, answer: UnaryHttpResponse): void {
+  // A client that went away has nobody to hear the answer.
+  if (res.destroyed) return;
+  res.writeHead(answer.status, answer.headers).end(answer.body);
+}
+
+const tooLarge = Symbol("body too large");
+const aborted = Symbol("client left mid-body");
+
+/**
+ * Reads a request body whole, up to `limit` bytes: past it, `done` hears at once and the rest
+ * stays unread. The usual body of one chunk is taken as it is, without a copy.
+ */
+function readBody(req: IncomingMessage, limit: number, done: (body: Uint8Array | typeof tooLarge | typeof aborted) => void): void {
+  let first: Buffer | undefined;
+  let more: Buffer[] | undefined;
+  let size = 0;
+  let settled = false;
+  req.on("data", (chunk: Buffer) => {
+    if (settled) return;
+    size += chunk.byteLength;
+    if (size > limit) {
+      settled = true;
+      first = more = undefined;
+      // Read no further, as Connect-ES does: Node stops reading the socket once the request's
+      // buffer fills, and the request timeout ends the connection.
+      req.pause();
+      done(tooLarge);
+    } else if (first === undefined) {
+      first = chunk;
+    } else {
+      (more ??= [first]).push(chunk);
+    }
+  });
+  req.on("end", () => {
+    if (settled) return;
+    settled = true;
+    done(more ? Buffer.concat(more, size) : (first ?? new Uint8Array(0)));
+  });
+  req.on("error", () => {
+    if (settled) return;
+    settled = true;
+    done(aborted);
+  });
 }

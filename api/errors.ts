@@ -2,7 +2,7 @@
 import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { codeFromString, codeToString } from "@connectrpc/connect/protocol-connect";
+import { codeFromString, codeToHttpStatus, codeToString, errorToJson } from "@connectrpc/connect/protocol-connect";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors, catalogueEntryForCode, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 
@@ -47,7 +47,8 @@ export function errorBodyJson(entry: CatalogueEntry, metadata: Record<string, st
   return JSON.stringify({ code: codeToString(entry.code), message, details: errorDetailsJson(entry, metadata) });
 }
 
-interface ConnectErrorJson {
+/** A Connect error body in JSON, as Connect writes it (errorToJson) and as clients read it. */
+export interface ConnectErrorJson {
   code?: string;
   message?: string;
   details?: unknown[];
@@ -58,19 +59,17 @@ interface ConnectErrorJson {
  * over the size limit, unsupported content types, unknown methods). Those error bodies get their
  * ErrorDetail here, so clients identify every error the same way. Connect reports an undecodable
  * protobuf body as `internal`; it is the client's fault, so it becomes `invalid_argument` (400).
+ * Returns the body to send and whether it differs from the one given.
  */
-export function normalizeErrorBody(status: number, body: Uint8Array): { status: number; body: Uint8Array; code: string } {
-  let parsed: ConnectErrorJson;
-  try {
-    parsed = JSON.parse(new TextDecoder().decode(body)) as ConnectErrorJson;
-  } catch {
-    return { status, body, code: "unknown" };
-  }
+export function normalizeErrorJson(status: number, error: ConnectErrorJson): { status: number; json: ConnectErrorJson; code: string; changed: boolean } {
+  let parsed = error;
+  let changed = false;
   if (parsed.code === "internal" && parsed.message?.startsWith("parse binary:")) {
     parsed = { code: "invalid_argument", message: parsed.message };
     status = 400;
+    changed = true;
   }
-  if (!parsed.code || (parsed.details && parsed.details.length > 0)) return { status, body, code: parsed.code ?? "unknown" };
+  if (!parsed.code || (parsed.details && parsed.details.length > 0)) return { status, json: parsed, code: parsed.code ?? "unknown", changed };
   const code = codeFromString(parsed.code) ?? Code.Internal;
   const entry =
     code === Code.InvalidArgument
@@ -80,7 +79,28 @@ export function normalizeErrorBody(status: number, body: Uint8Array): { status: 
         : catalogueEntryForCode(code);
   parsed.details = errorDetailsJson(entry);
   parsed.message ??= entry.message;
-  return { status, body: new TextEncoder().encode(JSON.stringify(parsed)), code: parsed.code };
+  return { status, json: parsed, code: parsed.code, changed: true };
+}
+
+/** normalizeErrorJson for an error body in bytes, as Connect-ES hands it over; a body that is not JSON stays as it is. */
+export function normalizeErrorBody(status: number, body: Uint8Array): { status: number; body: Uint8Array; code: string } {
+  let parsed: ConnectErrorJson;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(body)) as ConnectErrorJson;
+  } catch {
+    return { status, body, code: "unknown" };
+  }
+  const normalized = normalizeErrorJson(status, parsed);
+  return { status: normalized.status, body: normalized.changed ? new TextEncoder().encode(JSON.stringify(normalized.json)) : body, code: normalized.code };
+}
+
+/**
+ * The status, body and code of the answer Connect-ES gives a ConnectError in a unary RPC, with the
+ * normalization above: the lean unary path answers with it (api/unary-http.ts).
+ */
+export function connectErrorAnswer(error: ConnectError): { status: number; body: Uint8Array; code: string } {
+  const normalized = normalizeErrorJson(codeToHttpStatus(error.code), errorToJson(error, undefined) as ConnectErrorJson);
+  return { status: normalized.status, body: Buffer.from(JSON.stringify(normalized.json)), code: normalized.code };
 }
 
 /** Reads the ErrorDetail of a Connect error (for tests and clients of our own). */

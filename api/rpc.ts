@@ -2,7 +2,7 @@
 // in the .proto (protovalidate), forward to the engine action that owns it, and return its answer.
 import { createRegistry, type DescMessage, type DescMethodUnary, type DescService, type MessageShape } from "@bufbuild/protobuf";
 import { createValidator, violationToProto } from "@bufbuild/protovalidate";
-import { createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { ServiceBroker } from "moleculer";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
@@ -12,12 +12,18 @@ import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
 /** The spec's access labels: user-only, agent-only, no-auth, and any (either identity). */
 export type Access = "user" | "agent" | "none" | "any";
 
+/** What a procedure reads of the HTTP request besides its message. */
 export interface RequestFacts {
+  /** The Authorization header as received, undefined when there is none. */
+  authorization: string | undefined;
+  /** The client address, trusted proxies applied. */
   clientIp: string;
+  /** The Host header as received, "" when there is none. */
   host: string;
 }
 
-export const requestFactsKey = createContextKey<RequestFacts>({ clientIp: "", host: "" });
+/** How Connect-ES hands the facts it cannot read from its headers to a procedure. */
+export const requestFactsKey = createContextKey<Omit<RequestFacts, "authorization">>({ clientIp: "", host: "" });
 
 export interface RpcRoute {
   access: Access;
@@ -43,13 +49,13 @@ export function validateRequest<Desc extends DescMessage>(schema: Desc, message:
   );
 }
 
-export async function authenticate(broker: ServiceBroker, context: HandlerContext, access: Access): Promise<Caller | undefined> {
+export async function authenticate(broker: ServiceBroker, facts: RequestFacts, access: Access): Promise<Caller | undefined> {
   if (access === "none") return undefined;
-  const header = context.requestHeader.get("authorization") ?? "";
+  const header = facts.authorization ?? "";
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) throw new ParleyError(Errors.unauthenticated, {}, "an Authorization: Bearer token is required");
   // The client address lets the engine apply an agent's IP whitelist.
-  const { clientIp } = context.values.get(requestFactsKey);
+  const { clientIp } = facts;
   const caller = (await broker.call("accounts.authenticate", { token: match[1], clientIp })) as Caller;
   if (access === "user" && caller.kind !== "user") throw new ParleyError(Errors.userOnly);
   if (access === "agent" && caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
@@ -63,20 +69,56 @@ type UnaryMethodNames<S extends DescService> = {
 /** The route table of a service: every unary method named, with its access label and action. */
 export type RouteTable<S extends DescService> = Record<UnaryMethodNames<S> & string, RpcRoute>;
 
-/** Builds a Connect implementation that serves each method of `service` through its route. */
-export function forwardingService<S extends DescService>(broker: ServiceBroker, service: S, routes: Partial<RouteTable<S>>): ServiceImpl<S> {
-  const impl: Record<string, (request: MessageShape<DescMessage>, context: HandlerContext) => Promise<MessageShape<DescMessage>>> = {};
-  for (const method of service.methods) {
-    const route = (routes as Record<string, RpcRoute>)[method.localName];
-    if (!route || method.methodKind !== "unary") continue;
-    impl[method.localName] = async (request, context) => {
-      const caller = await authenticate(broker, context, route.access);
-      validateRequest(method.input, request);
-      const facts = context.values.get(requestFactsKey);
-      const params: RpcParams = { caller, request: toWire(method.input, request), clientIp: facts.clientIp, host: facts.host };
-      const result = (await broker.call(route.action, params)) as WireMessage;
-      return fromWire(method.output, result);
-    };
+/**
+ * One RPC as the API tier serves it, whatever carried it (the lean unary path or Connect-ES):
+ * authenticate by access label, validate, forward to the engine action that owns it.
+ */
+export interface Procedure {
+  readonly method: DescMethodUnary;
+  /** Serves one request; resolves with the wire form of the answer (shared/wire.ts), rejects with what the engine threw. */
+  forward(request: MessageShape<DescMessage>, facts: RequestFacts): Promise<WireMessage>;
+}
+
+class ForwardingProcedure implements Procedure {
+  constructor(
+    private readonly broker: ServiceBroker,
+    readonly method: DescMethodUnary,
+    private readonly route: RpcRoute,
+  ) {}
+
+  async forward(request: MessageShape<DescMessage>, facts: RequestFacts): Promise<WireMessage> {
+    const caller = await authenticate(this.broker, facts, this.route.access);
+    validateRequest(this.method.input, request);
+    const params: RpcParams = { caller, request: toWire(this.method.input, request), clientIp: facts.clientIp, host: facts.host };
+    return (await this.broker.call(this.route.action, params)) as WireMessage;
   }
-  return impl as unknown as ServiceImpl<S>;
+}
+
+/** A method of our services that no route serves answers unimplemented, as Connect-ES does. */
+class UnimplementedProcedure implements Procedure {
+  constructor(readonly method: DescMethodUnary) {}
+
+  forward(): Promise<WireMessage> {
+    return Promise.reject(new ConnectError(`${this.method.parent.typeName}.${this.method.name} is not implemented`, Code.Unimplemented));
+  }
+}
+
+/** The procedures of one service: each unary method of `service`, served through its route. */
+export function forwardingService<S extends DescService>(broker: ServiceBroker, service: S, routes: Partial<RouteTable<S>>): Procedure[] {
+  return service.methods.map((method) => {
+    if (method.methodKind !== "unary") throw new Error(`${service.typeName}.${method.name} streams; the API serves unary methods only`);
+    const unary = method as DescMethodUnary;
+    const route = (routes as Record<string, RpcRoute | undefined>)[method.localName];
+    return route ? new ForwardingProcedure(broker, unary, route) : new UnimplementedProcedure(unary);
+  });
+}
+
+/** What Connect-ES calls for a procedure: the same procedure, its facts read from Connect's context. */
+export function connectImplementation(procedure: Procedure): (request: MessageShape<DescMessage>, context: HandlerContext) => Promise<MessageShape<DescMessage>> {
+  const output = procedure.method.output;
+  return async (request, context) => {
+    const { clientIp, host } = context.values.get(requestFactsKey);
+    const facts: RequestFacts = { authorization: context.requestHeader.get("authorization") ?? undefined, clientIp, host };
+    return fromWire(output, await procedure.forward(request, facts));
+  };
 }

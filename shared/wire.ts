@@ -31,6 +31,15 @@ function topLevelBytesFields(schema: DescMessage): DescField[] {
   return fields;
 }
 
+/**
+ * Whether the wire form of a `schema` message is exactly its canonical proto3 JSON, key order
+ * included, so that it can be written to a JSON client as it is: top-level bytes fields come
+ * after the others in the wire form, so a schema with one is not.
+ */
+export function wireIsCanonicalJson(schema: DescMessage): boolean {
+  return topLevelBytesFields(schema).length === 0;
+}
+
 /** Encodes a message (or the init shape of one) for an action parameter or result. */
 export function toWire<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc> | MessageInitShape<Desc>): WireMessage {
   const full = (message as { $typeName?: string }).$typeName ? (message as MessageShape<Desc>) : create(schema, message as MessageInitShape<Desc>);
