@@ -96,9 +96,9 @@ export interface ApiHandle {
    * sends it and leaves the body unread. Undefined: read the body, then serveUnary.
    */
   answerBeforeBody(head: UnaryHttpHead): UnaryHttpResponse | undefined;
-  /** The answer once a body without Content-Length grows past maxRequestBytes: sent at once, the rest of the body discarded. */
+  /** The answer once a body without Content-Length grows past maxRequestBytes: sent at once, the rest of the body left unread. */
   bodyTooLarge(path: string): UnaryHttpResponse;
-  /** Serves a whole lean request (isLean said true); never rejects. */
+  /** Serves a whole lean request (isLean said true); rejects only one that isLean sends to universal(). */
   serveUnary(request: UnaryHttpRequest): Promise<UnaryHttpResponse>;
   /** The Connect-ES handler of a procedure path (undefined for an unknown one); its error answers carry their ErrorDetail, as handle()'s do. */
   universal(path: string): ConnectEsHandler | undefined;
@@ -150,7 +150,7 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
             send(res, unary.bodyTooLarge(path, startedAt));
           } else if (body === aborted) {
             // What Connect-ES counts for a request whose client left mid-body: no one hears the answer.
-            rpcRequests.inc({ procedure: path, code: "internal" });
+            count(path, "internal", startedAt);
           } else {
             const request: UnaryHttpRequest = { method: req.method ?? "", path, query: "", headers, body, clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" };
             unary.serve(request, startedAt).then(

@@ -26,7 +26,7 @@ export interface UnaryHttpRequest {
   method: string;
   /** Without the query, e.g. "/api.v1.UserService/GetProfile". */
   path: string;
-  /** The raw query without "?", "" when none. */
+  /** The raw query without "?", "" when none (Connect reads it only for GET, which no procedure of ours allows). */
   query: string;
   /** Lower-case names, as node's req.headers has them (repeated headers joined with ", "). */
   headers: Record<string, string | undefined>;
@@ -72,7 +72,7 @@ export interface UnaryRpcOptions {
   log: (message: string, err: unknown) => void;
 }
 
-/** A parsed, validated decision about a request, or the answer it gets without being served. */
+/** What the head of a request decides: how to read its body, or the answer it gets unread. */
 type Verdict = { route: Route; binary: boolean; lengthHint: number | undefined } | UnaryHttpResponse;
 
 export class UnaryRpcHandler {
@@ -125,14 +125,16 @@ export class UnaryRpcHandler {
 
   /**
    * The answer to a body that grew past maxRequestBytes while being read (no Content-Length
-   * announced it): the front sends it at once and discards the rest of the body.
+   * announced it): the front sends it at once and reads no more of the body. Connect-ES leaves
+   * the rest unread, so on node:http the connection serves nothing more and ends at the request
+   * timeout (api-service.ts does the same); a front that cannot leave bytes unread closes it.
    */
   bodyTooLarge(path: string, startedAt = performance.now()): UnaryHttpResponse {
     const route = this.routes.get(path);
     return this.protocolError(route, new ConnectError(`message size is larger than configured readMaxBytes ${this.options.maxRequestBytes}`, Code.ResourceExhausted), startedAt);
   }
 
-  /** Serves one whole request (for which servesLean said true). Never rejects. */
+  /** Serves one whole request; rejects only a request that servesLean sends to Connect-ES. */
   async serve(request: UnaryHttpRequest, startedAt = performance.now()): Promise<UnaryHttpResponse> {
     const verdict = this.inspect(request, startedAt);
     if ("status" in verdict) return verdict;
@@ -162,7 +164,8 @@ export class UnaryRpcHandler {
 
     let bytes: Uint8Array;
     try {
-      bytes = binary ? serializeBinary(route.output, answer!) : answer ? serializeJson(route.output, answer) : Buffer.from(JSON.stringify(wire ?? {}));
+      if (answer === undefined) bytes = Buffer.from(JSON.stringify(wire ?? {}));
+      else bytes = binary ? serializeBinary(route.output, answer) : serializeJson(route.output, answer);
     } catch (err) {
       return this.protocolError(route, err, startedAt);
     }
@@ -176,14 +179,12 @@ export class UnaryRpcHandler {
     const route = this.routes.get(head.path);
     if (!route) return this.unknownProcedure(head.path, startedAt);
     if (head.method !== "POST") return this.bare(route, 405, startedAt);
-    const contentType = unaryContentType.exec(head.headers["content-type"] ?? "");
+    const { headers } = head;
+    const contentType = unaryContentType.exec(headers["content-type"] ?? "");
     if (!contentType) {
-      if (head.headers["content-type"] !== undefined && !this.servesLean(head.method, head.path, head.headers["content-type"])) {
-        throw new Error(`a ${head.headers["content-type"]} request goes to Connect-ES (servesLean), not to the lean unary path`);
-      }
+      if (!this.servesLean(head.method, head.path, headers["content-type"])) throw new Error(`a ${headers["content-type"]} request goes to Connect-ES, not to the lean unary path`);
       return this.bare(route, 415, startedAt);
     }
-    const { headers } = head;
     const encoding = headers["content-encoding"];
     if (encoding !== undefined && encoding !== "identity") {
       // Connect-ES accepts no compression as we configure it, and says so in Accept-Encoding.
