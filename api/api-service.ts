@@ -85,9 +85,10 @@ export interface ApiHandle {
   /** Serves one HTTP request if it is a Connect RPC; answers false when the path is not ours. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
   /**
-   * For other HTTP fronts, from the request head alone (before reading the body): whether the
-   * lean unary path answers it (a Connect unary call, or one of Connect's refusals) or it goes to
-   * `universal(path)` (gRPC: application/grpc*, gRPC-Web: application/grpc-web*).
+   * For other HTTP fronts, from the head of a request under /api.v1. (other paths are not the
+   * API's) before its body is read: whether the lean unary path answers it (a Connect unary call,
+   * an unknown procedure, or one of Connect's refusals) or it goes to `universal(path)` (gRPC:
+   * application/grpc*, gRPC-Web: application/grpc-web*).
    */
   isLean(method: string, path: string, contentType: string | undefined): boolean;
   /**

@@ -189,6 +189,8 @@ describe("the lean Connect unary path", function () {
       // methods
       ...["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"].map((method): [string, () => Buffer, number] => [`refuses ${method}`, () => request(profile, "", auth(), method), 405]),
       ["GET with a Connect query", () => request(`${profile}?connect=v1&encoding=json&message=%7B%7D`, "", auth(), "GET"), 405],
+      ["HTTP/1.0 without a Host", () => Buffer.from("POST /api.v1.AuthService/GetClientConfig HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"), 200],
+      ["HTTP/1.0 keeping the connection alive", () => Buffer.from(`POST ${profile} HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\nAuthorization: Bearer ${alice.accessToken}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`), 200],
       // paths
       ["an unknown method", () => request("/api.v1.UserService/DropAllTables", "{}", auth()), 404],
       ["an unknown service", () => request("/api.v1.ForwardService/ForwardMessage", "{}", auth()), 404],
