@@ -132,7 +132,7 @@ export class IdentityCache {
   /**
    * Asks the engine. An answer that raced a forget of its account is asked for again, once: the
    * second question left after the forget arrived, so after the change was written. Only an
-   * answer that raced nothing is cached.
+   * answer that raced nothing, and that the engine could make this process forget, is cached.
    */
   private async ask(key: string, token: string): Promise<Entry> {
     for (let attempt = 1; ; attempt += 1) {
@@ -148,12 +148,10 @@ export class IdentityCache {
       }
       const raced = (this.forgottenAt.get(facts.userId) ?? 0) > began;
       this.fillDone(fillId);
+      if (raced && attempt === 1) continue;
       const entry = this.entryOf(key, facts);
-      if (!raced) {
-        this.insert(entry);
-        return entry;
-      }
-      if (attempt === 2) return entry;
+      if (!raced && facts.cacheable) this.insert(entry);
+      return entry;
     }
   }
 

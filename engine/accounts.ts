@@ -54,7 +54,7 @@ import {
   passwordWeakness,
   verifyPassword,
 } from "./credentials.js";
-import { forgetIdentities } from "./identity-revocation.js";
+import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, type UserRecord } from "./store/store.js";
 import { deviceView, selfView } from "./views.js";
@@ -323,7 +323,7 @@ export class Accounts {
    * asks of UpdateAgentSelfConfig. Answering for a session records its activity, at most once a
    * minute.
    */
-  async resolveToken(token: string): Promise<TokenIdentity> {
+  async resolveToken(token: string): Promise<Omit<TokenIdentity, "cacheable">> {
     if (isWellFormedToken(token, TokenPrefix.userAccess)) {
       const session = await this.deps.store.sessions.findByAccessHash(hashToken(token));
       if (!session) throw new ParleyError(Errors.unauthenticated);
@@ -439,7 +439,11 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
     },
     actions: {
       resolveToken: {
-        handler: (ctx: Context<ResolveTokenParams>) => accounts.resolveToken(ctx.params.token),
+        handler: async (ctx: Context<ResolveTokenParams>): Promise<TokenIdentity> => ({
+          ...(await accounts.resolveToken(ctx.params.token)),
+          // The asking process may keep the answer only if a revocation can make it forget it.
+          cacheable: reachesIdentityCache(ctx.broker, ctx.nodeID!),
+        }),
       },
       requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request, clientIp }) =>
         accounts.requestCode(request.identityType, request.identityValue, "login", clientIp),

@@ -22,3 +22,9 @@ export async function forgetIdentities(broker: ServiceBroker, params: ForgetIden
     }
   });
 }
+
+/** Whether forgetIdentities reaches the identity cache of this node (the engine has discovered it). */
+export function reachesIdentityCache(broker: ServiceBroker, nodeID: string): boolean {
+  const endpoints = broker.registry.actions.get(IdentityActions.forget)?.endpoints ?? [];
+  return endpoints.some((endpoint) => endpoint.id === nodeID && endpoint.state);
+}

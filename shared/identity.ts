@@ -44,6 +44,11 @@ export interface TokenIdentity {
   active: boolean;
   /** An agent's IP whitelist (addresses and CIDR blocks); empty allows every address. */
   ipWhitelist: string[];
+  /**
+   * Whether the asking process may keep the answer: false while the engine does not yet know
+   * that process's cache (it just joined), since a forget could not reach it.
+   */
+  cacheable: boolean;
 }
 
 export interface ForgetIdentitiesParams {
