@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { errorBodyJson } from "./api/errors.js";
+import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
 import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
 import { agentsService } from "./engine/agents.js";
@@ -193,9 +194,16 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       }
     });
     drain = new HttpDrain(server);
+    broker.createService(identityCacheService(clock));
     broker.createService(apiService((handle) => (api = handle), { ...options.api, trustedProxies: config.trustedProxies }));
     broker.createService(
-      gatewayService({ ...options.gateway, server, trustedProxies: config.trustedProxies, onConnectionCountChange: (delta) => openSockets.inc(delta) }),
+      gatewayService({
+        ...options.gateway,
+        server,
+        trustedProxies: config.trustedProxies,
+        authenticate: (token, clientIp) => identityCacheOf(broker).resolve(token, clientIp),
+        onConnectionCountChange: (delta) => openSockets.inc(delta),
+      }),
     );
   }
 

@@ -8,6 +8,7 @@ import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { file_api_v1_rules } from "../shared/gen/api/v1/rules_pb.js";
 import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
+import { identityCacheOf } from "./identity-cache.js";
 
 /** The spec's access labels: user-only, agent-only, no-auth, and any (either identity). */
 export type Access = "user" | "agent" | "none" | "any";
@@ -54,9 +55,9 @@ export async function authenticate(broker: ServiceBroker, facts: RequestFacts, a
   const header = facts.authorization ?? "";
   const match = /^Bearer\s+(\S+)$/i.exec(header);
   if (!match) throw new ParleyError(Errors.unauthenticated, {}, "an Authorization: Bearer token is required");
-  // The client address lets the engine apply an agent's IP whitelist.
+  // The client address is what an agent's IP whitelist is checked against.
   const { clientIp } = facts;
-  const caller = (await broker.call("accounts.authenticate", { token: match[1], clientIp })) as Caller;
+  const caller = await identityCacheOf(broker).resolve(match[1], clientIp);
   if (access === "user" && caller.kind !== "user") throw new ParleyError(Errors.userOnly);
   if (access === "agent" && caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
   return caller;

@@ -1,7 +1,7 @@
 // Accounts: identities, sign-in by code or password, device sessions and their tokens, password
 // setup, change and reset. Owns every credential the platform issues to users.
 import { create } from "@bufbuild/protobuf";
-import type { ServiceSchema } from "moleculer";
+import type { Context, ServiceSchema } from "moleculer";
 import {
   ChangePasswordRequestSchema,
   ChangePasswordResponseSchema,
@@ -37,9 +37,9 @@ import {
 } from "../shared/gen/api/v1/user_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
+import type { ResolveTokenParams, TokenIdentity } from "../shared/identity.js";
 import { requestAuthority } from "../shared/public-url.js";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { AddressListCache } from "../shared/ip.js";
 import { AbuseLimits } from "./abuse-limits.js";
 import type { EngineDeps } from "./deps.js";
 import {
@@ -54,6 +54,7 @@ import {
   passwordWeakness,
   verifyPassword,
 } from "./credentials.js";
+import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, type UserRecord } from "./store/store.js";
 import { deviceView, selfView } from "./views.js";
@@ -108,19 +109,24 @@ export function normalizeIdentity(type: IdentityType, raw: string): Identity {
 /** Password attempts since the last successful login; above the maximum the account is locked. */
 const loginAttemptsKey = (userId: number) => `login-attempts:${userId}`;
 
-export interface AuthenticatedToken {
-  kind: "user" | "agent";
-  userId: number;
-  deviceId: string;
+/**
+ * How a credential change reaches the processes that serve clients. Each resolves once every
+ * process caching identities has forgotten the tokens concerned (shared/identity.ts), so the
+ * change holds from the next request on; callers await it before answering.
+ */
+export interface CredentialChanges {
+  /** These device sessions ended: their tokens stop working and their sockets close. */
+  sessionsRevoked(userId: number, deviceIds: string[]): Promise<void>;
+  /** These device sessions got new tokens (refresh, signing in again): the previous access tokens stop working. */
+  tokensReplaced(userId: number, deviceIds: string[]): Promise<void>;
 }
 
 export class Accounts {
-  private readonly whitelists = new AddressListCache();
   private readonly limits: AbuseLimits;
 
   constructor(
     private readonly deps: EngineDeps,
-    private readonly revoke: (event: SessionsRevokedEvent) => void,
+    private readonly changes: CredentialChanges,
   ) {
     this.limits = new AbuseLimits(deps.ephemeral, deps.config.abuseLimits);
   }
@@ -231,6 +237,8 @@ export class Accounts {
       refreshTokenHash: hashToken(refreshToken),
       refreshExpiresAt: now + AuthPolicy.refreshTokenTtlSeconds * 1000,
     });
+    // Signing in again on a device replaces its session's tokens.
+    await this.changes.tokensReplaced(user.userId, [device.deviceId]);
     if (device.pushToken) {
       await this.deps.store.pushTokens.upsertPushToken({
         userId: user.userId,
@@ -303,18 +311,19 @@ export class Accounts {
       lastActiveAt: now,
     });
     if (!rotated) throw new ParleyError(Errors.invalidRefreshToken);
+    await this.changes.tokensReplaced(session.userId, [session.deviceId]);
     return { accessToken, refreshToken: nextRefresh, expiresIn: AuthPolicy.accessTokenTtlSeconds };
   }
 
   /**
-   * Resolves a bearer token to its identity; UNAUTHENTICATED for anything not currently valid.
-   * An agent with an IP whitelist is refused (PERMISSION_DENIED) from any other client address.
-   * A deleted agent's token still identifies it, so that every call it makes (RPC or /ws) learns
-   * why it is refused: FAILED_PRECONDITION AGENT_NOT_ACTIVE, as the spec's state table asks of
-   * UpdateAgentSelfConfig. The whitelist is checked first: from an address the agent never
-   * allowed, a token says nothing about the agent, its state included.
+   * The facts of a bearer token that client processes decide requests with (and cache);
+   * UNAUTHENTICATED for a token that names nothing, TOKEN_EXPIRED for an expired access token. A
+   * deleted agent's token still names it (inactive), so that every call it makes (RPC or /ws)
+   * learns why it is refused: FAILED_PRECONDITION AGENT_NOT_ACTIVE, as the spec's state table
+   * asks of UpdateAgentSelfConfig. Answering for a session records its activity, at most once a
+   * minute.
    */
-  async authenticate(token: string, clientIp = ""): Promise<AuthenticatedToken> {
+  async resolveToken(token: string): Promise<Omit<TokenIdentity, "cacheable">> {
     if (isWellFormedToken(token, TokenPrefix.userAccess)) {
       const session = await this.deps.store.sessions.findByAccessHash(hashToken(token));
       if (!session) throw new ParleyError(Errors.unauthenticated);
@@ -322,22 +331,18 @@ export class Accounts {
       if (this.now - session.lastActiveAt > AuthPolicy.touchIntervalMs) {
         await this.deps.store.sessions.touchSession(session.userId, session.deviceId, this.now);
       }
-      return { kind: "user", userId: session.userId, deviceId: session.deviceId };
+      return { kind: "user", userId: session.userId, deviceId: session.deviceId, expiresAt: session.accessExpiresAt, active: true, ipWhitelist: [] };
     }
     if (isWellFormedToken(token, TokenPrefix.agent)) {
       const agent = await this.deps.store.agents.findByTokenHash(hashToken(token));
       if (!agent) throw new ParleyError(Errors.unauthenticated);
-      if (agent.ipWhitelist.length > 0 && !this.whitelists.contains(agent.ipWhitelist, clientIp)) {
-        throw new ParleyError(Errors.ipNotAllowed, { clientIp });
-      }
-      if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
-      return { kind: "agent", userId: agent.agentUserId, deviceId: "" };
+      return { kind: "agent", userId: agent.agentUserId, deviceId: "", expiresAt: 0, active: agent.status === AgentStatus.active, ipWhitelist: agent.ipWhitelist };
     }
     throw new ParleyError(Errors.unauthenticated);
   }
 
   async revokeDevices(userId: number, deviceIds: string[]): Promise<void> {
-    if (deviceIds.length > 0) this.revoke({ userId, deviceIds });
+    if (deviceIds.length > 0) await this.changes.sessionsRevoked(userId, deviceIds);
   }
 
   async logout(caller: Caller): Promise<void> {
@@ -423,11 +428,22 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
   return {
     name: "accounts",
     created() {
-      accounts = new Accounts(deps, (event) => void this.broker.broadcast(BusEvents.sessionsRevoked, event));
+      const broker = this.broker;
+      accounts = new Accounts(deps, {
+        sessionsRevoked: async (userId, deviceIds) => {
+          await forgetIdentities(broker, { userId, deviceIds });
+          void broker.broadcast(BusEvents.sessionsRevoked, { userId, deviceIds } satisfies SessionsRevokedEvent);
+        },
+        tokensReplaced: (userId, deviceIds) => forgetIdentities(broker, { userId, deviceIds }),
+      });
     },
     actions: {
-      authenticate: {
-        handler: (ctx: { params: { token: string; clientIp?: string } }) => accounts.authenticate(ctx.params.token, ctx.params.clientIp),
+      resolveToken: {
+        handler: async (ctx: Context<ResolveTokenParams>): Promise<TokenIdentity> => ({
+          ...(await accounts.resolveToken(ctx.params.token)),
+          // The asking process may keep the answer only if a revocation can make it forget it.
+          cacheable: reachesIdentityCache(ctx.broker, ctx.nodeID!),
+        }),
       },
       requestVerifyCode: rpcAction(RequestVerifyCodeRequestSchema, RequestVerifyCodeResponseSchema, ({ request, clientIp }) =>
         accounts.requestCode(request.identityType, request.identityValue, "login", clientIp),

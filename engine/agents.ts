@@ -52,6 +52,7 @@ import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResu
 import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
+import { forgetIdentities } from "./identity-revocation.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireParticipant } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
@@ -155,6 +156,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
   /** Writes a change of the agent's record, in its mailbox, and announces it. */
   async function updateAgent(ctx: Context, agentUserId: number, change: Parameters<typeof store.agents.updateAgent>[1], tokenRevoked = false): Promise<AgentRecord> {
     const saved = await mailboxes.run(agentUserId, () => store.agents.updateAgent(agentUserId, { ...change, updatedAt: clock.now() }));
+    if (tokenRevoked) await forgetIdentities(ctx.broker, { userId: agentUserId });
     announceChange(ctx, agentUserId, tokenRevoked);
     return saved;
   }
@@ -216,13 +218,16 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         update.secretKey = secretKey;
       }
       const saved = await store.agents.updateAgent(agentUserId, { ...update, updatedAt: clock.now() });
+      const whitelistChanged = update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== agent.ipWhitelist.join("\n");
+      // Identities cached with the old list are forgotten before anyone hears of the new one.
+      if (whitelistChanged) await forgetIdentities(ctx.broker, { userId: agentUserId });
       announceChange(ctx, agentUserId);
       // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
       // caller hears of it; see agent-delivery.ts.
       if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
         await ctx.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
       }
-      if (update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== agent.ipWhitelist.join("\n")) {
+      if (whitelistChanged) {
         void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
       }
       return { agent: saved, secretKey };
@@ -429,6 +434,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
             told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)]),
           ]);
         });
+        await forgetIdentities(ctx.broker, { userId: agentUserId });
         announceChange(ctx, agentUserId, true);
         // The deletion stands once written; what follows from it is retried until it is done.
         await completeDeletion(ctx, agentUserId, told);

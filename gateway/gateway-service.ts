@@ -16,6 +16,8 @@ import { attachWsServer } from "./ws-socket-server.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
   server: Server;
+  /** Who a bearer token names, presented from this client address (the process's identity cache); throws the catalogue's refusal. */
+  authenticate(token: string, clientIp: string): Promise<Identity>;
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
   trustedProxies?: readonly string[];
   onConnectionCountChange?: (delta: number) => void;
@@ -135,10 +137,10 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           },
         );
       socketServer = attachWsServer(options.server, "/ws", (socket) => {
-        // The client address lets the engine apply an agent's IP whitelist.
+        // The client address is what an agent's IP whitelist is checked against.
         const clientIp = resolveClientAddress(socket.remoteAddress, socket.forwardedFor, trustedProxies);
         const connection: Connection = new Connection(socket, policy, {
-          authenticate: (token) => broker.call("accounts.authenticate", { token, clientIp }) as Promise<Identity>,
+          authenticate: (token) => options.authenticate(token, clientIp),
           onAuthenticated: (c) => {
             const userId = c.identity!.userId;
             // An agent first gets what reached its stream while it was away (see agent-feed.ts);

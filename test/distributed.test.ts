@@ -36,7 +36,7 @@ describe("API tier and engine on two brokers over the TCP transporter", () => {
 
   it("runs no engine service on the edge node", () => {
     const local = edge.broker.services.map((s) => s.name).filter((name) => !name.startsWith("$")).sort();
-    expect(local).to.deep.equal(["api", "gateway"]);
+    expect(local).to.deep.equal(["api", "gateway", "identityCache"]);
   });
 
   for (const mode of wireModes) {

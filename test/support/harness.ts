@@ -9,7 +9,7 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
 import { loadConfig, type ParleyConfig } from "../../shared/config.js";
-import { startParley, type Parley, type ParleyOptions } from "../../server.js";
+import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
@@ -121,16 +121,27 @@ export interface TwoNodes {
 
 /** The API tier and the engine in two brokers joined by Moleculer's TCP transporter, on one data directory. */
 export async function startTwoNodes(dataDir: string, name: string): Promise<TwoNodes> {
+  const { nodes, codesFile, clock } = await startNodes(dataDir, name, { engine: ["engine"], edge: ["edge"] });
+  return { edge: nodes.edge, engine: nodes.engine, codesFile, clock };
+}
+
+/**
+ * Brokers joined by Moleculer's TCP transporter on one data directory and one clock, one per
+ * entry of `roles` (node id `<name>-<key>`), started together.
+ */
+export async function startNodes<K extends string>(dataDir: string, name: string, roles: Record<K, Role[]>): Promise<{ nodes: Record<K, Parley>; codesFile: string; clock: AdjustableClock }> {
   const codesFile = join(dataDir, "codes.jsonl");
-  const [edgePort, enginePort] = [await freePort(), await freePort()];
-  const [edgeId, engineId] = [`${name}-edge`, `${name}-engine`];
-  const urls = [`127.0.0.1:${edgePort}/${edgeId}`, `127.0.0.1:${enginePort}/${engineId}`];
-  const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
+  const keys = Object.keys(roles) as K[];
+  const ports = new Map<K, number>();
+  for (const key of keys) ports.set(key, await freePort());
+  const urls = keys.map((key) => `127.0.0.1:${ports.get(key)}/${name}-${key}`);
   const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits });
   const clock = new AdjustableClock();
-  const [engine, edge] = await Promise.all([
-    startParley({ config, clock, roles: ["engine"], broker: { nodeID: engineId, transporter: transporter(enginePort) } }),
-    startParley({ config, clock, roles: ["edge"], broker: { nodeID: edgeId, transporter: transporter(edgePort) } }),
-  ]);
-  return { edge, engine, codesFile, clock };
+  const started = await Promise.all(
+    keys.map((key) =>
+      startParley({ config, clock, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }),
+    ),
+  );
+  const nodes = Object.fromEntries(keys.map((key, index) => [key, started[index]])) as Record<K, Parley>;
+  return { nodes, codesFile, clock };
 }
