@@ -185,7 +185,8 @@ export class ConversationActor {
    * Runs a call's writes in the conversation's mailbox, then waits, outside it, for the delivery
    * of the events they recorded: the caller hears back once its change reached every stream
    * (an error if a delivery failed; the change is durable and its retry finishes it), while the
-   * next change of the conversation is already being written.
+   * next change of the conversation is already being written. A call that recorded nothing (a
+   * retry answered from what is stored) waits for the deliveries under way, its original's too.
    */
   private async writing<T>(ctx: Context, conversationId: bigint, work: () => Promise<T>): Promise<T> {
     try {
@@ -194,6 +195,7 @@ export class ConversationActor {
       const started = this.deliveries.get(ctx);
       this.deliveries.delete(ctx);
       if (started) await Promise.all(started);
+      else await this.deps.fanOuts.delivered(String(conversationId));
     }
   }
 

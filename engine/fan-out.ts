@@ -266,6 +266,11 @@ export class FanOuts {
     });
   }
 
+  /** Resolves once the scope's deliveries under way have ended, whatever their outcome. */
+  async delivered(scope: string): Promise<void> {
+    await this.scopes.run(scope, async () => {});
+  }
+
   /**
    * Finishes every recorded fan-out of the scope in its delivery order (after the deliveries under
    * way). Its writer calls it while holding the scope, so no new event is recorded meanwhile.

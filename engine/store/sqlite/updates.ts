@@ -46,7 +46,9 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
     for (const entry of write.entries) held.set(entry.eventId, (held.get(entry.eventId) ?? 0) + 1);
     for (const event of write.events) {
       const refs = held.get(event.eventId);
+      // An event no entry references is not stored; one listed twice is stored once.
       if (refs === undefined) continue;
+      held.delete(event.eventId);
       if (insertEvent.run(event.eventId, Buffer.from(event.entry), refs, write.createdAt).changes === 0) {
         throw new Error(`event id ${event.eventId} is already stored with another entry`);
       }
