@@ -101,7 +101,7 @@ export class Inbox {
   /** Every write of this node's streams, one at a time: appends, mode switches, card actions queued for webhooks. */
   private readonly writer = new Mailboxes();
   /** Fan-outs waiting for the next append. */
-  private waiting: WaitingAppend[] = [];
+  private readonly waiting: WaitingAppend[] = [];
   private appendQueued = false;
   private readonly latestSn = new Map<number, number>();
   readonly webhooks: WebhookRouting;
