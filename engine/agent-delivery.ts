@@ -11,7 +11,6 @@
 //   queued as if they had just arrived, and the position moves to the latest entry;
 // - out of it, the queue is dropped and the position moves back to just before the oldest entry
 //   still queued, so the socket catch-up replays what the webhook had not delivered.
-import { fromBinary } from "@bufbuild/protobuf";
 import type { AgentBacklog, WebhookTarget } from "../shared/agent-delivery.js";
 import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
 import { GroupInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
@@ -19,7 +18,8 @@ import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_p
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import type { Clock } from "./clock.js";
-import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store, type WebhookHandoff } from "./store/store.js";
+import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "./store/store.js";
+import { snUpdateOf } from "./stream-entry.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 const webhookSnKinds = new Set(["messageEnvelope", "contactAdded", "removedFromGroup", "groupDissolved"]);
@@ -53,18 +53,28 @@ export class WebhookRouting {
   ) {}
 
   /**
-   * Whether the user's events go out by webhook. An account's type never changes, so a person
-   * costs one read per cache lifetime. An agent's answer is dropped when its record changes, and
-   * every fresh read settles its mode before the answer is used: a switch written but not yet
-   * announced to this inbox is carried out by the first append that sees it.
+   * Which of these users' events go out by webhook. An account's type never changes, so a person
+   * costs one read per cache lifetime (the users not cached are read together). An agent's
+   * answer is dropped when its record changes, and every fresh read settles its mode before the
+   * answer is used: a switch written but not yet announced to this inbox is carried out by the
+   * first append that sees it.
    */
-  async sendsByWebhook(userId: number, latestSn: () => Promise<number>): Promise<boolean> {
-    const cached = this.byWebhook.get(userId);
-    if (cached !== undefined) return cached;
+  async webhookUsers(userIds: readonly number[], latestSn: (userId: number) => Promise<number>): Promise<Set<number>> {
+    const byWebhook = new Set<number>();
+    const unknown: number[] = [];
+    for (const userId of userIds) {
+      const cached = this.byWebhook.get(userId);
+      if (cached === undefined) unknown.push(userId);
+      else if (cached) byWebhook.add(userId);
+    }
+    if (unknown.length === 0) return byWebhook;
     const changes = this.agentChanges;
-    const user = await this.store.users.getUser(userId);
-    const byWebhook = user?.accountType === AccountType.agent && (await this.settle(userId, latestSn));
-    this.remember(userId, byWebhook, changes);
+    const agents = new Set((await this.store.users.getUsers(unknown)).filter((user) => user.accountType === AccountType.agent).map((user) => user.userId));
+    for (const userId of unknown) {
+      const sends = agents.has(userId) && (await this.settle(userId, () => latestSn(userId)));
+      this.remember(userId, sends, changes);
+      if (sends) byWebhook.add(userId);
+    }
     return byWebhook;
   }
 
@@ -103,12 +113,9 @@ export class WebhookRouting {
     return byWebhook;
   }
 
-  /** What an append to a WEBHOOK-mode agent's stream queues: the Update JSON of each entry sent by webhook. */
-  handoff(entries: readonly { sn: number; wire: WireMessage }[], related: WireMessage, now: number): WebhookHandoff {
-    return {
-      bodies: entries.flatMap(({ sn, wire }) => (isKindOf(webhookSnKinds, wire) ? [JSON.stringify({ ...related, snUpdate: { sn, ...wire } })] : [])),
-      queuedAt: now,
-    };
+  /** What an append to a WEBHOOK-mode agent's stream queues for an entry: its Update's JSON, or nothing for a kind not sent by webhook. */
+  webhookBody(sn: number, entry: WireMessage, related: WireMessage): string | undefined {
+    return isKindOf(webhookSnKinds, entry) ? JSON.stringify({ ...related, snUpdate: { sn, ...entry } }) : undefined;
   }
 }
 
@@ -139,7 +146,7 @@ export async function agentBacklog(store: Store, userId: number, afterSn: number
   // One row more than the page tells whether another page follows, whatever size the caller asked for.
   const read = await store.updates.readUpdates(userId, from, pageSize + 1);
   const rows = read.slice(0, pageSize);
-  const entries = rows.map((row) => fromBinary(SnUpdateSchema, row.payload));
+  const entries = rows.map(snUpdateOf);
   const refs = entries.map(referencedBy);
   const users = new Map<number, WireMessage>();
   for (const user of await store.users.getUsers([...new Set(refs.flatMap((ref) => ref.userIds))])) {

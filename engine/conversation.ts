@@ -1,9 +1,10 @@
 // The conversation actor: one per conversation (sharded by conversationId), owner of its dense
 // message id sequence, of the messages' lifecycle (send, edit, recall, streams) and of card
 // actions. Writes for one conversation run one at a time through its mailbox; different
-// conversations run concurrently. Every sequenced change is fanned out to the participants'
-// inbox actors before the mailbox takes the next one, so each user sees a conversation's
-// events in order.
+// conversations run concurrently. The mailbox is held while a change becomes durable (the message
+// and its fan-out record commit together), not while it is pushed: the fan-out is delivered after
+// the mailbox moved on, in the conversation's order (fan-out.ts), so each user sees a
+// conversation's events in order. A call still answers once its own events are delivered.
 //
 // Streamed output is the hot path: deltas live only in memory here (GetMessage reads them) and go
 // out as ephemeral pushes; the database sees a stream twice, at START and at END or ERROR.
@@ -163,6 +164,8 @@ export class ConversationActor {
   private readonly mailboxes = new Mailboxes();
   private readonly latestId = new Map<bigint, bigint>();
   private readonly streams = new Map<string, LiveStream>();
+  /** Deliveries a call's writes started, awaited once the call has left the mailbox. */
+  private readonly deliveries = new WeakMap<Context, Promise<void>[]>();
 
   constructor(private readonly deps: EngineDeps) {}
 
@@ -178,6 +181,34 @@ export class ConversationActor {
     return latest + 1n;
   }
 
+  /**
+   * Runs a call's writes in the conversation's mailbox, then waits, outside it, for the delivery
+   * of the events they recorded: the caller hears back once its change reached every stream
+   * (an error if a delivery failed; the change is durable and its retry finishes it), while the
+   * next change of the conversation is already being written. A call that recorded nothing (a
+   * retry answered from what is stored) waits for the deliveries under way, its original's too.
+   */
+  private async writing<T>(ctx: Context, conversationId: bigint, work: () => Promise<T>): Promise<T> {
+    try {
+      return await this.mailboxes.run(String(conversationId), work);
+    } finally {
+      const started = this.deliveries.get(ctx);
+      this.deliveries.delete(ctx);
+      if (started) await Promise.all(started);
+      else await this.deps.fanOuts.delivered(String(conversationId));
+    }
+  }
+
+  /** Starts delivering a fan-out the mailbox's write just recorded; writing() waits for it. */
+  private startDelivery(ctx: Context, fanOut: PreparedFanOut): void {
+    const delivered = this.deps.fanOuts.deliver(ctx, fanOut);
+    // A failure stays recorded in the outbox; whoever awaits it hears it, nobody else must.
+    delivered.catch(() => undefined);
+    const started = this.deliveries.get(ctx);
+    if (started) started.push(delivered);
+    else this.deliveries.set(ctx, [delivered]);
+  }
+
   /** The event of a message written or changed, to the given recipients. */
   private messageFanOut(record: MessageRecord, recipients: readonly number[], related: readonly UserRecord[]): PreparedFanOut {
     return this.deps.fanOuts.prepare(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, related.map(userInfoView));
@@ -185,7 +216,7 @@ export class ConversationActor {
 
   /**
    * Stores a new message at the next id, as the conversation's last message, together with its
-   * event to `recipients`, then delivers the event. A stale sequence (another owner wrote) is reloaded.
+   * event to `recipients`, then starts delivering the event. A stale sequence (another owner wrote) is reloaded.
    */
   private async insert(
     ctx: Context,
@@ -204,7 +235,7 @@ export class ConversationActor {
       });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
-        await this.deps.fanOuts.deliver(ctx, fanOut);
+        this.startDelivery(ctx, fanOut);
         return { record: candidate, duplicate: false };
       }
       if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
@@ -214,15 +245,15 @@ export class ConversationActor {
   }
 
   /**
-   * Stores a change of a message together with its event to the participants, then delivers the
-   * event; answers the sender. A change that closes a stream also ends it in memory once stored.
+   * Stores a change of a message together with its event to the participants, then starts
+   * delivering the event; answers the sender. A change that closes a stream also ends it in memory once stored.
    */
   private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { closesStream?: boolean } = {}): Promise<UserRecord | undefined> {
     const sender = await this.store.users.getUser(updated.senderId);
     const fanOut = this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
-    await this.deps.fanOuts.deliver(ctx, fanOut);
+    this.startDelivery(ctx, fanOut);
     return sender;
   }
 
@@ -241,7 +272,7 @@ export class ConversationActor {
   async send(ctx: Context, caller: Caller, request: SendMessageRequest) {
     const access = await requireParticipant(this.store, request.conversationId, caller.userId);
     checkOutgoingBody(request.body!, caller.kind === "agent");
-    return this.mailboxes.run(String(request.conversationId), async () => {
+    return this.writing(ctx, request.conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(request.conversationId));
       // A retry of a message already accepted answers it again, whatever changed since.
       const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
@@ -280,7 +311,7 @@ export class ConversationActor {
    * conversation's next id to its current participants.
    */
   async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[], systemMessageId: bigint) {
-    return this.mailboxes.run(String(conversationId), async () => {
+    return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
       // Posted already (the record goes with the message's write): a repeat after a crash or a sweep.
       if (!(await this.store.outbox.isSystemMessagePending(systemMessageId))) return {};
@@ -343,7 +374,7 @@ export class ConversationActor {
   }
 
   async edit(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, newBody: MessageBody) {
-    return this.mailboxes.run(String(conversationId), async () => {
+    return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, record, body } = await this.ownChange(caller, conversationId, messageId, Errors.editWindowClosed);
       if (newBody.type !== body.type) throw new ParleyError(Errors.bodyTypeChanged);
@@ -357,7 +388,7 @@ export class ConversationActor {
   }
 
   async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
-    return this.mailboxes.run(String(conversationId), async () => {
+    return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, record } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
@@ -462,7 +493,7 @@ export class ConversationActor {
     outcome: { text?: string; entities?: MessageEntity[]; error?: string },
     activeSince: number,
   ): Promise<boolean> {
-    return this.mailboxes.run(String(conversationId), async () => {
+    return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
       const { access, stream } = await this.liveStream(caller, conversationId, messageId);
       if (stream.lastActivityAt > activeSince) return false;
@@ -527,7 +558,7 @@ export class ConversationActor {
 
   /** Finishes the conversation's recorded fan-outs (the sweep found some cut short), in its mailbox. */
   async finishFanOuts(ctx: Context, conversationId: bigint): Promise<void> {
-    await this.mailboxes.run(String(conversationId), () => this.deps.fanOuts.finishRecorded(ctx, { scope: String(conversationId) }));
+    await this.mailboxes.run(String(conversationId), () => this.deps.fanOuts.finishScopeInOrder(ctx, String(conversationId)));
   }
 
   /** Takes a persisted open stream into memory (the owner restarted since it started). */

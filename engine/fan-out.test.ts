@@ -2,24 +2,26 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import type { AppendParams } from "./inbox.js";
+import type { AppendFanOutsParams, FanOutAppend } from "./inbox.js";
 import { AdjustableClock } from "./clock.js";
 import { FanOuts, accountScope } from "./fan-out.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { FanOutRecord, Store } from "./store/store.js";
 
-/** Records the appends a fan-out asks for; `hold` keeps them unanswered until released. */
+/** Records the appends a fan-out asks for; `hold` keeps them unanswered until released; `failing` refuses them. */
 class Inboxes {
-  calls: AppendParams[] = [];
+  calls: FanOutAppend[] = [];
   private held: (() => void)[] = [];
   hold = false;
+  failing = false;
 
   readonly ctx = {
-    call: async (action: string, params: AppendParams) => {
-      expect(action).to.equal("inbox.append");
-      this.calls.push(params);
+    call: async (action: string, params: AppendFanOutsParams) => {
+      expect(action).to.equal("inbox.appendFanOuts");
+      if (this.failing) throw new Error("inbox down");
+      this.calls.push(...params.fanOuts);
       if (this.hold) await new Promise<void>((resolve) => this.held.push(resolve));
-      return { sns: [1] };
+      return { sns: [] };
     },
   } as never;
 
@@ -66,22 +68,18 @@ describe("FanOuts", () => {
     const records = [events.add(accountScope(1), [1, 2, 2], update("a")), events.add(accountScope(1), [3], update("b"))];
     await recordWithAChange(records);
     await events.deliver(inboxes.ctx);
-    expect(inboxes.calls.map((call) => [call.userId, call.fanOutId, call.again])).to.deep.equal([
-      [1, String(records[0].fanOutId), false],
-      [2, String(records[0].fanOutId), false],
-      [3, String(records[1].fanOutId), false],
+    expect(inboxes.calls.map((call) => [call.recipients, call.fanOutId, call.again])).to.deep.equal([
+      [[1, 2], String(records[0].fanOutId), false],
+      [[3], String(records[1].fanOutId), false],
     ]);
     expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
-  it("delivers a new fan-out to each recipient once, unchecked, then forgets it", async () => {
+  it("delivers a new fan-out in one call for all its recipients, unchecked, then forgets it", async () => {
     const fanOut = fanOuts.prepare(accountScope(1), [1, 2, 2], update("a"));
     await recordWithAChange([fanOut.record]);
     await fanOuts.deliver(inboxes.ctx, fanOut);
-    expect(inboxes.calls.map((call) => [call.userId, call.again])).to.deep.equal([
-      [1, false],
-      [2, false],
-    ]);
+    expect(inboxes.calls.map((call) => [call.recipients, call.again])).to.deep.equal([[[1, 2], false]]);
     expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
@@ -102,18 +100,66 @@ describe("FanOuts", () => {
   });
 
   it("keeps a fan-out whose append failed, and settles its scope before the next event of the scope", async () => {
-    const failing = { call: async () => Promise.reject(new Error("inbox down")) } as never;
     const prepared = fanOuts.prepare("9", [1], update("lost"));
     const id = prepared.record.fanOutId;
     await recordWithAChange([prepared.record]);
     let failed = false;
-    await fanOuts.deliver(failing, prepared).catch(() => (failed = true));
+    inboxes.failing = true;
+    await fanOuts.deliver(inboxes.ctx, prepared).catch(() => (failed = true));
+    inboxes.failing = false;
     expect(failed).to.equal(true);
     expect((await store.outbox.pending(10)).map((record) => record.fanOutId)).to.deep.equal([id]);
     await fanOuts.settle(inboxes.ctx, "8");
     expect(inboxes.calls).to.deep.equal([]);
     await fanOuts.settle(inboxes.ctx, "9");
     expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([[String(id), true]]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
+  it("delivers a scope's fan-outs one after another: the next waits until the previous one reached its streams", async () => {
+    const [first, second] = [fanOuts.prepare("6", [1], update("first")), fanOuts.prepare("6", [2], update("second"))];
+    const other = fanOuts.prepare("7", [3], update("other scope"));
+    await recordWithAChange([first.record, second.record, other.record]);
+    inboxes.hold = true;
+    const deliveries = [fanOuts.deliver(inboxes.ctx, first), fanOuts.deliver(inboxes.ctx, second), fanOuts.deliver(inboxes.ctx, other)];
+    await new Promise((resolve) => setImmediate(resolve));
+    // The other scope does not wait; the second event of scope 6 does.
+    expect(inboxes.calls.map((call) => call.recipients)).to.deep.equal([[1], [3]]);
+    inboxes.hold = false;
+    inboxes.release();
+    await Promise.all(deliveries);
+    expect(inboxes.calls.map((call) => call.recipients)).to.deep.equal([[1], [3], [2]]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
+  it("after a failed delivery, the scope's next one first finishes it, then itself; each once", async () => {
+    const [lost, next] = [fanOuts.prepare("8", [1, 2], update("lost")), fanOuts.prepare("8", [1, 2], update("next"))];
+    await recordWithAChange([lost.record, next.record]);
+    inboxes.failing = true;
+    const failed = await fanOuts.deliver(inboxes.ctx, lost).then(
+      () => false,
+      () => true,
+    );
+    expect(failed).to.equal(true);
+    inboxes.failing = false;
+    await fanOuts.deliver(inboxes.ctx, next);
+    expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([
+      [String(lost.record.fanOutId), true],
+      [String(next.record.fanOutId), false],
+    ]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
+  it("a delivery that cannot finish the scope's failed fan-out fails too, leaving both recorded for later, in order", async () => {
+    const [lost, next] = [fanOuts.prepare("10", [1], update("lost")), fanOuts.prepare("10", [1], update("next"))];
+    await recordWithAChange([lost.record, next.record]);
+    inboxes.failing = true;
+    const outcomes = await Promise.all([fanOuts.deliver(inboxes.ctx, lost), fanOuts.deliver(inboxes.ctx, next)].map((delivery) => delivery.then(() => "ok", () => "failed")));
+    expect(outcomes).to.deep.equal(["failed", "failed"]);
+    expect((await store.outbox.pending(10)).map((record) => record.fanOutId)).to.deep.equal([lost.record.fanOutId, next.record.fanOutId]);
+    inboxes.failing = false;
+    await fanOuts.settle(inboxes.ctx, "10");
+    expect(inboxes.calls.map((call) => call.fanOutId)).to.deep.equal([String(lost.record.fanOutId), String(next.record.fanOutId)]);
     expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 });

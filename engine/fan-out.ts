@@ -1,16 +1,22 @@
 // Acknowledged means complete. A change that produces an event records the event (a fan-out: one
 // entry for a list of recipients) in the same transaction as the change itself, and only then
-// appends it to the recipients' update streams. So once a call has answered success, its events
-// are durable; if the appends are cut short (a crash, a failed append), the fan-out is still
-// recorded and is finished again:
+// appends it to the recipients' update streams. So once a change is committed, its events are
+// durable; if the appends are cut short (a crash, a failed append), the fan-out is still recorded
+// and is finished again:
 // - at start-up, before the server serves anything, every recorded fan-out is finished;
 // - within a running process, a scope (a conversation) whose fan-out failed is settled before
-//   its next write, so a client's retry (SendMessage with the same clientMessageId) finishes it
-//   and later events of the scope still follow it in every stream;
+//   its next write and before its next delivery, so a client's retry (SendMessage with the same
+//   clientMessageId) finishes it and later events of the scope still follow it in every stream;
 // - a periodic sweep finishes what neither reached.
-// Each stream takes a given fan-out at most once: a fan-out delivered again asks the store to check
-// for it first (a first delivery need not, and the check is not free), and a fan-out still being
-// delivered by this process is never delivered again beside it.
+// Each stream takes a given fan-out at most once: a fan-out delivered again asks the inbox to skip
+// the streams that hold it (a first delivery need not, and the check is not free), and a fan-out
+// still being delivered by this process is never delivered again beside it.
+//
+// Delivery runs after the change's writer moved on (a conversation's mailbox is released once the
+// message is durable), one scope's fan-outs one after another in the order they were recorded:
+// the next event of a scope never overtakes the previous one, and after a failure it waits until
+// the failed one is finished. A fan-out is one call to the inbox of each node owning some of its
+// recipients (recipientsByOwner), which appends it with other fan-outs in one write.
 //
 // The outbox has a second kind: a GROUP system message a group change calls for, recorded with the
 // change and posted by the conversation actor (which owns message ids), whose message write
@@ -22,7 +28,9 @@ import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb
 import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
-import { encodeEntry, type AppendParams, type EncodedEntry } from "./inbox.js";
+import type { AppendFanOutsParams, FanOutAppend } from "./inbox.js";
+import { Mailboxes } from "./mailbox.js";
+import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "./clock.js";
 import type { SystemMessageParams } from "./conversation.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
@@ -60,6 +68,19 @@ export interface PreparedFanOut {
 interface RelatedJson {
   users?: WireMessage[];
   groups?: WireMessage[];
+}
+
+/**
+ * The recipients in groups, one per node owning their streams, each group appended by one call.
+ * Embedded, one node owns every stream: one group. Cluster routing splits here.
+ */
+export function recipientsByOwner(recipients: readonly number[]): number[][] {
+  return recipients.length === 0 ? [] : [[...recipients]];
+}
+
+/** A fan-out as the inbox owning `recipients` appends it. */
+function appendOf(fanOut: PreparedFanOut, recipients: number[], again: boolean): FanOutAppend {
+  return { fanOutId: String(fanOut.record.fanOutId), entry: fanOut.entry, users: fanOut.users, groups: fanOut.groups, recipients, again };
 }
 
 /** The prepared form of a recorded fan-out (the entry decoded once to get its wire form). */
@@ -115,6 +136,8 @@ export class FanOuts {
   private readonly unfinishedScopes = new Set<string>();
   /** Fan-outs this process is delivering now. */
   private readonly inFlight = new Set<bigint>();
+  /** Each scope's deliveries, one after another. */
+  private readonly scopes = new Mailboxes();
   private readonly processBits = BigInt(Math.floor(Math.random() * 1024)) << 12n;
   private lastId = 0n;
 
@@ -188,57 +211,111 @@ export class FanOuts {
   }
 
   /**
-   * Appends a recorded fan-out to every recipient's stream, then marks it finished. When an
-   * append fails the fan-out stays recorded (to be finished later) and the error is thrown.
-   * `again`: an earlier delivery may have reached some streams.
+   * Delivers a fan-out just recorded, after the scope's earlier ones; resolves once every
+   * recipient's stream has it and it is marked finished. When an append fails the fan-out stays
+   * recorded (to be finished later, before the scope's next event) and the error is thrown.
    */
-  async deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again = false): Promise<void> {
-    const { fanOutId, scope, recipients } = fanOut.record;
+  deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut): Promise<void> {
+    const { fanOutId, scope } = fanOut.record;
     this.inFlight.add(fanOutId);
+    return this.scopes.run(scope, async () => {
+      try {
+        // An earlier event of the scope failed: it goes first. Those recorded after this one are
+        // delivered by their own turn (the change recording one may not have handed it over yet).
+        if (this.unfinishedScopes.has(scope)) await this.finishScope(ctx, scope, fanOutId);
+        await this.append(ctx, fanOut, false);
+      } finally {
+        this.inFlight.delete(fanOutId);
+      }
+    });
+  }
+
+  /** Appends the fan-out to its recipients' streams, then marks it finished. `again`: an earlier delivery may have reached some streams. */
+  private async append(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again: boolean): Promise<void> {
+    const { fanOutId, scope, recipients } = fanOut.record;
     try {
-      const params = { entries: [fanOut.entry], users: fanOut.users, groups: fanOut.groups, fanOutId: String(fanOutId), again };
-      await Promise.all(recipients.map((userId) => ctx.call("inbox.append", { userId, ...params } satisfies AppendParams)));
+      await Promise.all(
+        recipientsByOwner(recipients).map((owned) => ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, again)] } satisfies AppendFanOutsParams)),
+      );
       await this.store.outbox.finish(fanOutId);
     } catch (err) {
       this.unfinishedScopes.add(scope);
       throw err;
-    } finally {
-      this.inFlight.delete(fanOutId);
     }
   }
 
-  /** Finishes the scope's fan-outs that failed earlier in this process, so a new event of the scope follows them. */
-  async settle(ctx: Pick<Context, "call">, scope: string): Promise<void> {
-    if (!this.unfinishedScopes.has(scope)) return;
+  /** Finishes the scope's recorded fan-outs (those recorded before `before`, when given), in order. */
+  private async finishScope(ctx: Pick<Context, "call">, scope: string, before?: bigint): Promise<void> {
     this.unfinishedScopes.delete(scope);
-    await this.finishRecorded(ctx, { scope });
+    try {
+      await this.finishRecorded(ctx, { scope, before });
+    } catch (err) {
+      this.unfinishedScopes.add(scope);
+      throw err;
+    }
   }
 
   /**
-   * Finishes the fan-outs recorded long enough ago that they were cut short: a conversation's in
-   * its actor's mailbox, so they keep their place before its later events.
+   * Finishes the scope's fan-outs that failed earlier in this process, after its deliveries under
+   * way, so a new event of the scope follows them. Called by the scope's writer before it writes.
+   */
+  async settle(ctx: Pick<Context, "call">, scope: string): Promise<void> {
+    if (!this.unfinishedScopes.has(scope)) return;
+    await this.scopes.run(scope, async () => {
+      if (this.unfinishedScopes.has(scope)) await this.finishScope(ctx, scope);
+    });
+  }
+
+  /** Resolves once the scope's deliveries under way have ended, whatever their outcome. */
+  async delivered(scope: string): Promise<void> {
+    await this.scopes.run(scope, async () => {});
+  }
+
+  /**
+   * Finishes every recorded fan-out of the scope in its delivery order (after the deliveries under
+   * way). Its writer calls it while holding the scope, so no new event is recorded meanwhile.
+   */
+  async finishScopeInOrder(ctx: Pick<Context, "call">, scope: string): Promise<void> {
+    await this.scopes.run(scope, () => this.finishScope(ctx, scope));
+  }
+
+  /**
+   * Finishes the fan-outs recorded long enough ago that they were cut short: a conversation's by
+   * its actor (which holds its writes meanwhile), others in their scope's delivery order.
    */
   async sweep(ctx: Pick<Context, "call">): Promise<void> {
     const recordedBefore = this.clock.now() - FanOutPolicy.sweepAfterMs;
     const stale = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => record.createdAt < recordedBefore);
     for (const scope of new Set(stale.map((record) => record.scope))) {
       if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
-      else await this.finishRecorded(ctx, { scope, recordedBefore });
+      else await this.scopes.run(scope, () => this.finishRecorded(ctx, { scope, recordedBefore }));
     }
     await this.postRecordedSystemMessages(ctx, recordedBefore);
   }
 
   /**
    * Delivers again the recorded fan-outs in the order they were recorded: all of them, one
-   * scope's, or those recorded before `recordedBefore`; none this process is delivering now.
-   * Answers how many it finished.
+   * scope's, those recorded before `recordedBefore` (a time) or before fan-out `before`; none this
+   * process is delivering now. Answers how many it finished.
    */
-  async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number } = {}): Promise<number> {
+  async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number; before?: bigint } = {}): Promise<number> {
     let finished = 0;
     for (;;) {
       const listed = await this.store.outbox.pending(FanOutPolicy.pageSize, filter.scope);
-      const page = listed.filter((record) => !this.inFlight.has(record.fanOutId) && (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore));
-      for (const record of page) await this.deliver(ctx, preparedOf(record), true);
+      const page = listed.filter(
+        (record) =>
+          !this.inFlight.has(record.fanOutId) &&
+          (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore) &&
+          (filter.before === undefined || record.fanOutId < filter.before),
+      );
+      for (const record of page) {
+        this.inFlight.add(record.fanOutId);
+        try {
+          await this.append(ctx, preparedOf(record), true);
+        } finally {
+          this.inFlight.delete(record.fanOutId);
+        }
+      }
       finished += page.length;
       // A page that is all in flight here (or too young) leaves nothing to do now.
       if (listed.length < FanOutPolicy.pageSize || page.length === 0) return finished;

@@ -2,15 +2,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { fromBinary } from "@bufbuild/protobuf";
-import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { loadConfig } from "../shared/config.js";
 import type { PushEvent } from "../shared/bus.js";
 import { AdjustableClock } from "./clock.js";
 import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
-import { Inbox, encodeEntry } from "./inbox.js";
+import { Inbox, type FanOutAppend } from "./inbox.js";
+import { encodeEntry, snUpdateOf } from "./stream-entry.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -38,41 +37,73 @@ describe("Inbox actor", () => {
   });
 
   const entry = (nickname: string) => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } });
+  let lastId = 1n << 62n;
+  const fanOut = (recipients: number[], nickname: string, again = false): FanOutAppend => ({ fanOutId: String(++lastId), entry: entry(nickname), recipients, again });
+  const nicknames = async (userId: number) =>
+    (await store.updates.readUpdates(userId, 0, 1000)).map(snUpdateOf).map((u) => [u.sn, u.update.case === "userProfileUpdated" && u.update.value.newNickname]);
 
-  it("assigns dense sn values and publishes each entry once, in order", async () => {
+  it("appends fan-outs arriving together in one write, in arrival order, with dense sn values per user", async () => {
     const published: PushEvent[] = [];
-    const inbox = new Inbox(deps, (event) => published.push(event));
-    const sns = await Promise.all(Array.from({ length: 25 }, (_, i) => inbox.append({ userId: 501, entries: [entry(`n${i}`)] })));
-    expect(sns.flat().sort((a, b) => a - b)).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
-    expect(published.map((p) => (p.update.snUpdate as { sn: number }).sn)).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
+    let writes = 0;
+    const counting: Store = { ...store, updates: { ...store.updates, append: (write) => (writes++, store.updates.append(write)) } };
+    const inbox = new Inbox({ ...deps, store: counting }, (event) => published.push(event));
+    const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => inbox.appendFanOuts([fanOut(i % 2 ? [501, 502] : [501], `n${i}`)])));
+    expect(writes).to.equal(1);
+    expect(answers.map(([sns]) => sns.find(([userId]) => userId === 501)![1])).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect((await nicknames(501)).map(([, nickname]) => nickname)).to.deep.equal(Array.from({ length: 25 }, (_, i) => `n${i}`));
+    expect((await nicknames(502)).map(([sn]) => sn)).to.deep.equal(Array.from({ length: 12 }, (_, i) => i + 1));
+    // One push per fan-out, the entry once (without sn) and each recipient's sn beside it.
+    expect(published).to.have.length(25);
+    expect(published[1]).to.deep.include({ recipients: [[501, 2], [502, 1]] });
+    expect(published[1].update.snUpdate).to.deep.equal({ userProfileUpdated: { userId: 1, newNickname: "n1" } });
   });
 
   it("never forks a stream when two owners write it (a reshard): the stale one reloads and retries", async () => {
     const first = new Inbox(deps, () => {});
     const second = new Inbox(deps, () => {});
-    await first.append({ userId: 502, entries: [entry("a")] });
-    await second.append({ userId: 502, entries: [entry("b")] });
-    // `first` still believes the latest sn is 1; the store refuses sn 2 and it must move on to 3.
-    const [sn] = await first.append({ userId: 502, entries: [entry("c")] });
-    expect(sn).to.equal(3);
-    const rows = await store.updates.readUpdates(502, 0, 10);
-    expect(rows.map((r) => r.sn)).to.deep.equal([1, 2, 3]);
-    // The stored payload is a complete SnUpdate: the sn prefix plus the entry encoded once.
-    const decoded = rows.map((r) => fromBinary(SnUpdateSchema, r.payload));
-    expect(decoded.map((u) => u.sn)).to.deep.equal([1, 2, 3]);
-    expect(decoded.map((u) => u.update.case === "userProfileUpdated" && u.update.value.newNickname)).to.deep.equal(["a", "b", "c"]);
+    await first.appendFanOuts([fanOut([505, 506], "a")]);
+    await second.appendFanOuts([fanOut([506], "b")]);
+    // `first` still believes 506's latest sn is 1; the store refuses sn 2 and it must move on to 3.
+    const [sns] = await first.appendFanOuts([fanOut([505, 506], "c")]);
+    expect(sns).to.deep.equal([
+      [505, 2],
+      [506, 3],
+    ]);
+    expect(await nicknames(506)).to.deep.equal([
+      [1, "a"],
+      [2, "b"],
+      [3, "c"],
+    ]);
+    expect(await nicknames(505)).to.deep.equal([
+      [1, "a"],
+      [2, "c"],
+    ]);
+  });
+
+  it("takes a fan-out delivered again only into the streams that do not hold it yet", async () => {
+    const inbox = new Inbox(deps, () => {});
+    const first = fanOut([507], "once");
+    await inbox.appendFanOuts([first]);
+    const [sns] = await inbox.appendFanOuts([{ ...first, recipients: [507, 508], again: true }]);
+    expect(sns).to.deep.equal([[508, 1]]);
+    expect(await nicknames(507)).to.deep.equal([[1, "once"]]);
+    expect(await nicknames(508)).to.deep.equal([[1, "once"]]);
   });
 
   it("encodes sn values beyond one varint byte correctly", async () => {
     const inbox = new Inbox(deps, () => {});
-    const batch = Array.from({ length: 300 }, (_, i) => entry(`n${i}`));
-    await inbox.append({ userId: 504, entries: batch });
-    const [row] = await store.updates.readUpdates(504, 299, 1);
-    expect(fromBinary(SnUpdateSchema, row.payload).sn).to.equal(300);
+    await inbox.appendFanOuts(Array.from({ length: 300 }, (_, i) => fanOut([504], `n${i}`)));
+    expect((await nicknames(504)).at(-1)).to.deep.equal([300, "n299"]);
   });
 
-  it("appends a batch atomically with consecutive sn values", async () => {
-    const inbox = new Inbox(deps, () => {});
-    expect(await inbox.append({ userId: 503, entries: [entry("x"), entry("y"), entry("z")] })).to.deep.equal([1, 2, 3]);
+  it("a failed write stores none of the fan-outs taken with it, and every one of them fails", async () => {
+    let fail = true;
+    const failing: Store = { ...store, updates: { ...store.updates, append: (write) => (fail ? Promise.reject(new Error("disk full")) : store.updates.append(write)) } };
+    const inbox = new Inbox({ ...deps, store: failing }, () => {});
+    const outcomes = await Promise.all([inbox.appendFanOuts([fanOut([509], "x")]), inbox.appendFanOuts([fanOut([509, 510], "y")])].map((appended) => appended.then(() => "ok", () => "failed")));
+    expect(outcomes).to.deep.equal(["failed", "failed"]);
+    expect(await nicknames(509)).to.deep.equal([]);
+    fail = false;
+    expect(await inbox.appendFanOuts([fanOut([509], "z")])).to.deep.equal([[[509, 1]]]);
   });
 });

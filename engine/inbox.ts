@@ -1,4 +1,4 @@
-// The inbox actor: one per user (sharded by userId), owner of that user's update stream.
+// The inbox actor: the owner of users' update streams (each user's stream has one owner node).
 //
 // How a client stays in sync. Every state change that concerns a user appends one SnUpdate to
 // the user's stream and gets the next `sn`: 1, 2, 3… with no gaps, ever. Online clients receive
@@ -10,10 +10,16 @@
 // its local state, reload it (ListConversations, ListContacts…) and continue from the returned sn,
 // which is the latest. GetCurrentState gives that baseline for a first sync.
 //
-// Ownership: appends for a user run one at a time through the user's mailbox, and the store
-// refuses an sn that is already taken, so a second owner (during a reshard) cannot fork the
-// stream: the stale owner reloads the latest sn and retries.
-import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+// Batched appends (group commit). An event arrives as a fan-out: one entry for a list of
+// recipients. Every write of this node's streams runs through one queue, one write at a time:
+// the fan-outs that arrived meanwhile are taken together, in arrival order, and committed in one
+// store transaction (the entry stored once per event, one small row per recipient). sn values
+// are assigned here, from the cached latest sn of each user, so they are dense per user and in
+// arrival order. Each fan-out then goes to the gateways as one push carrying every recipient's sn.
+//
+// Ownership: the store refuses an sn that is already taken, so a second owner (during a reshard)
+// cannot fork a stream: the stale owner reloads the latest sn of the users refused and retries.
+import { type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
 import {
@@ -22,7 +28,7 @@ import {
   GetDifferenceRequestSchema,
   GetDifferenceResponseSchema,
 } from "../shared/gen/api/v1/sync_pb.js";
-import { CardActionPayloadSchema, NonSnUpdateSchema, SnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
+import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
@@ -32,6 +38,8 @@ import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
+import type { LoggedEvent, StreamEntry, WebhookHandoff } from "./store/store.js";
+import { snUpdateOf, type EncodedEntry } from "./stream-entry.js";
 
 export const InboxPolicy = {
   /** Entries kept per user; older ones are pruned and answer updateTooLong. */
@@ -44,47 +52,27 @@ export const InboxPolicy = {
   cachedUsers: 100_000,
 } as const;
 
-/**
- * A stream entry encoded once for every recipient: its wire form and its protobuf binary form
- * (base64, so any serializer carries it), both without sn. Each inbox only prefixes its own sn:
- * protobuf fields may come in any order, so `sn` bytes + entry bytes is a valid SnUpdate.
- */
-export interface EncodedEntry {
-  wire: WireMessage;
-  binary: string;
-}
-
-export function encodeEntry(update: MessageInitShape<typeof SnUpdateSchema>["update"]): EncodedEntry {
-  const entry = create(SnUpdateSchema, { update } as MessageInitShape<typeof SnUpdateSchema>);
-  return { wire: toWire(SnUpdateSchema, entry), binary: Buffer.from(toBinary(SnUpdateSchema, entry)).toString("base64") };
-}
-
-/** Field 1 (sn), varint wire type, followed by the sn. */
-function snPrefix(sn: number): Uint8Array {
-  const bytes = [0x08];
-  for (let value = sn; ; value >>>= 7) {
-    if (value < 0x80) {
-      bytes.push(value);
-      break;
-    }
-    bytes.push((value & 0x7f) | 0x80);
-  }
-  return Uint8Array.from(bytes);
-}
-
-export interface AppendParams {
-  userId: number;
-  /** The entries, without sn; the inbox assigns it. */
-  entries: EncodedEntry[];
-  /** UserInfo wire forms referenced by the entries, pushed along with them. */
+/** A fan-out as an inbox appends it: the entry encoded once, and the recipients this inbox owns. */
+export interface FanOutAppend {
+  /** The recorded fan-out (decimal): the event's id in the log, by which a stream takes it once. */
+  fanOutId: string;
+  /** The entry, without sn; the inbox assigns each stream's. */
+  entry: EncodedEntry;
+  /** UserInfo wire forms referenced by the entry, pushed along with it. */
   users?: WireMessage[];
-  /** GroupInfo wire forms referenced by the entries. */
+  /** GroupInfo wire forms referenced by the entry. */
   groups?: WireMessage[];
-  /** The recorded fan-out the one entry comes from (decimal); a stream takes each fan-out once. */
-  fanOutId?: string;
-  /** The fan-out is delivered again (it may have reached this stream before). */
+  recipients: number[];
+  /** The fan-out is delivered again: streams that already hold it are skipped. */
   again?: boolean;
 }
+
+export interface AppendFanOutsParams {
+  fanOuts: FanOutAppend[];
+}
+
+/** Per fan-out, each recipient that took it with its sn (a stream that already held it is absent). */
+export type AppendedSns = [userId: number, sn: number][][];
 
 export interface CardActionParams {
   /** The agent that sent the card. */
@@ -103,8 +91,18 @@ function relatedParts(params: { users?: WireMessage[]; groups?: WireMessage[] })
   };
 }
 
+interface WaitingAppend {
+  fanOuts: FanOutAppend[];
+  resolve(sns: AppendedSns): void;
+  reject(err: unknown): void;
+}
+
 export class Inbox {
-  private readonly mailboxes = new Mailboxes();
+  /** Every write of this node's streams, one at a time: appends, mode switches, card actions queued for webhooks. */
+  private readonly writer = new Mailboxes();
+  /** Fan-outs waiting for the next append. */
+  private readonly waiting: WaitingAppend[] = [];
+  private appendQueued = false;
   private readonly latestSn = new Map<number, number>();
   readonly webhooks: WebhookRouting;
 
@@ -116,84 +114,150 @@ export class Inbox {
     this.webhooks = new WebhookRouting(deps.store, deps.clock, webhookQueued);
   }
 
+  private serially<T>(work: () => Promise<T>): Promise<T> {
+    return this.writer.run(0, work);
+  }
+
+  private remember(userId: number, sn: number): void {
+    if (!this.latestSn.has(userId) && this.latestSn.size >= InboxPolicy.cachedUsers) this.latestSn.delete(this.latestSn.keys().next().value!);
+    this.latestSn.set(userId, sn);
+  }
+
+  /** The latest sn of each user, from the cache or, for those not cached, one read. Only the writer calls it. */
+  private async latestSnsOf(userIds: readonly number[]): Promise<Map<number, number>> {
+    const found = new Map<number, number>();
+    const missing: number[] = [];
+    for (const userId of userIds) {
+      const cached = this.latestSn.get(userId);
+      if (cached === undefined) missing.push(userId);
+      else found.set(userId, cached);
+    }
+    if (missing.length > 0) {
+      for (const [userId, sn] of await this.deps.store.updates.latestSns(missing)) {
+        found.set(userId, sn);
+        this.remember(userId, sn);
+      }
+    }
+    return found;
+  }
+
   private async currentSn(userId: number): Promise<number> {
-    const cached = this.latestSn.get(userId);
-    if (cached !== undefined) return cached;
-    const latest = await this.deps.store.updates.latestSn(userId);
-    if (this.latestSn.size >= InboxPolicy.cachedUsers) this.latestSn.delete(this.latestSn.keys().next().value!);
-    this.latestSn.set(userId, latest);
-    return latest;
+    return (await this.latestSnsOf([userId])).get(userId) ?? 0;
   }
 
   /**
-   * Writes entries at the next sn values; a stale cached sn (another owner wrote) is reloaded.
-   * With `webhookRelated` (the user is a WEBHOOK-mode agent) the webhook bodies, which carry the
-   * sn, are queued in the same write (see agent-delivery.ts). Answers the sn values and how many
-   * bodies were queued; no sn values when the stream already took the fan-out it is delivered again.
+   * Appends the fan-outs to their recipients' streams, in order, together with every fan-out that
+   * arrives before the next write starts; pushes each once it is stored. Answers the sn values.
    */
-  private async store(userId: number, entries: EncodedEntry[], webhookRelated: WireMessage | undefined, fanOut: { id: bigint; again: boolean } | undefined): Promise<{ sns: number[]; queued: number }> {
-    const bodies = entries.map((entry) => Buffer.from(entry.binary, "base64"));
+  appendFanOuts(fanOuts: FanOutAppend[]): Promise<AppendedSns> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ fanOuts, resolve, reject });
+      if (this.appendQueued) return;
+      this.appendQueued = true;
+      // The rest of this turn's fan-outs join the write; a write in progress delays it further.
+      setImmediate(() => void this.serially(() => this.appendWaiting()));
+    });
+  }
+
+  private async appendWaiting(): Promise<void> {
+    this.appendQueued = false;
+    const taken = this.waiting.splice(0);
+    try {
+      const sns = await this.append(taken.flatMap((waiting) => waiting.fanOuts));
+      let at = 0;
+      for (const waiting of taken) {
+        waiting.resolve(sns.slice(at, at + waiting.fanOuts.length));
+        at += waiting.fanOuts.length;
+      }
+    } catch (err) {
+      // Nothing of the write was stored: every fan-out in it stays recorded, to be finished again.
+      for (const waiting of taken) waiting.reject(err);
+    }
+  }
+
+  /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes and any pruning. */
+  private async append(fanOuts: readonly FanOutAppend[]): Promise<AppendedSns> {
+    const recipients: number[][] = [];
+    for (const fanOut of fanOuts) {
+      const unique = [...new Set(fanOut.recipients)];
+      const held = fanOut.again ? new Set(await this.deps.store.updates.holders(BigInt(fanOut.fanOutId), unique)) : undefined;
+      recipients.push(held ? unique.filter((userId) => !held.has(userId)) : unique);
+    }
+    const users = [...new Set(recipients.flat())];
+    const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId));
+    const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
     for (let attempt = 0; attempt < 4; attempt++) {
-      const base = await this.currentSn(userId);
+      const before = await this.latestSnsOf(users);
+      const next = new Map(before);
+      const sns: AppendedSns = recipients.map((userIds) =>
+        userIds.map((userId) => {
+          const sn = next.get(userId)! + 1;
+          next.set(userId, sn);
+          return [userId, sn];
+        }),
+      );
+      const entries: StreamEntry[] = sns.flatMap((pairs, index) => pairs.map(([userId, sn]) => ({ userId, sn, eventId: BigInt(fanOuts[index].fanOutId) })));
       const now = this.deps.clock.now();
-      const sns = entries.map((_, index) => base + index + 1);
-      const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
-      const handoff = webhookRelated && this.webhooks.handoff(entries.map((entry, index) => ({ sn: sns[index], wire: entry.wire })), webhookRelated, now);
-      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOut);
-      if (outcome === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
-      if (outcome === "duplicate") return { sns: [], queued: 0 };
-      this.latestSn.delete(userId);
+      const handoffs = this.handoffs(fanOuts, sns, byWebhook, next, now);
+      const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now });
+      if (!outcome.ok) {
+        for (const userId of outcome.conflicts) this.latestSn.delete(userId);
+        continue;
+      }
+      for (const [userId, sn] of next) this.remember(userId, sn);
+      fanOuts.forEach((fanOut, index) => {
+        if (sns[index].length > 0) this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] });
+      });
+      for (const handoff of handoffs) if (handoff.bodies.length > 0) this.webhookQueued(handoff.agentUserId);
+      for (const [userId, latest] of next) {
+        const first = before.get(userId)! + 1;
+        if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
+          await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
+        }
+      }
+      return sns;
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
   }
 
-  /** Appends entries to the user's stream in order, pushes each live, answers their sn values. */
-  append(params: AppendParams): Promise<number[]> {
-    const { userId } = params;
-    return this.mailboxes.run(userId, async () => {
-      // The Update's wire form is assembled directly: every part already is proto3 JSON.
-      const related = relatedParts(params);
-      const byWebhook = await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId));
-      const fanOut = params.fanOutId === undefined ? undefined : { id: BigInt(params.fanOutId), again: params.again ?? false };
-      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOut);
-      if (queued > 0) this.webhookQueued(userId);
-      const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
-      this.latestSn.set(userId, latest);
-      sns.forEach((sn, index) => {
-        this.publish({ userIds: [userId], update: { ...related, snUpdate: { sn, ...params.entries[index].wire } } });
-      });
-      const first = sns[0] ?? latest;
-      if (Math.floor(latest / InboxPolicy.pruneEvery) > Math.floor((first - 1) / InboxPolicy.pruneEvery) && latest > InboxPolicy.retainedUpdates) {
-        await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
+  /** What the write hands to the webhook queues of the WEBHOOK-mode agents among the recipients (see agent-delivery.ts). */
+  private handoffs(fanOuts: readonly FanOutAppend[], sns: AppendedSns, byWebhook: Set<number>, latest: Map<number, number>, now: number): WebhookHandoff[] {
+    if (byWebhook.size === 0) return [];
+    const bodies = new Map<number, string[]>([...byWebhook].map((agentUserId) => [agentUserId, []]));
+    fanOuts.forEach((fanOut, index) => {
+      for (const [userId, sn] of sns[index]) {
+        const body = bodies.has(userId) ? this.webhooks.webhookBody(sn, fanOut.entry.wire, relatedParts(fanOut)) : undefined;
+        if (body !== undefined) bodies.get(userId)!.push(body);
       }
-      return sns;
     });
+    return [...bodies].map(([agentUserId, queued]) => ({ agentUserId, bodies: queued, queuedAt: now, deliveredSn: latest.get(agentUserId)! }));
   }
 
   /**
    * Delivers a card action to the agent that sent the card: live on its sockets, and for a
-   * WEBHOOK-mode agent queued for its webhook, in the agent's mailbox, so the route is read and
+   * WEBHOOK-mode agent queued for its webhook, in turn with the appends, so the route is read and
    * the job queued with no mode switch in between. It is the only ephemeral entry agents get by
    * webhook; every other one is a plain broadcast (see pushEphemeral below).
    */
   async deliverCardAction(params: CardActionParams): Promise<void> {
     const { userId } = params;
-    const update = { ...relatedParts(params), nonSnUpdate: { cardAction: params.cardAction } };
+    const update = { ...relatedParts(params), nonSnUpdate: { cardAction: params.cardAction } } as UpdateJson;
     this.publish({ userIds: [userId], update });
-    await this.mailboxes.run(userId, async () => {
-      if (!(await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId)))) return;
+    await this.serially(async () => {
+      if (!(await this.webhooks.webhookUsers([userId], (agentUserId) => this.currentSn(agentUserId))).has(userId)) return;
       await this.deps.store.webhookJobs.enqueue(userId, JSON.stringify(update), this.deps.clock.now());
       this.webhookQueued(userId);
     });
   }
 
-  /** Carries out a change of the agent's delivery mode or URL, between two of its appends. */
+  /** Carries out a change of the agent's delivery mode or URL, between two appends. */
   deliveryModeChanged(agentUserId: number): Promise<void> {
-    return this.mailboxes.run(agentUserId, () => this.webhooks.modeChanged(agentUserId, () => this.currentSn(agentUserId)));
+    return this.serially(() => this.webhooks.modeChanged(agentUserId, () => this.currentSn(agentUserId)));
   }
 
+  /** The latest stored sn; read outside the writer, so a miss is not cached (the writer may be ahead of the read). */
   async currentState(userId: number): Promise<number> {
-    return this.mailboxes.run(userId, () => this.currentSn(userId));
+    return this.latestSn.get(userId) ?? (await this.deps.store.updates.latestSn(userId));
   }
 
   async difference(userId: number, sn: number) {
@@ -203,8 +267,7 @@ export class Inbox {
     const oldest = await this.deps.store.updates.oldestRetainedSn(userId);
     const lostEntries = oldest === undefined ? latest > sn : sn + 1 < oldest;
     if (sn > latest || lostEntries) return { updates: [], sn: latest, hasMore: false, updateTooLong: true };
-    const stored = await this.deps.store.updates.readUpdates(userId, sn, InboxPolicy.differencePageSize);
-    const updates = stored.map((row) => fromBinary(SnUpdateSchema, row.payload));
+    const updates = (await this.deps.store.updates.readUpdates(userId, sn, InboxPolicy.differencePageSize)).map(snUpdateOf);
     const last = updates[updates.length - 1]?.sn ?? sn;
     return { updates, sn: last, hasMore: last < latest, updateTooLong: false };
   }
@@ -225,7 +288,7 @@ export function pushEphemeral(
     ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
     nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
   } as UpdateJson;
-  void ctx.broadcast(BusEvents.push, { userIds: [...userIds], update } satisfies PushEvent);
+  void ctx.broadcast(BusEvents.push, { update, userIds: [...userIds] } satisfies PushEvent);
 }
 
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
@@ -262,7 +325,9 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
       },
     },
     actions: {
-      append: { ...shardByUser, handler: async (ctx: Context<AppendParams>) => ({ sns: await inbox.append(ctx.params) }) },
+      // Not sharded by user: a fan-out's recipients come in groups by owning node (recipientsByOwner
+      // in fan-out.ts), each group to its node; embedded, this node owns them all.
+      appendFanOuts: { handler: async (ctx: Context<AppendFanOutsParams>) => ({ sns: await inbox.appendFanOuts(ctx.params.fanOuts) }) },
       deliverCardAction: {
         ...shardByUser,
         handler: async (ctx: Context<CardActionParams>) => {

@@ -4,10 +4,10 @@ import { expect } from "chai";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { AgentBacklogParams } from "../shared/agent-delivery.js";
 import { AgentFeed, type AgentFeedPolicy, type FeedSink } from "./agent-feed.js";
-import { PushFrame } from "./frame-codec.js";
+import { UpdateFrame, type PushFrame } from "./frame-codec.js";
 
 const update = (sn: number): JsonObject => ({ snUpdate: { sn, contactAdded: { peerUserId: sn } } });
-const frame = (sn: number) => new PushFrame(-BigInt(sn), update(sn));
+const frame = (sn: number) => new UpdateFrame(-BigInt(sn), update(sn));
 const snOf = (pushed: PushFrame) => (JSON.parse(pushed.encoded("json") as string) as { update: { snUpdate: { sn: number } } }).update.snUpdate.sn;
 const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
 

@@ -25,7 +25,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { AgentBacklog, AgentBacklogParams, MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { nextPushId } from "./connection.js";
-import { PushFrame } from "./frame-codec.js";
+import { UpdateFrame, type PushFrame } from "./frame-codec.js";
 
 export interface AgentFeedPort {
   backlog(params: AgentBacklogParams): Promise<AgentBacklog>;
@@ -145,7 +145,7 @@ export class AgentFeed {
         // slow reader, so the replay lets the socket drain before it queues more.
         if (lastWrite && !this.sink.hasRoom) await Promise.race([lastWrite, this.stoppedSignal]);
         if (this.stopped) return;
-        lastWrite = this.send(new PushFrame(nextPushId(), update as JsonObject), sn);
+        lastWrite = this.send(new UpdateFrame(nextPushId(), update as JsonObject), sn);
       }
       // The next page is read once this one is on the network (or the socket is gone).
       if (lastWrite) await Promise.race([lastWrite, this.stoppedSignal]);

@@ -10,7 +10,7 @@ import { addressList, listContains, resolveClientAddress } from "../shared/ip.js
 import { PresenceEvents, type PresenceReport } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
-import { PushFrame } from "./frame-codec.js";
+import { SequencedFrames, UpdateFrame } from "./frame-codec.js";
 import type { SocketServer } from "./socket.js";
 import { attachWsServer } from "./ws-socket-server.js";
 
@@ -76,14 +76,27 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       },
       [BusEvents.push]: {
         handler(ctx: { params: PushEvent }) {
-          let frame: PushFrame | undefined;
-          const sn = ctx.params.update.snUpdate?.sn;
-          for (const userId of ctx.params.userIds) {
+          const event = ctx.params;
+          if ("recipients" in event) {
+            // One encoding of the entry, whatever the number of recipients this node holds; each
+            // recipient's frame only puts its sn in.
+            let frames: SequencedFrames | undefined;
+            for (const [userId, sn] of event.recipients) {
+              const connections = byUser.get(userId);
+              if (!connections) continue;
+              frames ??= new SequencedFrames(nextPushId(), event.update as JsonObject);
+              const frame = frames.withSn(sn);
+              for (const connection of connections) connection.push(frame, sn);
+            }
+            return;
+          }
+          let frame: UpdateFrame | undefined;
+          for (const userId of event.userIds) {
             const connections = byUser.get(userId);
             if (!connections) continue;
             // Encoded lazily and once, whatever the number of recipients this node holds.
-            frame ??= new PushFrame(nextPushId(), ctx.params.update as JsonObject);
-            for (const connection of connections) connection.push(frame, sn);
+            frame ??= new UpdateFrame(nextPushId(), event.update as JsonObject);
+            for (const connection of connections) connection.push(frame);
           }
         },
       },

@@ -4,7 +4,7 @@
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 
 export const BusEvents = {
-  /** A new entry of a user's update stream (or an ephemeral update) to deliver live. */
+  /** A new entry of users' update streams (or an ephemeral update) to deliver live. */
   push: "parley.push",
   /** Device sessions that stopped being valid; their sockets must close. */
   sessionsRevoked: "parley.sessions-revoked",
@@ -18,11 +18,12 @@ export const BusEvents = {
   webhookQueued: "parley.webhook-queued",
 } as const;
 
-export interface PushEvent {
-  /** The users whose connections get the update: one for a stream entry (its sn is theirs), several for an ephemeral one. */
-  userIds: number[];
-  update: UpdateJson;
-}
+/**
+ * An update to deliver live. A stream entry is one event for all its recipients: its snUpdate
+ * carries no sn, each recipient's sn comes with it, and a gateway builds each recipient's frame
+ * from one encoding by putting the sn in. An ephemeral update goes to its users as it is.
+ */
+export type PushEvent = { update: UpdateJson; recipients: [userId: number, sn: number][] } | { update: UpdateJson; userIds: number[] };
 
 export interface SessionsRevokedEvent {
   userId: number;

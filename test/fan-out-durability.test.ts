@@ -15,11 +15,15 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { nextClientMessageId, textBody, textOf } from "./support/messaging.js";
 import { befriend } from "./support/social.js";
 
-/** Failures to inject, each consumed by the next matching store call. */
+/** Failures to inject, each consumed by the next matching store call; `held` keeps stream writes waiting. */
 class Faults {
   messageWrites = 0;
+  /** Stream writes to fail that hold an entry of the user (a write holds many fan-outs and users: all of it fails). */
   appendsFor = new Map<number, number>();
   finishes = 0;
+  /** Fan-outs (events) in each stream write that failed. */
+  failedWriteSizes: number[] = [];
+  held: Promise<void> | undefined;
 
   wrap = (store: Store): Store => {
     const fail = (step: string) => {
@@ -36,13 +40,15 @@ class Faults {
       },
       updates: {
         ...store.updates,
-        appendUpdates: async (userId, ...rest) => {
-          const left = this.appendsFor.get(userId) ?? 0;
-          if (left > 0) {
-            this.appendsFor.set(userId, left - 1);
-            fail(`append for ${userId}`);
+        append: async (write) => {
+          await this.held;
+          const hit = [...new Set(write.entries.map((entry) => entry.userId))].filter((userId) => (this.appendsFor.get(userId) ?? 0) > 0);
+          for (const userId of hit) this.appendsFor.set(userId, this.appendsFor.get(userId)! - 1);
+          if (hit.length > 0) {
+            this.failedWriteSizes.push(write.events.length);
+            fail(`append for ${hit.join(", ")}`);
           }
-          return store.updates.appendUpdates(userId, ...rest);
+          return store.updates.append(write);
         },
       },
       outbox: {
@@ -230,5 +236,51 @@ describe("events of accepted changes reach every stream exactly once, whatever s
     expect(await watch.kinds(alice)).to.deep.equal(["userProfileUpdated"]);
     server = await server.restart();
     expect(await watch.kinds(alice)).to.deep.equal(["userProfileUpdated"]);
+  });
+
+  it("releases the conversation while a message is delivered: the next one is stored meanwhile, and both reach every stream in order", async () => {
+    const watch = await Watch.of([alice, bob]);
+    let release!: () => void;
+    faults.held = new Promise((resolve) => (release = resolve));
+    const first = send(alice, nextClientMessageId(), "first");
+    const second = send(bob, nextClientMessageId(), "second");
+    // Both are durable while no stream write can finish.
+    for (;;) {
+      if ((await history()).length === 2) break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect(await history()).to.deep.equal([
+      [2n, "second"],
+      [1n, "first"],
+    ]);
+    release();
+    expect((await first).messageId).to.equal(1n);
+    expect((await second).messageId).to.equal(2n);
+    expect(await streamedMessageIds(watch, alice)).to.deep.equal([1n, 2n]);
+    expect(await streamedMessageIds(watch, bob)).to.deep.equal([1n, 2n]);
+  });
+
+  it("a stream write failing with several fan-outs in it stores none of them; each is finished later once per stream, in order, densely", async () => {
+    const [carol, dave] = [await signInWithCode(server), await signInWithCode(server)];
+    const conversations = [conversationId, await befriend(server, carol, bob), await befriend(server, dave, bob)];
+    const senders = [alice, carol, dave];
+    const watch = await Watch.of([alice, bob, carol, dave]);
+    // Every stream write holding an entry of bob fails, whichever fan-outs were taken together.
+    faults.appendsFor.set(bob.userId, 1000);
+    const sends = senders.map((sender, index) =>
+      messages(sender).sendMessage({ conversationId: conversations[index], clientMessageId: nextClientMessageId(), body: textBody(`to bob ${index}`) }),
+    );
+    for (const sent of sends) await expectFailure(sent);
+    expect(faults.failedWriteSizes.reduce((sum, size) => sum + size, 0)).to.be.at.least(3);
+    // Nothing half-written: the senders' own streams do not have their messages either.
+    for (const user of [alice, bob, carol, dave]) expect(await streamedMessageIds(watch, user)).to.deep.equal([]);
+    faults.appendsFor.clear();
+    server = await server.restart();
+    for (const user of [alice, carol, dave]) expect(await streamedMessageIds(watch, user)).to.deep.equal([1n]);
+    const bobs = await watch.entries(bob);
+    expect(bobs.map((entry) => (entry.update.case === "messageEnvelope" ? entry.update.value.conversationId : undefined)).sort()).to.deep.equal([...conversations].sort());
+    // Each conversation goes on after its first message, in every stream.
+    expect((await messages(bob).sendMessage({ conversationId, clientMessageId: nextClientMessageId(), body: textBody("after") })).messageId).to.equal(2n);
+    expect(await streamedMessageIds(watch, alice)).to.deep.equal([1n, 2n]);
   });
 });

@@ -1,7 +1,9 @@
 import { expect } from "chai";
 import WebSocket from "ws";
 import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import { encodeEntry, type AppendParams } from "../engine/inbox.js";
+import type { AppendFanOutsParams } from "../engine/inbox.js";
+import { encodeEntry } from "../engine/stream-entry.js";
+import { nextTestFanOutId } from "./support/fan-outs.js";
 import { signInWithCode } from "./support/accounts.js";
 import { startTestServer, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
@@ -44,8 +46,11 @@ describe("WebSocket gateway limits", () => {
     const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
     rawSocket.pause();
     const big = "x".repeat(64 * 1024);
-    const entries = Array.from({ length: 10 }, () => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } }));
-    for (let i = 0; i < 20; i++) await server.broker.call("inbox.append", { userId: user.userId, entries } satisfies AppendParams);
+    const entry = encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } });
+    for (let i = 0; i < 20; i++) {
+      const fanOuts = Array.from({ length: 10 }, () => ({ fanOutId: String(nextTestFanOutId()), entry, recipients: [user.userId] }));
+      await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams);
+    }
     const metrics = await (await fetch(server.url + "/metrics")).text();
     expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);
     rawSocket.resume();

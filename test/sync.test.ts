@@ -2,7 +2,9 @@ import { expect } from "chai";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
-import { InboxPolicy, encodeEntry, type AppendParams } from "../engine/inbox.js";
+import { InboxPolicy, type AppendFanOutsParams } from "../engine/inbox.js";
+import { encodeEntry } from "../engine/stream-entry.js";
+import { nextTestFanOutId } from "./support/fan-outs.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
@@ -21,10 +23,12 @@ for (const mode of wireModes) {
     async function appendEvents(userId: number, n: number): Promise<void> {
       for (let done = 0; done < n; done += 500) {
         const count = Math.min(500, n - done);
-        const entries = Array.from({ length: count }, (_, i) =>
-          encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
-        );
-        await server.broker.call("inbox.append", { userId, entries } satisfies AppendParams);
+        const fanOuts = Array.from({ length: count }, (_, i) => ({
+          fanOutId: String(nextTestFanOutId()),
+          entry: encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
+          recipients: [userId],
+        }));
+        await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams);
       }
     }
 

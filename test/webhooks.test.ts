@@ -8,8 +8,9 @@ import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
-import { fromBinary, fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
+import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
+import { snUpdateOf } from "../engine/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
 import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
@@ -183,7 +184,7 @@ describe("agent event delivery by webhook", () => {
     const dissolved = (await groups.createGroup({ name: "dissolved", memberIds: [agent.userId, other.userId] })).group!;
     await groups.dissolveGroup({ groupId: dissolved.groupId });
 
-    const stream = (await inspect.updates.readUpdates(agent.userId, 0, 1000)).map((row) => fromBinary(SnUpdateSchema, row.payload));
+    const stream = (await inspect.updates.readUpdates(agent.userId, 0, 1000)).map(snUpdateOf);
     const expected = stream.filter((entry) => webhookKinds.includes(entry.update.case ?? ""));
     await receiver.waitFor(expected.length + 1);
     await eventually(async () => (await pending(agent)).length === 0, "an empty queue");

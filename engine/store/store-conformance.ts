@@ -30,6 +30,14 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
     });
     afterEach(async () => subject.cleanup());
 
+    const expectRejected = async (write: Promise<unknown>) => {
+      const outcome = await write.then(
+        () => "accepted",
+        () => "rejected",
+      );
+      expect(outcome).to.equal("rejected");
+    };
+
     const newUser = (email: string | null, phone: string | null = null) =>
       store.users.createUser({ accountType: AccountType.user, email, phone, nickname: "n", createdAt: 1000 });
 
@@ -258,62 +266,79 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
     });
 
     describe("update log", () => {
-      const row = (sn: number) => ({ sn, payload: new Uint8Array([sn, 1, 2]), createdAt: sn * 10 });
+      const event = (eventId: bigint, byte = Number(eventId % 200n)) => ({ eventId, entry: new Uint8Array([byte, 1, 2]) });
+      /** A write of the given events to the given (user, sn, event) positions. */
+      const write = (events: { eventId: bigint; entry: Uint8Array }[], entries: [number, number, bigint][], handoffs?: Parameters<Store["updates"]["append"]>[0]["handoffs"]) =>
+        store.updates.append({ events, entries: entries.map(([userId, sn, eventId]) => ({ userId, sn, eventId })), handoffs, createdAt: 10 });
+      const stream = async (userId: number, afterSn = 0, limit = 100) => (await store.updates.readUpdates(userId, afterSn, limit)).map((row) => [row.sn, [...row.entry]]);
 
       it("answers 0 and nothing for a user without entries", async () => {
         expect(await store.updates.latestSn(7)).to.equal(0);
+        expect(await store.updates.latestSns([7, 8])).to.deep.equal(new Map([[7, 0], [8, 0]]));
+        expect(await store.updates.latestSns([])).to.deep.equal(new Map());
         expect(await store.updates.oldestRetainedSn(7)).to.equal(undefined);
         expect(await store.updates.readUpdates(7, 0, 10)).to.deep.equal([]);
       });
 
-      it("appends, reads in order with a limit, and prunes", async () => {
-        expect(await store.updates.appendUpdates(7, [row(1), row(2), row(3)])).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(4)])).to.equal("ok");
+      it("stores an event once for many streams, reads each stream in order with a limit, and prunes", async () => {
+        expect(await write([event(1n), event(2n)], [[7, 1, 1n], [8, 1, 1n], [7, 2, 2n], [9, 5, 2n]])).to.deep.equal({ ok: true });
+        expect(await write([event(3n)], [[7, 3, 3n], [7, 4, 3n]])).to.deep.equal({ ok: true });
         expect(await store.updates.latestSn(7)).to.equal(4);
-        expect((await store.updates.readUpdates(7, 1, 2)).map((r) => r.sn)).to.deep.equal([2, 3]);
-        expect((await store.updates.readUpdates(7, 0, 1))[0]).to.deep.equal(row(1));
+        expect(await store.updates.latestSns([7, 8, 9, 10])).to.deep.equal(new Map([[7, 4], [8, 1], [9, 5], [10, 0]]));
+        expect(await stream(7)).to.deep.equal([[1, [1, 1, 2]], [2, [2, 1, 2]], [3, [3, 1, 2]], [4, [3, 1, 2]]]);
+        expect(await stream(8)).to.deep.equal([[1, [1, 1, 2]]]);
+        expect(await stream(7, 1, 2)).to.deep.equal([[2, [2, 1, 2]], [3, [3, 1, 2]]]);
         expect(await store.updates.readUpdates(7, 4, 10)).to.deep.equal([]);
         await store.updates.pruneUpdates(7, 2);
         expect(await store.updates.oldestRetainedSn(7)).to.equal(3);
-        expect(await store.updates.latestSn(8)).to.equal(0);
+        // The other streams still read the events user 7 no longer holds.
+        expect(await stream(8)).to.deep.equal([[1, [1, 1, 2]]]);
+        expect(await stream(9)).to.deep.equal([[5, [2, 1, 2]]]);
       });
 
-      it("refuses a taken sn with conflict and writes nothing of that batch", async () => {
-        await store.updates.appendUpdates(7, [row(1), row(2)]);
-        expect(await store.updates.appendUpdates(7, [row(3), row(2)])).to.equal("conflict");
+      it("references an event stored before again without rewriting it", async () => {
+        await write([event(1n)], [[7, 1, 1n]]);
+        expect(await write([event(1n)], [[8, 1, 1n]])).to.deep.equal({ ok: true });
+        await store.updates.pruneUpdates(7, 1);
+        expect(await stream(8)).to.deep.equal([[1, [1, 1, 2]]]);
+      });
+
+      it("forgets an event once no stream holds it: its id may then hold another entry", async () => {
+        await write([event(1n, 50)], [[7, 1, 1n], [8, 1, 1n]]);
+        await expectRejected(write([event(1n, 60)], [[9, 1, 1n]]));
+        expect(await store.updates.latestSn(9)).to.equal(0);
+        await store.updates.pruneUpdates(7, 1);
+        await expectRejected(write([event(1n, 60)], [[9, 1, 1n]]));
+        await store.updates.pruneUpdates(8, 1);
+        expect(await write([event(1n, 60)], [[9, 1, 1n]])).to.deep.equal({ ok: true });
+        expect(await stream(9)).to.deep.equal([[1, [60, 1, 2]]]);
+      });
+
+      it("refuses a taken sn, naming the users whose sn was taken, and writes nothing of that write", async () => {
+        await write([event(1n)], [[7, 1, 1n], [7, 2, 1n]]);
+        expect(await write([event(2n)], [[8, 1, 2n], [7, 3, 2n], [7, 2, 2n]])).to.deep.equal({ ok: false, conflicts: [7] });
         expect(await store.updates.latestSn(7)).to.equal(2);
+        expect(await store.updates.latestSn(8)).to.equal(0);
+        // The event was not kept either: its id is free for any entry.
+        expect(await write([event(2n, 99)], [[8, 1, 2n]])).to.deep.equal({ ok: true });
+        expect(await stream(8)).to.deep.equal([[1, [99, 1, 2]]]);
       });
 
-      it("refuses a batch that repeats an sn within itself, writing none of it", async () => {
-        expect(await store.updates.appendUpdates(7, [row(1), row(2), row(2)])).to.equal("conflict");
+      it("refuses a write that gives one sn twice, writing none of it", async () => {
+        expect(await write([event(1n)], [[7, 1, 1n], [7, 2, 1n], [7, 2, 1n]])).to.deep.equal({ ok: false, conflicts: [7] });
         expect(await store.updates.latestSn(7)).to.equal(0);
-        expect(await store.updates.appendUpdates(7, [row(1)])).to.equal("ok");
+        expect(await write([event(1n)], [[7, 1, 1n]])).to.deep.equal({ ok: true });
       });
 
-      it("takes a fan-out delivered again once per user: the repeat is a duplicate that writes nothing, even at a free sn", async () => {
-        const first = { id: 41n, again: false };
-        const again = { id: 41n, again: true };
-        expect(await store.updates.appendUpdates(7, [row(1)], undefined, first)).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(2)], undefined, again)).to.equal("duplicate");
-        expect(await store.updates.latestSn(7)).to.equal(1);
-        // Another user's stream has not taken it; entries without a fan-out never collide.
-        expect(await store.updates.appendUpdates(8, [row(1)], undefined, again)).to.equal("ok");
-        expect(await store.updates.appendUpdates(8, [row(2)], undefined, again)).to.equal("duplicate");
-        expect(await store.updates.appendUpdates(7, [row(2)])).to.equal("ok");
-        // A taken sn is still a conflict, and the fan-out stays free for the retry.
-        expect(await store.updates.appendUpdates(7, [row(2)], undefined, { id: 42n, again: true })).to.equal("conflict");
-        expect(await store.updates.appendUpdates(7, [row(3)], undefined, { id: 42n, again: true })).to.equal("ok");
-        // Found however far back it lies among the retained entries.
-        for (let sn = 4; sn <= 300; sn++) await store.updates.appendUpdates(7, [row(sn)]);
-        expect(await store.updates.appendUpdates(7, [row(301)], undefined, again)).to.equal("duplicate");
-      });
-
-      it("a duplicate fan-out queues no webhook and leaves the delivered position alone", async () => {
-        const handoff = { bodies: ["b1"], queuedAt: 10 };
-        expect(await store.updates.appendUpdates(7, [row(1)], handoff, { id: 5n, again: false })).to.equal("ok");
-        expect(await store.updates.appendUpdates(7, [row(2)], { bodies: ["b2"], queuedAt: 20 }, { id: 5n, again: true })).to.equal("duplicate");
-        expect((await store.webhookJobs.pending(7)).map((job) => job.body)).to.deep.equal(["b1"]);
-        expect(await store.webhookJobs.deliveredSn(7)).to.equal(1);
+      it("tells which streams hold an event, however far back among their retained entries", async () => {
+        await write([event(41n)], [[7, 1, 41n], [8, 1, 41n]]);
+        expect((await store.updates.holders(41n, [7, 8, 9])).sort()).to.deep.equal([7, 8]);
+        expect(await store.updates.holders(42n, [7, 8])).to.deep.equal([]);
+        expect(await store.updates.holders(41n, [])).to.deep.equal([]);
+        for (let sn = 2; sn <= 300; sn++) await write([event(BigInt(1000 + sn))], [[7, sn, BigInt(1000 + sn)]]);
+        expect(await store.updates.holders(41n, [7])).to.deep.equal([7]);
+        await store.updates.pruneUpdates(8, 1);
+        expect(await store.updates.holders(41n, [7, 8])).to.deep.equal([7]);
       });
     });
 
@@ -688,20 +713,22 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.webhookJobs.pending(2)).to.deep.equal([]);
       });
 
-      it("an append with a handoff queues its bodies and moves the delivered position in the same write", async () => {
-        const row = (sn: number) => ({ sn, payload: new Uint8Array([sn]), createdAt: 7 });
-        expect(await store.updates.appendUpdates(1, [row(1), row(2), row(3)], { bodies: ["m1", "m3"], queuedAt: 70 })).to.equal("ok");
+      it("an append with hand-offs queues their bodies and moves the delivered positions in the same write", async () => {
+        const write = (entries: [number, number][], handoffs: { agentUserId: number; bodies: string[]; queuedAt: number; deliveredSn: number }[]) =>
+          store.updates.append({ events: [{ eventId: 9n, entry: new Uint8Array([9]) }], entries: entries.map(([userId, sn]) => ({ userId, sn, eventId: 9n })), handoffs, createdAt: 7 });
+        expect(await write([[1, 1], [1, 2], [1, 3], [2, 1]], [{ agentUserId: 1, bodies: ["m1", "m3"], queuedAt: 70, deliveredSn: 3 }])).to.deep.equal({ ok: true });
         expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
+        expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);
         const queued = await store.webhookJobs.due(70, [], 10);
         expect(queued.map((job) => [job.agentUserId, job.body, job.nextAttemptAt])).to.deep.equal([[1, "m1", 70]]);
         await store.webhookJobs.remove(queued[0].jobId);
         expect(await heads(70)).to.deep.equal([[1, "m3", 0]]);
         // A refused append writes none of it: no entry, no job, no position.
-        expect(await store.updates.appendUpdates(1, [row(4), row(3)], { bodies: ["lost"], queuedAt: 80 })).to.equal("conflict");
+        expect(await write([[1, 4], [1, 3]], [{ agentUserId: 1, bodies: ["lost"], queuedAt: 80, deliveredSn: 4 }])).to.deep.equal({ ok: false, conflicts: [1] });
         expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
         expect(await heads(80)).to.deep.equal([[1, "m3", 0]]);
-        // Without a handoff an append leaves the agent delivery state alone.
-        await store.updates.appendUpdates(1, [row(4)]);
+        // Without a hand-off an append leaves the agent delivery state alone.
+        await write([[1, 4]], []);
         expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
       });
 
@@ -782,11 +809,12 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       if (!subject.reopen) this.skip();
       const a = await newUser("a@x.io");
       await store.sessions.upsertSession(session(a.userId, "d1"));
-      await store.updates.appendUpdates(a.userId, [{ sn: 1, payload: new Uint8Array([9]), createdAt: 5 }]);
+      await store.updates.append({ events: [{ eventId: 1n, entry: new Uint8Array([9]) }], entries: [{ userId: a.userId, sn: 1, eventId: 1n }], createdAt: 5 });
       store = await subject.reopen!();
       expect((await store.users.findByEmail("a@x.io"))?.userId).to.equal(a.userId);
       expect((await store.sessions.findByAccessHash(`access-${a.userId}-d1`))?.deviceId).to.equal("d1");
       expect(await store.updates.latestSn(a.userId)).to.equal(1);
+      expect(await store.updates.readUpdates(a.userId, 0, 10)).to.deep.equal([{ sn: 1, entry: new Uint8Array([9]) }]);
       expect((await newUser("b@x.io")).userId).to.equal(a.userId + 1);
     });
   });

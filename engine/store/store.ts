@@ -127,27 +127,65 @@ export interface PushTokenStore {
   listPushTokensOf(userIds: readonly number[]): Promise<PushTokenRecord[]>;
 }
 
+/**
+ * An event as the update log keeps it: its entry stored once, however many streams hold it. Each
+ * stream holds it by reference (a StreamEntry), so a group event costs one entry plus one small
+ * row per member.
+ */
+export interface LoggedEvent {
+  /** The fan-out it comes from (fan-out ids are unique). */
+  eventId: bigint;
+  /** The protobuf binary form of the api.v1.SnUpdate, without sn. */
+  entry: Uint8Array;
+}
+
+/** One position of one user's stream: the sn and the event it holds. */
+export interface StreamEntry {
+  userId: number;
+  sn: number;
+  eventId: bigint;
+}
+
+/** An entry of a user's stream as read back. */
 export interface StoredUpdate {
   sn: number;
-  /** The protobuf binary form of the api.v1.SnUpdate, sn included. */
-  payload: Uint8Array;
-  createdAt: number;
+  /** The protobuf binary form of the api.v1.SnUpdate, without sn (the reader sets it from `sn`). */
+  entry: Uint8Array;
 }
 
 /** What an append to a WEBHOOK-mode agent's stream hands to the webhook queue. */
 export interface WebhookHandoff {
+  agentUserId: number;
   /** Bodies to queue, in order (only the entries that are sent by webhook). */
   bodies: readonly string[];
   /** When they were queued (they are due at once). */
   queuedAt: number;
+  /** The agent's delivered position moves here: the webhook took over every entry up to it. */
+  deliveredSn: number;
 }
+
+/**
+ * One write of the update log, committed as a whole or not at all: events, the stream entries
+ * that reference them (several users, several events), and the webhook hand-offs of the agents
+ * among those users. An object, so that conditions on the write (an owner's fence) can join it.
+ */
+export interface UpdateAppend {
+  /** Every event an entry references; an event already stored is referenced again, not rewritten. */
+  events: readonly LoggedEvent[];
+  entries: readonly StreamEntry[];
+  handoffs?: readonly WebhookHandoff[];
+  createdAt: number;
+}
+
+/** "ok", or the users whose sn values were taken (their writer's sequence is stale): nothing was written. */
+export type AppendOutcome = { ok: true } | { ok: false; conflicts: number[] };
 
 /**
  * An event waiting to reach its recipients' update streams (the outbox). It is written in the same
  * transaction as the change it reports, so a change is never durable without its event; the
  * engine then appends it to each recipient's stream and finishes it. A fan-out cut short (a crash,
  * a failed append) is finished again, at start-up or by the next write of its scope, and every
- * stream takes a given fan-out at most once (appendUpdates' `fanOutId`), so a repeat is harmless.
+ * stream takes a given fan-out at most once (UpdateLogStore.holders), so a repeat is harmless.
  */
 export interface FanOutRecord {
   /** Chosen by the engine (fan-out.ts), unique, increasing in the order a process records them. */
@@ -197,24 +235,29 @@ export interface OutboxStore {
   isSystemMessagePending(systemMessageId: bigint): Promise<boolean>;
 }
 
+/**
+ * Users' update streams. Shaped for a partitioned database: a user's entries are one partition
+ * ordered by sn (sn -> event id), events are keyed by id. An event is kept while any stream still
+ * holds it; how the adapter knows (reference counts, a scan) is its own affair.
+ */
 export interface UpdateLogStore {
   /** The highest sn stored for the user, 0 when none. */
   latestSn(userId: number): Promise<number>;
+  /** latestSn of each of these users, in one read. */
+  latestSns(userIds: readonly number[]): Promise<Map<number, number>>;
   /** The lowest sn still retained for the user, or undefined when none is. */
   oldestRetainedSn(userId: number): Promise<number | undefined>;
   /**
-   * Appends entries at exactly the given sn values, atomically. Fails with "conflict" (writing
-   * nothing) when any of those sn values is already taken: the caller's sequence is stale.
-   * With `handoff` (the user is a WEBHOOK-mode agent) the same transaction queues its webhook
-   * bodies and moves the agent's delivered position to the last appended sn. With `fanOut` (the
-   * one entry comes from that fan-out) the entry records its fan-out id; when the fan-out is
-   * delivered again (`again`) it answers "duplicate", writing nothing, if the user's stream already
-   * took it. A first delivery is not checked: its caller knows no other delivery of it ran.
+   * Writes the append atomically. Fails with the users whose sn is already taken (or given twice)
+   * and writes nothing when any is: their writer's sequence is stale. An event id met again
+   * with a different entry is an error (ids are unique).
    */
-  appendUpdates(userId: number, updates: readonly StoredUpdate[], handoff?: WebhookHandoff, fanOut?: { id: bigint; again: boolean }): Promise<"ok" | "conflict" | "duplicate">;
+  append(write: UpdateAppend): Promise<AppendOutcome>;
+  /** Which of these users' streams (their retained entries) already hold the event. */
+  holders(eventId: bigint, userIds: readonly number[]): Promise<number[]>;
   /** Entries with sn > afterSn in ascending order, at most `limit`. */
   readUpdates(userId: number, afterSn: number, limit: number): Promise<StoredUpdate[]>;
-  /** Deletes the user's entries with sn <= upToSn (retention). */
+  /** Deletes the user's entries with sn <= upToSn (retention), and the events no stream holds any more. */
   pruneUpdates(userId: number, upToSn: number): Promise<void>;
 }
 

@@ -1,6 +1,8 @@
 // Versioned schema migrations, applied in order and tracked in PRAGMA user_version.
 // Append only: a released migration is never edited; later issues add version 2, 3, …
 import type Database from "better-sqlite3";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { SnUpdateSchema } from "../../../shared/gen/shared/v1/updates_pb.js";
 import { messageBodyToUpstream, snUpdateToUpstream } from "./upstream-numbering.js";
 
 export interface Migration {
@@ -24,6 +26,13 @@ function rewriteColumn(db: Database.Database, table: string, key: readonly strin
     const last = rows[rows.length - 1];
     rows = next.all(...key.map((name) => last[name])) as Record<string, unknown>[];
   }
+}
+
+/** An SnUpdate's bytes without its sn (the stream entry holding it carries the sn). */
+function withoutSn(bytes: Uint8Array): Uint8Array {
+  const update = fromBinary(SnUpdateSchema, bytes);
+  update.sn = 0;
+  return toBinary(SnUpdateSchema, update);
 }
 
 /** User ids start here, leaving room below for reserved accounts. */
@@ -317,17 +326,49 @@ export const migrations: readonly Migration[] = [
       rewriteColumn(db, "system_messages", ["system_message_id"], "body", messageBodyToUpstream);
     },
   },
+  {
+    version: 10,
+    // Each event's entry is stored once (update_events); a stream entry is a small row naming it.
+    // What was stored before becomes events too: the entries of one fan-out (identical but for
+    // their sn) one event under the fan-out's id, so a fan-out delivered again after the upgrade
+    // is still recognised; any other entry an event of its own under a negative id made of its
+    // user and sn, a range fan-out ids never use. Entries are stored without sn from now on.
+    up: `
+      CREATE TABLE update_events (
+        event_id INTEGER PRIMARY KEY,
+        entry BLOB NOT NULL,
+        refs INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE TABLE stream_entries (
+        user_id INTEGER NOT NULL,
+        sn INTEGER NOT NULL,
+        event_id INTEGER NOT NULL,
+        PRIMARY KEY (user_id, sn)
+      ) WITHOUT ROWID;
+      INSERT INTO update_events (event_id, entry, refs, created_at)
+        SELECT COALESCE(fan_out_id, -((user_id << 32) | sn)) AS id, payload, COUNT(*), MIN(created_at) FROM updates GROUP BY id;
+      INSERT INTO stream_entries (user_id, sn, event_id)
+        SELECT user_id, sn, COALESCE(fan_out_id, -((user_id << 32) | sn)) FROM updates;
+      DROP TABLE updates;
+      ALTER TABLE stream_entries RENAME TO updates;
+    `,
+    run: (db) => rewriteColumn(db, "update_events", ["event_id"], "entry", withoutSn),
+  },
 ];
 
-/** Brings the database to the newest schema; refuses a database written by newer code. */
-export function migrate(db: Database.Database): void {
+/**
+ * Brings the database to the newest schema (or to `through`: tests build the databases older
+ * versions left); refuses a database written by newer code.
+ */
+export function migrate(db: Database.Database, through = migrations[migrations.length - 1].version): void {
   const current = db.pragma("user_version", { simple: true }) as number;
   const newest = migrations[migrations.length - 1].version;
   if (current > newest) {
     throw new Error(`the database schema is version ${current}, newer than this build knows (${newest}); refusing to open it`);
   }
   for (const migration of migrations) {
-    if (migration.version <= current) continue;
+    if (migration.version <= current || migration.version > through) continue;
     db.transaction(() => {
       if (migration.up) db.exec(migration.up);
       migration.run?.(db);

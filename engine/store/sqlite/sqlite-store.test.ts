@@ -3,9 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { expect } from "chai";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { SnUpdateSchema } from "../../../shared/gen/shared/v1/updates_pb.js";
+import { snUpdateOf } from "../../stream-entry.js";
 import { describeStoreConformance } from "../store-conformance.js";
 import type { Store } from "../store.js";
-import { migrations } from "./migrations.js";
+import { migrate, migrations } from "./migrations.js";
 import { openSqliteStore } from "./sqlite-store.js";
 
 describeStoreConformance("sqlite", async () => {
@@ -38,6 +41,55 @@ describe("sqlite store migrations", () => {
       let refused: unknown;
       await openSqliteStore(dir).catch((err: unknown) => (refused = err));
       expect(String(refused)).to.match(/newer than this build/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("sqlite update log migration (version 10: events stored once)", () => {
+  const profile = (sn: number, nickname: string) =>
+    Buffer.from(toBinary(SnUpdateSchema, create(SnUpdateSchema, { sn, update: { case: "userProfileUpdated", value: { userId: 1, newNickname: nickname } } })));
+
+  it("keeps every entry written before it readable, a fan-out's entries as one event, and goes on from there", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "parley-store-"));
+    try {
+      const db = new Database(join(dir, "parley.db"));
+      migrate(db, 9);
+      const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at, fan_out_id) VALUES (?, ?, ?, ?, ?)");
+      // One fan-out reached two streams (each row carrying its own sn); another entry came from no fan-out.
+      insert.run(10001, 1, profile(1, "shared"), 5, 500n);
+      insert.run(10002, 4, profile(4, "shared"), 5, 500n);
+      insert.run(10001, 2, profile(2, "own"), 6, null);
+      db.close();
+      const store = await openSqliteStore(dir);
+      try {
+        const read = async (userId: number) => (await store.updates.readUpdates(userId, 0, 10)).map(snUpdateOf).map((u) => [u.sn, u.update.case === "userProfileUpdated" && u.update.value.newNickname]);
+        expect(await read(10001)).to.deep.equal([
+          [1, "shared"],
+          [2, "own"],
+        ]);
+        expect(await read(10002)).to.deep.equal([[4, "shared"]]);
+        // Entries are kept without sn: the stream's sn is the one read.
+        expect((await store.updates.readUpdates(10002, 0, 10)).map((row) => fromBinary(SnUpdateSchema, row.entry).sn)).to.deep.equal([0]);
+        expect(await store.updates.latestSns([10001, 10002])).to.deep.equal(new Map([[10001, 2], [10002, 4]]));
+        // A fan-out recorded before the upgrade and delivered again after it is still recognised.
+        expect((await store.updates.holders(500n, [10001, 10002, 10003])).sort()).to.deep.equal([10001, 10002]);
+        expect(await store.updates.append({ events: [{ eventId: 501n, entry: profile(0, "next") }], entries: [{ userId: 10001, sn: 3, eventId: 501n }], createdAt: 7 })).to.deep.equal({ ok: true });
+        expect(await read(10001)).to.deep.equal([
+          [1, "shared"],
+          [2, "own"],
+          [3, "next"],
+        ]);
+        // The migrated event is held by both streams until both pruned it.
+        await store.updates.pruneUpdates(10001, 2);
+        expect(await read(10002)).to.deep.equal([[4, "shared"]]);
+        await store.updates.pruneUpdates(10002, 4);
+        expect(await store.updates.append({ events: [{ eventId: 500n, entry: profile(0, "reused") }], entries: [{ userId: 10003, sn: 1, eventId: 500n }], createdAt: 8 })).to.deep.equal({ ok: true });
+        expect(await read(10003)).to.deep.equal([[1, "reused"]]);
+      } finally {
+        await store.close();
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

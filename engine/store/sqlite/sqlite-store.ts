@@ -14,21 +14,19 @@ import type {
   SessionRecord,
   SessionStore,
   Store,
-  StoredUpdate,
-  UpdateLogStore,
   UserRecord,
   UserStore,
-  WebhookHandoff,
 } from "../store.js";
 import { agentStore } from "./agents.js";
 import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
-import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
+import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
 import { outboxStore, outboxWriter, recorder, type Recorder } from "./outbox.js";
 import { mediaStore } from "./media.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
+import { updateLogStore } from "./updates.js";
 
 interface UserRow {
   user_id: number;
@@ -300,49 +298,6 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
     },
     async listPushTokensOf(userIds) {
       return userIds.length === 0 ? [] : listOf.all(JSON.stringify(userIds)).map(toPushToken);
-    },
-  };
-}
-
-function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters): UpdateLogStore {
-  const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
-  const oldest = db.prepare<[number], { sn: number | null }>("SELECT MIN(sn) AS sn FROM updates WHERE user_id = ?");
-  const read = db.prepare<[number, number, number], { sn: number; payload: Buffer; created_at: number }>(
-    "SELECT sn, payload, created_at FROM updates WHERE user_id = ? AND sn > ? ORDER BY sn LIMIT ?",
-  );
-  const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
-  const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at, fan_out_id) VALUES (?, ?, ?, ?, ?)");
-  // A scan of the user's retained entries (the key's prefix): only a fan-out delivered again asks.
-  const tookFanOut = db.prepare<[number, bigint], { sn: number }>("SELECT sn FROM updates WHERE user_id = ? AND fan_out_id = ? LIMIT 1");
-  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOut: { id: bigint; again: boolean } | undefined) => {
-    if (fanOut?.again && tookFanOut.get(userId, fanOut.id)) return "duplicate";
-    for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt, fanOut?.id ?? null);
-    if (!handoff) return "ok";
-    for (const body of handoff.bodies) agentDelivery.enqueue(userId, body, handoff.queuedAt);
-    const last = updates[updates.length - 1];
-    if (last) agentDelivery.advanceDelivered(userId, last.sn);
-    return "ok";
-  });
-  return {
-    async latestSn(userId) {
-      return latest.get(userId)?.sn ?? 0;
-    },
-    async oldestRetainedSn(userId) {
-      return oldest.get(userId)?.sn ?? undefined;
-    },
-    async appendUpdates(userId, updates, handoff, fanOut) {
-      try {
-        return appendAll(userId, updates, handoff, fanOut);
-      } catch (err) {
-        if (isConstraintError(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) return "conflict";
-        throw err;
-      }
-    },
-    async readUpdates(userId, afterSn, limit) {
-      return read.all(userId, afterSn, limit).map((row) => ({ sn: row.sn, payload: new Uint8Array(row.payload), createdAt: row.created_at }));
-    },
-    async pruneUpdates(userId, upToSn) {
-      prune.run(userId, upToSn);
     },
   };
 }

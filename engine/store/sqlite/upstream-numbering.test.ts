@@ -7,6 +7,8 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { MemberRole } from "../../../shared/gen/shared/v1/group_pb.js";
 import { MessageBodySchema, MessageType, type MessageBody } from "../../../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../../../shared/gen/shared/v1/updates_pb.js";
+import { snUpdateOf } from "../../stream-entry.js";
+import { migrate } from "./migrations.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import { messageBodyToUpstream, snUpdateToUpstream } from "./upstream-numbering.js";
 
@@ -62,19 +64,18 @@ describe("stored protobuf in the upstream numbering (migration 9)", () => {
   it("rewrites what a database stored before, when it opens", async () => {
     const dir = mkdtempSync(join(tmpdir(), "parley-migration-9-"));
     try {
-      await (await openSqliteStore(dir)).close();
       // The database as version 8 left it, holding bytes in the old numbering.
       const db = new Database(join(dir, "parley.db"));
+      migrate(db, 8);
       db.prepare("INSERT INTO updates (user_id, sn, payload, created_at) VALUES (?, ?, ?, ?)").run(10001, 7, Buffer.from(bytes("SnUpdate:messageEnvelopeGroup")), 1);
       db.prepare("INSERT INTO updates (user_id, sn, payload, created_at) VALUES (?, ?, ?, ?)").run(10001, 9, Buffer.from(bytes("SnUpdate:contactAdded")), 1);
       db.prepare(
         "INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited) VALUES (?, ?, ?, ?, ?, NULL, '{}', 1, NULL, 0)",
       ).run(5, 3, 0, 0, Buffer.from(bytes("MessageBody:recalled")));
-      db.pragma("user_version = 8");
       db.close();
       const store = await openSqliteStore(dir);
       try {
-        const updates = (await store.updates.readUpdates(10001, 0, 10)).map((row) => fromBinary(SnUpdateSchema, row.payload));
+        const updates = (await store.updates.readUpdates(10001, 0, 10)).map(snUpdateOf);
         expect(updates.map((update) => [update.sn, update.update.case])).to.deep.equal([
           [7, "messageEnvelope"],
           [9, "contactAdded"],
