@@ -317,6 +317,21 @@ export const migrations: readonly Migration[] = [
       rewriteColumn(db, "system_messages", ["system_message_id"], "body", messageBodyToUpstream);
     },
   },
+  {
+    version: 10,
+    // Ownership of conversations and update streams: one lease per shard of keys, whose epoch
+    // every owner's write is checked against (engine/ownership.ts). A released lease keeps its
+    // epoch with an empty instance.
+    up: `
+      CREATE TABLE leases (
+        shard INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        instance TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Brings the database to the newest schema; refuses a database written by newer code. */

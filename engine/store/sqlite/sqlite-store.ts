@@ -7,6 +7,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import type {
+  Fence,
   NewUser,
   ProfileChange,
   PushTokenRecord,
@@ -21,6 +22,7 @@ import type {
   WebhookHandoff,
 } from "../store.js";
 import { agentStore } from "./agents.js";
+import { fenceCheck, leaseStore, type FenceCheck } from "./leases.js";
 import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore, type AgentDeliveryWriters } from "./webhook-jobs.js";
@@ -304,7 +306,7 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
   };
 }
 
-function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters): UpdateLogStore {
+function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters, requireFence: FenceCheck): UpdateLogStore {
   const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
   const oldest = db.prepare<[number], { sn: number | null }>("SELECT MIN(sn) AS sn FROM updates WHERE user_id = ?");
   const read = db.prepare<[number, number, number], { sn: number; payload: Buffer; created_at: number }>(
@@ -314,7 +316,8 @@ function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWrite
   const insert = db.prepare("INSERT INTO updates (user_id, sn, payload, created_at, fan_out_id) VALUES (?, ?, ?, ?, ?)");
   // A scan of the user's retained entries (the key's prefix): only a fan-out delivered again asks.
   const tookFanOut = db.prepare<[number, bigint], { sn: number }>("SELECT sn FROM updates WHERE user_id = ? AND fan_out_id = ? LIMIT 1");
-  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOut: { id: bigint; again: boolean } | undefined) => {
+  const appendAll = db.transaction((userId: number, updates: readonly StoredUpdate[], handoff: WebhookHandoff | undefined, fanOut: { id: bigint; again: boolean } | undefined, fence: Fence | undefined) => {
+    requireFence(fence);
     if (fanOut?.again && tookFanOut.get(userId, fanOut.id)) return "duplicate";
     for (const update of updates) insert.run(userId, update.sn, Buffer.from(update.payload), update.createdAt, fanOut?.id ?? null);
     if (!handoff) return "ok";
@@ -330,9 +333,9 @@ function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWrite
     async oldestRetainedSn(userId) {
       return oldest.get(userId)?.sn ?? undefined;
     },
-    async appendUpdates(userId, updates, handoff, fanOut) {
+    async appendUpdates(userId, updates, handoff, fanOut, options) {
       try {
-        return appendAll(userId, updates, handoff, fanOut);
+        return appendAll(userId, updates, handoff, fanOut, options?.fence);
       } catch (err) {
         if (isConstraintError(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) return "conflict";
         throw err;
@@ -368,6 +371,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const record = recorder(db, outboxWrites);
   const users = userStore(db, record);
   const outbox = outboxStore(db);
+  const requireFence = fenceCheck(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
@@ -375,12 +379,13 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
-    messages: messageStore(db, recordAsLast, outboxWrites, record),
+    messages: messageStore(db, recordAsLast, outboxWrites, record, requireFence),
     outbox,
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
-    updates: updateLogStore(db, agentDelivery),
+    updates: updateLogStore(db, agentDelivery, requireFence),
+    leases: leaseStore(db),
     async close() {
       if (!db.open) return;
       outbox.close();
