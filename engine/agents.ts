@@ -53,7 +53,7 @@ import { TokenPrefix, hashToken, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
-import { requireParticipant } from "./membership.js";
+import { requireParticipant, tellConversationActors } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
@@ -429,6 +429,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
             told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)]),
           ]);
         });
+        // Its conversations turn read-only on the very next message (actors hold its status).
+        await tellConversationActors(ctx, { userIds: [agentUserId] });
         announceChange(ctx, agentUserId, true);
         // The deletion stands once written; what follows from it is retried until it is done.
         await completeDeletion(ctx, agentUserId, told);

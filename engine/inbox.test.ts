@@ -11,6 +11,7 @@ import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
 import { Inbox, encodeEntry } from "./inbox.js";
+import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -30,6 +31,7 @@ describe("Inbox actor", () => {
       codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
       pushNotifier: { send: async () => {} },
       fanOuts: new FanOuts(store, clock),
+      ownership: new Ownership(store.leases, clock, "inbox-test"),
     };
   });
   after(async () => {

@@ -10,9 +10,10 @@
 // its local state, reload it (ListConversations, ListContacts…) and continue from the returned sn,
 // which is the latest. GetCurrentState gives that baseline for a first sync.
 //
-// Ownership: appends for a user run one at a time through the user's mailbox, and the store
-// refuses an sn that is already taken, so a second owner (during a reshard) cannot fork the
-// stream: the stale owner reloads the latest sn and retries.
+// Ownership: appends for a user run one at a time through the user's mailbox under the fence of
+// the stream's lease (ownership.ts), and the store refuses an sn that is already taken, so a
+// second owner (during a reshard) cannot fork the stream: one whose lease moved on is refused,
+// and a stale cached sn is reloaded and retried.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
@@ -31,6 +32,8 @@ import { toWire, type WireMessage } from "../shared/wire.js";
 import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
+import { userStreamKey } from "./ownership.js";
+import { OwnershipLostError, type Fence } from "./store/store.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 
 export const InboxPolicy = {
@@ -139,12 +142,26 @@ export class Inbox {
       const sns = entries.map((_, index) => base + index + 1);
       const rows = sns.map((sn, index) => ({ sn, payload: Buffer.concat([snPrefix(sn), bodies[index]]), createdAt: now }));
       const handoff = webhookRelated && this.webhooks.handoff(entries.map((entry, index) => ({ sn: sns[index], wire: entry.wire })), webhookRelated, now);
-      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOut);
+      const outcome = await this.deps.store.updates.appendUpdates(userId, rows, handoff, fanOut, { fence: await this.fence(userId) });
       if (outcome === "ok") return { sns, queued: handoff?.bodies.length ?? 0 };
       if (outcome === "duplicate") return { sns: [], queued: 0 };
       this.latestSn.delete(userId);
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
+  }
+
+  /**
+   * The fence of the user's stream (see ownership.ts). A write refused under it means another
+   * node took the stream over: this one forgets the shard and the caller may try again.
+   */
+  private async fence(userId: number): Promise<Fence> {
+    return this.deps.ownership.fence(userStreamKey(userId));
+  }
+
+  private ownershipLost(userId: number, err: OwnershipLostError): ParleyError {
+    this.deps.ownership.lost(err.fence);
+    this.latestSn.delete(userId);
+    return new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took this update stream over; try again");
   }
 
   /** Appends entries to the user's stream in order, pushes each live, answers their sn values. */
@@ -155,7 +172,9 @@ export class Inbox {
       const related = relatedParts(params);
       const byWebhook = await this.webhooks.sendsByWebhook(userId, () => this.currentSn(userId));
       const fanOut = params.fanOutId === undefined ? undefined : { id: BigInt(params.fanOutId), again: params.again ?? false };
-      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOut);
+      const { sns, queued } = await this.store(userId, params.entries, byWebhook ? related : undefined, fanOut).catch((err: unknown) => {
+        throw err instanceof OwnershipLostError ? this.ownershipLost(userId, err) : err;
+      });
       if (queued > 0) this.webhookQueued(userId);
       const latest = sns[sns.length - 1] ?? (await this.currentSn(userId));
       this.latestSn.set(userId, latest);
