@@ -208,6 +208,14 @@ export const forgetAction = "conversation.forget";
 export async function tellConversationActors(ctx: Pick<Context, "call" | "broker">, change: ForgetParams): Promise<void> {
   if (!change.conversationIds?.length && !change.userIds?.length) return;
   const registry = ctx.broker.registry as unknown as { getActionEndpoints(name: string): { endpoints: { id: string; state: boolean }[] } | undefined };
-  const nodes = new Set((registry.getActionEndpoints(forgetAction)?.endpoints ?? []).filter((endpoint) => endpoint.state).map((endpoint) => endpoint.id));
-  await Promise.all([...nodes].map((nodeID) => ctx.call(forgetAction, change, { nodeID })));
+  const nodes = () => new Set((registry.getActionEndpoints(forgetAction)?.endpoints ?? []).filter((endpoint) => endpoint.state).map((endpoint) => endpoint.id));
+  await Promise.all(
+    [...nodes()].map((nodeID) =>
+      ctx.call(forgetAction, change, { nodeID }).catch((err: unknown) => {
+        // A node that left meanwhile holds nothing any more (and forgets everything when it
+        // rejoins: see the conversation service's node events); any other failure is the caller's.
+        if (nodes().has(nodeID)) throw err;
+      }),
+    ),
+  );
 }
