@@ -145,11 +145,14 @@ export class Ownership {
     this.renewal.unref();
   }
 
-  /** Stops renewing and releases every lease, so other nodes take the keys at once. */
+  /**
+   * Stops renewing and releases every lease, so other nodes take the keys at once. Called once the
+   * services stopped: nothing is served any more, so listeners are not told.
+   */
   async stop(): Promise<void> {
     clearInterval(this.renewal);
     const fences = [...this.held.values()].map((held) => held.fence);
-    for (const shard of [...this.held.keys()]) this.forget(shard);
+    this.held.clear();
     if (fences.length > 0) await this.leases.release(this.holder, fences);
   }
 }
