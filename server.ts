@@ -23,6 +23,7 @@ import type { EngineDeps } from "./engine/deps.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
+import { Ownership } from "./engine/ownership.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -112,7 +113,12 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close(), () => ephemeral.close(), () => store.close());
     fanOuts = new FanOuts(store, clock);
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts };
+    // The node's name outlives the process, so a restarted node takes its own leases back at once.
+    const ownership = new Ownership(store.leases, clock, options.broker?.nodeID ?? "embedded");
+    ownership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
+    // Released before the store closes (cleanups run in reverse), so another node takes over at once.
+    cleanups.push(() => ownership.stop());
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));

@@ -54,7 +54,7 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { forgetIdentities } from "./identity-revocation.js";
 import { Mailboxes } from "./mailbox.js";
-import { requireParticipant } from "./membership.js";
+import { requireParticipant, tellConversationActors } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
@@ -435,6 +435,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           ]);
         });
         await forgetIdentities(ctx.broker, { userId: agentUserId });
+        // Its conversations turn read-only on the very next message (actors hold its status).
+        await tellConversationActors(ctx, { userIds: [agentUserId] });
         announceChange(ctx, agentUserId, true);
         // The deletion stands once written; what follows from it is retried until it is done.
         await completeDeletion(ctx, agentUserId, told);

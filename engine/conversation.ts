@@ -8,6 +8,13 @@
 //
 // Streamed output is the hot path: deltas live only in memory here (GetMessage reads them) and go
 // out as ephemeral pushes; the database sees a stream twice, at START and at END or ERROR.
+//
+// The actor holds what its checks need in memory (membership.ts: participants, group status,
+// contacts and blocks of a pair, accounts) and is told when it changes (`conversation.forget`),
+// so no message or delta reads it. It serves a conversation only while this node owns it
+// (ownership.ts): every write carries the lease's fence, and a write the store refuses drops what
+// the node held of the conversation (checks, sequence position, live streams) and answers a
+// retryable UNAVAILABLE; the new owner rebuilds from the store.
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
@@ -54,7 +61,18 @@ import type { EngineDeps } from "./deps.js";
 import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
-import { requireCanPost, requireParticipant, type ConversationAccess } from "./membership.js";
+import {
+  BoundedCache,
+  accessOf,
+  loadAccount,
+  loadChecks,
+  requireCanPost,
+  type AccountFacts,
+  type ConversationAccess,
+  type ConversationChecks,
+  type ForgetParams,
+} from "./membership.js";
+import { conversationKey, shardOf } from "./ownership.js";
 import {
   checkEntities,
   checkOutgoingBody,
@@ -69,7 +87,7 @@ import {
 import { requestOfflinePush } from "./push.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
-import type { MessageRecord, UserRecord } from "./store/store.js";
+import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "./store/store.js";
 import { userInfoView } from "./views.js";
 
 export const MessagePolicy = {
@@ -84,6 +102,19 @@ export const MessagePolicy = {
   streamSweepIntervalMs: 60 * 1000,
   /** Persisted open streams one sweep hands back to their owners at most. */
   adoptedStreamsPerSweep: 500,
+} as const;
+
+/**
+ * How much of the checks' state one node keeps (least recently used goes first; a miss costs a
+ * few indexed reads). A private conversation's entry is a few hundred bytes and a group's grows
+ * with its members, so the participants held are bounded as well: 50,000 conversations (the ones
+ * active within minutes on a busy node) and 1,000,000 participant ids in all, some tens of MB at
+ * worst. Accounts (a UserRecord, about half a KB): 50,000, some 25 MB.
+ */
+export const CheckCachePolicy = {
+  conversations: 50_000,
+  participants: 1_000_000,
+  accounts: 50_000,
 } as const;
 
 /** The ErrorStream message the platform itself gives a stream its agent abandoned. */
@@ -105,6 +136,8 @@ interface LiveStream {
   /** Of the message, for the delta envelopes (so a delta reads nothing from the store). */
   createdAt: number;
   clientMessageId: bigint;
+  /** The epoch of the conversation's lease it was built under: a stream of an earlier owner is rebuilt. */
+  epoch: number;
 }
 
 /**
@@ -112,8 +145,18 @@ interface LiveStream {
  * changed (restart or reshard): the deltas held in memory are gone, and the stream goes on from
  * whatever seq the agent sends next. EndStream carries the agent's full text, so END loses nothing.
  */
-function newLiveStream(record: MessageRecord, contentType: string, nextSeq: number, now: number): LiveStream {
-  return { senderId: record.senderId, nextSeq, text: "", waiting: new Map(), contentType, lastActivityAt: now, createdAt: record.createdAt, clientMessageId: record.clientMessageId };
+function newLiveStream(record: MessageRecord, contentType: string, nextSeq: number, now: number, fence: Fence): LiveStream {
+  return {
+    senderId: record.senderId,
+    nextSeq,
+    text: "",
+    waiting: new Map(),
+    contentType,
+    lastActivityAt: now,
+    createdAt: record.createdAt,
+    clientMessageId: record.clientMessageId,
+    epoch: fence.epoch,
+  };
 }
 
 interface CardAction {
@@ -166,11 +209,89 @@ export class ConversationActor {
   private readonly streams = new Map<string, LiveStream>();
   /** Deliveries a call's writes started, awaited once the call has left the mailbox. */
   private readonly deliveries = new WeakMap<Context, Promise<void>[]>();
+  private readonly checks = new BoundedCache<bigint, ConversationChecks>(CheckCachePolicy.conversations, CheckCachePolicy.participants, (checks) => checks.participants.length);
+  private readonly loadingChecks = new Map<bigint, Promise<ConversationChecks>>();
+  private readonly accounts = new BoundedCache<number, AccountFacts>(CheckCachePolicy.accounts);
+  /** Counts what was forgotten: a load that began before a change is used once, not kept. */
+  private forgotten = 0;
 
-  constructor(private readonly deps: EngineDeps) {}
+  constructor(private readonly deps: EngineDeps) {
+    deps.ownership.onLost((shard) => this.dropShard(shard));
+  }
 
   private get store() {
     return this.deps.store;
+  }
+
+  /**
+   * The fence of the conversation's lease and its checks' state, loaded when missing or built
+   * under an earlier lease. UNAVAILABLE when another node owns the conversation.
+   */
+  private async enter(conversationId: bigint): Promise<{ fence: Fence; checks: ConversationChecks }> {
+    const fence = await this.deps.ownership.fence(conversationKey(conversationId));
+    const cached = this.checks.get(conversationId);
+    if (cached?.epoch === fence.epoch) return { fence, checks: cached };
+    let loading = this.loadingChecks.get(conversationId);
+    if (!loading) {
+      const generation = this.forgotten;
+      loading = loadChecks(this.store, conversationId, fence.epoch).then((checks) => {
+        if (generation === this.forgotten && this.deps.ownership.holds(fence)) this.checks.set(conversationId, checks);
+        return checks;
+      });
+      const settled = loading.finally(() => this.loadingChecks.delete(conversationId));
+      settled.catch(() => undefined);
+      this.loadingChecks.set(conversationId, loading);
+    }
+    const checks = await loading;
+    return { fence, checks: checks.epoch === fence.epoch ? checks : { ...checks, epoch: fence.epoch } };
+  }
+
+  /** The account's record and agent status, from memory after the first use. */
+  private async account(userId: number): Promise<AccountFacts | undefined> {
+    const cached = this.accounts.get(userId);
+    if (cached) return cached;
+    const generation = this.forgotten;
+    const facts = await loadAccount(this.store, userId);
+    if (facts && generation === this.forgotten) this.accounts.set(userId, facts);
+    return facts;
+  }
+
+  /** Drops what the checks hold of these conversations and accounts: they changed. */
+  forget(change: ForgetParams): void {
+    this.forgotten += 1;
+    for (const id of change.conversationIds ?? []) this.checks.delete(BigInt(id));
+    for (const userId of change.userIds ?? []) this.accounts.delete(userId);
+  }
+
+  /** Drops every check's state (the cluster changed: this node may have missed a change). */
+  forgetAll(): void {
+    this.forgotten += 1;
+    this.checks.clear();
+    this.accounts.clear();
+  }
+
+  /** Drops everything held of the conversations of a shard this node no longer owns. */
+  private dropShard(shard: number): void {
+    this.forgotten += 1;
+    const inShard = (conversationId: bigint) => shardOf(conversationKey(conversationId)) === shard;
+    this.checks.deleteWhere(inShard);
+    for (const conversationId of [...this.latestId.keys()]) if (inShard(conversationId)) this.latestId.delete(conversationId);
+    for (const key of [...this.streams.keys()]) if (inShard(BigInt(key.slice(0, key.indexOf(":"))))) this.streams.delete(key);
+  }
+
+  /**
+   * Runs a change of the conversation in its mailbox. A write the store refused because another
+   * node took the conversation over drops what this node held of it (ownership listeners) and
+   * answers a retryable UNAVAILABLE.
+   */
+  private owned<T>(conversationId: bigint, work: () => Promise<T>): Promise<T> {
+    return this.mailboxes.run(String(conversationId), () =>
+      work().catch((err: unknown) => {
+        if (!(err instanceof OwnershipLostError)) throw err;
+        this.deps.ownership.lost(err.fence);
+        throw new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took this conversation over; try again");
+      }),
+    );
   }
 
   private async nextIds(conversationId: bigint): Promise<bigint> {
@@ -190,7 +311,7 @@ export class ConversationActor {
    */
   private async writing<T>(ctx: Context, conversationId: bigint, work: () => Promise<T>): Promise<T> {
     try {
-      return await this.mailboxes.run(String(conversationId), work);
+      return await this.owned(conversationId, work);
     } finally {
       const started = this.deliveries.get(ctx);
       this.deliveries.delete(ctx);
@@ -221,7 +342,7 @@ export class ConversationActor {
   private async insert(
     ctx: Context,
     record: Omit<MessageRecord, "messageId">,
-    options: { participants: readonly number[]; recipients: readonly number[]; related: readonly UserRecord[]; opensStream?: boolean; postsSystemMessage?: bigint },
+    options: { fence: Fence; participants: readonly number[]; recipients: readonly number[]; related: readonly UserRecord[]; opensStream?: boolean; postsSystemMessage?: bigint },
   ): Promise<{ record: MessageRecord; duplicate: boolean }> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
@@ -232,6 +353,7 @@ export class ConversationActor {
         postsSystemMessage: options.postsSystemMessage,
         recordAsLast: { participants: options.participants },
         fanOut: fanOut.record,
+        fence: options.fence,
       });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
@@ -248,8 +370,8 @@ export class ConversationActor {
    * Stores a change of a message together with its event to the participants, then starts
    * delivering the event; answers the sender. A change that closes a stream also ends it in memory once stored.
    */
-  private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { closesStream?: boolean } = {}): Promise<UserRecord | undefined> {
-    const sender = await this.store.users.getUser(updated.senderId);
+  private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { fence: Fence; closesStream?: boolean }): Promise<UserRecord | undefined> {
+    const sender = (await this.account(updated.senderId))?.user;
     const fanOut = this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
@@ -269,34 +391,62 @@ export class ConversationActor {
     });
   }
 
-  async send(ctx: Context, caller: Caller, request: SendMessageRequest) {
-    const access = await requireParticipant(this.store, request.conversationId, caller.userId);
+  /**
+   * The checks a message must pass, from memory. A check that fails answers a retry of a message
+   * already accepted with that message, whatever changed since: the one read it costs is paid only
+   * then (a retry that passes them meets its message as the insert's "duplicate").
+   */
+  private async admit(caller: Caller, request: SendMessageRequest, checks: ConversationChecks): Promise<{ admitted?: Admitted; existing?: MessageRecord }> {
+    let access: ConversationAccess;
+    try {
+      access = accessOf(checks, caller.userId);
+    } catch (err) {
+      return { existing: await this.acceptedBefore(caller, request, err) };
+    }
     checkOutgoingBody(request.body!, caller.kind === "agent");
+    try {
+      const [sender, peer] = await Promise.all([this.account(caller.userId), access.group ? undefined : this.account(access.peerId)]);
+      requireCanPost(checks, access, peer);
+      const replyTo = request.replyToMessageId ? await this.replyContext(caller.userId, access, request.replyToMessageId) : null;
+      return { admitted: { access, sender: sender?.user, replyTo } };
+    } catch (err) {
+      return { existing: await this.acceptedBefore(caller, request, err) };
+    }
+  }
+
+  /** The message this send repeats, if one was accepted before; else throws the check's error. */
+  private async acceptedBefore(caller: Caller, request: SendMessageRequest, err: unknown): Promise<MessageRecord> {
+    if (!(err instanceof ParleyError)) throw err;
+    const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
+    if (!existing) throw err;
+    return existing;
+  }
+
+  async send(ctx: Context, caller: Caller, request: SendMessageRequest) {
     return this.writing(ctx, request.conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(request.conversationId));
-      // A retry of a message already accepted answers it again, whatever changed since.
-      const existing = await this.store.messages.findByClientMessageId(request.conversationId, caller.userId, request.clientMessageId);
+      const { fence, checks } = await this.enter(request.conversationId);
+      const { admitted, existing } = await this.admit(caller, request, checks);
       if (existing) return { messageId: existing.messageId, createdAt: BigInt(existing.createdAt) };
-      await requireCanPost(this.store, access, caller.userId);
+      const { access, sender, replyTo } = admitted!;
       const isStream = startsStream(request.body!);
       const body = isStream ? streamStartBody(request.body!) : request.body!;
       const now = this.deps.clock.now();
-      const sender = await this.store.users.getUser(caller.userId);
       const { record, duplicate } = await this.insert(ctx, {
         conversationId: request.conversationId,
         senderId: caller.userId,
         clientMessageId: request.clientMessageId,
         body: toBinary(MessageBodySchema, body),
-        replyTo: request.replyToMessageId ? await this.replyContext(caller.userId, access, request.replyToMessageId) : null,
+        replyTo,
         metadata: {},
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, { participants: access.participants, recipients: access.participants, related: sender ? [sender] : [], opensStream: isStream });
+      }, { fence, participants: access.participants, recipients: access.participants, related: sender ? [sender] : [], opensStream: isStream });
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
-        this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now));
+        this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now, fence));
       }
       if (!isStream) this.offlinePush(ctx, access, record, body, sender);
       if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
@@ -313,6 +463,7 @@ export class ConversationActor {
   async postSystemMessage(ctx: Context, conversationId: bigint, body: MessageBody, extraRecipients: number[], systemMessageId: bigint) {
     return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
+      const fence = await this.deps.ownership.fence(conversationKey(conversationId));
       // Posted already (the record goes with the message's write): a repeat after a crash or a sweep.
       if (!(await this.store.outbox.isSystemMessagePending(systemMessageId))) return {};
       const now = this.deps.clock.now();
@@ -328,7 +479,7 @@ export class ConversationActor {
         createdAt: now,
         updatedAt: null,
         edited: false,
-      }, { participants: members, recipients, related: await this.store.users.getUsers(groupEventUserIds(body)), postsSystemMessage: systemMessageId });
+      }, { fence, participants: members, recipients, related: await this.store.users.getUsers(groupEventUserIds(body)), postsSystemMessage: systemMessageId });
       return { messageId: record.messageId };
     });
   }
@@ -337,7 +488,7 @@ export class ConversationActor {
     // A message the sender deleted for themselves cannot be quoted: it does not exist for them.
     const target = await this.findVisible(userId, access.conversation.conversationId, messageId);
     if (!target) throw new ParleyError(Errors.replyTargetNotFound);
-    const sender = await this.store.users.getUser(target.senderId);
+    const sender = (await this.account(target.senderId))?.user;
     const body = fromBinary(MessageBodySchema, target.body);
     return toBinary(
       ReplyContextSchema,
@@ -363,26 +514,27 @@ export class ConversationActor {
 
   /** Shared checks of EditMessage and RecallMessage. */
   private async ownChange(caller: Caller, conversationId: bigint, messageId: bigint, tooLate: CatalogueEntry) {
-    const access = await requireParticipant(this.store, conversationId, caller.userId);
+    const { fence, checks } = await this.enter(conversationId);
+    const access = accessOf(checks, caller.userId);
     const record = await this.store.messages.getMessage(conversationId, messageId);
     if (!record) throw new ParleyError(Errors.messageNotFound);
     if (record.senderId !== caller.userId) throw new ParleyError(Errors.notSender);
     const body = fromBinary(MessageBodySchema, record.body);
     if (body.type === MessageType.RECALLED) throw new ParleyError(Errors.messageRecalled);
     if (this.deps.clock.now() - record.createdAt > MessagePolicy.editWindowMs) throw new ParleyError(tooLate);
-    return { access, record, body };
+    return { fence, access, record, body };
   }
 
   async edit(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, newBody: MessageBody) {
     return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { access, record, body } = await this.ownChange(caller, conversationId, messageId, Errors.editWindowClosed);
+      const { fence, access, record, body } = await this.ownChange(caller, conversationId, messageId, Errors.editWindowClosed);
       if (newBody.type !== body.type) throw new ParleyError(Errors.bodyTypeChanged);
       if (body.type === MessageType.STREAM) throw new ParleyError(Errors.invalidBody, {}, "a stream is finished with EndStream, not edited");
       checkOutgoingBody(newBody, caller.kind === "agent");
       const updatedAt = this.deps.clock.now();
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, newBody), updatedAt, edited: true };
-      await this.update(ctx, access, updated);
+      await this.update(ctx, access, updated, { fence });
       return { updatedAt: BigInt(updatedAt) };
     });
   }
@@ -390,21 +542,21 @@ export class ConversationActor {
   async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
     return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { access, record } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
+      const { fence, access, record } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
-      await this.update(ctx, access, updated, { closesStream: true });
+      await this.update(ctx, access, updated, { fence, closesStream: true });
       return {};
     });
   }
 
   async getMessage(caller: Caller, conversationId: bigint, messageId: bigint) {
-    await requireParticipant(this.store, conversationId, caller.userId);
+    accessOf((await this.enter(conversationId)).checks, caller.userId);
     const record = await this.visibleMessage(caller.userId, conversationId, messageId);
     return { message: envelopeOf(record, this.streams.get(streamKey(conversationId, messageId))) };
   }
 
   async history(caller: Caller, conversationId: bigint, before: bigint | undefined, after: bigint | undefined, limit: number) {
-    await requireParticipant(this.store, conversationId, caller.userId);
+    accessOf((await this.enter(conversationId)).checks, caller.userId);
     if (before !== undefined && after !== undefined) {
       throw new ParleyError(Errors.invalidArgument, { field: "before_message_id" }, "give beforeMessageId or afterMessageId, not both");
     }
@@ -429,23 +581,24 @@ export class ConversationActor {
    * The live stream of a message the caller sent, or the reason there is none. A stream in memory
    * is open by construction (finishing or recalling removes it), so only a miss reads the message.
    */
-  private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ access: ConversationAccess; stream: LiveStream }> {
-    const access = await requireParticipant(this.store, conversationId, caller.userId);
+  private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ fence: Fence; access: ConversationAccess; stream: LiveStream }> {
+    const { fence, checks } = await this.enter(conversationId);
+    const access = accessOf(checks, caller.userId);
     const key = streamKey(conversationId, messageId);
     const live = this.streams.get(key);
-    if (live && live.senderId === caller.userId) return { access, stream: live };
+    if (live && live.senderId === caller.userId && live.epoch === fence.epoch) return { fence, access, stream: live };
     const record = await this.store.messages.getMessage(conversationId, messageId);
     const body = record && fromBinary(MessageBodySchema, record.body);
     if (!record || body?.content.case !== "stream" || record.senderId !== caller.userId) throw new ParleyError(Errors.streamNotFound);
     const open = openStreamOf(body);
     if (!open) throw new ParleyError(Errors.streamFinished);
-    const stream = newLiveStream(record, open.contentType, 0, this.deps.clock.now());
+    const stream = newLiveStream(record, open.contentType, 0, this.deps.clock.now(), fence);
     this.streams.set(key, stream);
-    return { access, stream };
+    return { fence, access, stream };
   }
 
   async pushDelta(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, seq: number, delta: string) {
-    return this.mailboxes.run(String(conversationId), async () => {
+    return this.owned(conversationId, async () => {
       const { access, stream } = await this.liveStream(caller, conversationId, messageId);
       stream.lastActivityAt = this.deps.clock.now();
       if (stream.nextSeq === 0) stream.nextSeq = seq;
@@ -495,7 +648,7 @@ export class ConversationActor {
   ): Promise<boolean> {
     return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { access, stream } = await this.liveStream(caller, conversationId, messageId);
+      const { fence, access, stream } = await this.liveStream(caller, conversationId, messageId);
       if (stream.lastActivityAt > activeSince) return false;
       const record = (await this.store.messages.getMessage(conversationId, messageId))!;
       const failed = outcome.error !== undefined;
@@ -504,7 +657,7 @@ export class ConversationActor {
       if (!failed) checkEntities(text, outcome.entities ?? []);
       const body = finishedStreamBody(stream.contentType, text, failed ? { error: outcome.error! } : { entities: outcome.entities ?? [] });
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now() };
-      const sender = await this.update(ctx, access, updated, { closesStream: true });
+      const sender = await this.update(ctx, access, updated, { fence, closesStream: true });
       // END is when a stream has its text; an ERROR is left for the user to find in the chat.
       if (!failed) this.offlinePush(ctx, access, updated, body, sender);
       return true;
@@ -548,11 +701,13 @@ export class ConversationActor {
   }
 
   private async closeOrphanedStream(conversationId: bigint, messageId: bigint, stream: LiveStream): Promise<void> {
-    await this.mailboxes.run(String(conversationId), async () => {
+    await this.owned(conversationId, async () => {
+      const fence = await this.deps.ownership.fence(conversationKey(conversationId));
       const record = await this.store.messages.getMessage(conversationId, messageId);
       if (!record || !openStreamOf(fromBinary(MessageBodySchema, record.body))) return;
       const body = finishedStreamBody(stream.contentType, stream.text, { error: abandonedStreamError });
-      await this.store.messages.updateMessage(conversationId, messageId, { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited }, { closesStream: true });
+      const change = { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited };
+      await this.store.messages.updateMessage(conversationId, messageId, change, { closesStream: true, fence });
     });
   }
 
@@ -563,17 +718,18 @@ export class ConversationActor {
 
   /** Takes a persisted open stream into memory (the owner restarted since it started). */
   async adoptStream(conversationId: bigint, messageId: bigint, senderId: number): Promise<void> {
-    await this.mailboxes.run(String(conversationId), async () => {
+    await this.owned(conversationId, async () => {
+      const fence = await this.deps.ownership.fence(conversationKey(conversationId));
       const key = streamKey(conversationId, messageId);
-      if (this.streams.has(key)) return;
+      if (this.streams.get(key)?.epoch === fence.epoch) return;
       const record = await this.store.messages.getMessage(conversationId, messageId);
       const open = record && record.senderId === senderId ? openStreamOf(fromBinary(MessageBodySchema, record.body)) : undefined;
-      if (open) this.streams.set(key, newLiveStream(record!, open.contentType, 0, this.deps.clock.now()));
+      if (open) this.streams.set(key, newLiveStream(record!, open.contentType, 0, this.deps.clock.now(), fence));
     });
   }
 
   async submitCardAction(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, actionData: string, verb: string) {
-    await requireParticipant(this.store, conversationId, caller.userId);
+    accessOf((await this.enter(conversationId)).checks, caller.userId);
     // The agent receives actionData as JSON; refuse what it could not parse.
     if (!isJson(actionData)) throw new ParleyError(Errors.invalidArgument, { field: "action_data" }, "actionData is not valid JSON");
     const record = await this.visibleMessage(caller.userId, conversationId, messageId);
@@ -581,7 +737,7 @@ export class ConversationActor {
     const actionId = randomBytes(16).toString("base64url");
     const action: CardAction = { conversationId: String(conversationId), messageId: String(messageId), agentUserId: record.senderId, submitterId: caller.userId };
     await this.deps.ephemeral.set(`card-action:${actionId}`, JSON.stringify(action), MessagePolicy.cardActionTtlMs);
-    const submitter = await this.store.users.getUser(caller.userId);
+    const submitter = (await this.account(caller.userId))?.user;
     await deliverCardAction(
       ctx,
       record.senderId,
@@ -597,7 +753,7 @@ export class ConversationActor {
     if (!action || action.agentUserId !== caller.userId || action.conversationId !== String(conversationId) || action.messageId !== String(messageId)) {
       throw new ParleyError(Errors.cardActionNotFound);
     }
-    const agent = await this.store.users.getUser(caller.userId);
+    const agent = (await this.account(caller.userId))?.user;
     pushEphemeral(
       ctx,
       [action.submitterId],
@@ -626,6 +782,12 @@ export interface SystemMessageParams {
   systemMessageId: string;
 }
 
+interface Admitted {
+  access: ConversationAccess;
+  sender: UserRecord | undefined;
+  replyTo: Uint8Array | null;
+}
+
 const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "request.conversationId" } };
 
 export function conversationService(deps: EngineDeps): ServiceSchema {
@@ -651,7 +813,22 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       clearInterval(sweep);
       clearInterval(fanOutSweep);
     },
+    events: {
+      // A node that lost sight of others (or sees a new one) may have missed a change meant for it.
+      "$node.connected"() {
+        actor.forgetAll();
+      },
+      "$node.disconnected"() {
+        actor.forgetAll();
+      },
+    },
     actions: {
+      forget: {
+        handler: (ctx: Context<ForgetParams>) => {
+          actor.forget(ctx.params);
+          return {};
+        },
+      },
       adoptStream: {
         ...shardByConversation,
         handler: async (ctx: Context<AdoptStreamParams>) => {

@@ -4,6 +4,7 @@ import type { Clock } from "./clock.js";
 import type { CodeSender } from "./code-delivery/code-sender.js";
 import type { EphemeralState } from "./ephemeral/ephemeral-state.js";
 import type { FanOuts } from "./fan-out.js";
+import type { Ownership } from "./ownership.js";
 import type { PushNotifier } from "./push-notifier/push-notifier.js";
 import type { Store } from "./store/store.js";
 
@@ -16,4 +17,6 @@ export interface EngineDeps {
   pushNotifier: PushNotifier;
   /** Delivers recorded events to the update streams (the outbox's engine side). */
   fanOuts: FanOuts;
+  /** This node's leases on conversations and update streams, and the fences its writes carry. */
+  ownership: Ownership;
 }

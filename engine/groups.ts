@@ -32,6 +32,7 @@ import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
+import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import {
   AccountType,
@@ -64,6 +65,12 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   // messages come in the order of the changes they announce.
   const changes = new Mailboxes();
   const serialised = <T>(groupId: number, work: () => Promise<T>) => changes.run(groupId, work);
+  /**
+   * The group's conversation actor checks members and status from memory: it must drop them
+   * after a change is written and before the caller hears of it (and before the change's system
+   * message is posted).
+   */
+  const groupChanged = (ctx: Context, groupId: number) => tellConversationActors(ctx, { conversationIds: [String(groupId)] });
 
   async function requireGroup(groupId: number): Promise<GroupRecord> {
     const group = await groups.getGroup(groupId);
@@ -118,6 +125,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       const operator = await currentMember(groupId, caller.userId);
       const events = deps.fanOuts.batch();
       await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "shared.v1.GroupInfoChangedEvent", operator, field } })]);
+      await groupChanged(ctx, groupId);
       await events.deliver(ctx);
       return {};
     });
@@ -158,6 +166,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           await groups.dissolveGroup(group.groupId, (removed) => [
             events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "shared.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
           ]);
+          await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
         });
@@ -193,6 +202,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
             const joined = invited.filter((m) => added.has(m.userId)).map(memberInfo);
             return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "shared.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
           });
+          await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
         });
@@ -216,6 +226,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
               : [],
           );
           if (!removed) throw new ParleyError(Errors.memberNotFound);
+          await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
         });
@@ -234,6 +245,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const memberLeft = { $typeName: "shared.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
           const events = deps.fanOuts.batch();
           await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []));
+          await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
         });

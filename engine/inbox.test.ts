@@ -10,6 +10,7 @@ import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
 import { Inbox, type FanOutAppend } from "./inbox.js";
 import { encodeEntry, snUpdateOf } from "./stream-entry.js";
+import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -29,6 +30,7 @@ describe("Inbox actor", () => {
       codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
       pushNotifier: { send: async () => {} },
       fanOuts: new FanOuts(store, clock),
+      ownership: new Ownership(store.leases, clock, "inbox-test"),
     };
   });
   after(async () => {

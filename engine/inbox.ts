@@ -37,8 +37,9 @@ import { toWire, type WireMessage } from "../shared/wire.js";
 import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
+import { userStreamKey } from "./ownership.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
-import type { LoggedEvent, StreamEntry, WebhookHandoff } from "./store/store.js";
+import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
 import { snUpdateOf, type EncodedEntry } from "./stream-entry.js";
 
 export const InboxPolicy = {
@@ -184,6 +185,7 @@ export class Inbox {
       recipients.push(held ? unique.filter((userId) => !held.has(userId)) : unique);
     }
     const users = [...new Set(recipients.flat())];
+    const fences = await this.fencesOf(users);
     const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId));
     const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
     for (let attempt = 0; attempt < 4; attempt++) {
@@ -199,7 +201,9 @@ export class Inbox {
       const entries: StreamEntry[] = sns.flatMap((pairs, index) => pairs.map(([userId, sn]) => ({ userId, sn, eventId: BigInt(fanOuts[index].fanOutId) })));
       const now = this.deps.clock.now();
       const handoffs = this.handoffs(fanOuts, sns, byWebhook, next, now);
-      const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now });
+      const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now, fences }).catch((err: unknown) => {
+        throw err instanceof OwnershipLostError ? this.ownershipLost(users, err) : err;
+      });
       if (!outcome.ok) {
         for (const userId of outcome.conflicts) this.latestSn.delete(userId);
         continue;
@@ -218,6 +222,27 @@ export class Inbox {
       return sns;
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
+  }
+
+  /**
+   * The fences of the users' streams (see ownership.ts), one per shard. A write refused under one
+   * means another node took those streams over: this one forgets the shard and the callers may
+   * try again.
+   */
+  private async fencesOf(userIds: readonly number[]): Promise<Fence[]> {
+    const byShard = new Map<number, Promise<Fence>>();
+    for (const userId of userIds) {
+      const key = userStreamKey(userId);
+      const shard = this.deps.ownership.shardOf(key);
+      if (!byShard.has(shard)) byShard.set(shard, this.deps.ownership.fence(key));
+    }
+    return Promise.all(byShard.values());
+  }
+
+  private ownershipLost(userIds: readonly number[], err: OwnershipLostError): ParleyError {
+    this.deps.ownership.lost(err.fence);
+    for (const userId of userIds) if (this.deps.ownership.shardOf(userStreamKey(userId)) === err.fence.shard) this.latestSn.delete(userId);
+    return new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took these update streams over; try again");
   }
 
   /** What the write hands to the webhook queues of the WEBHOOK-mode agents among the recipients (see agent-delivery.ts). */

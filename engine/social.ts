@@ -35,6 +35,7 @@ import { privateConversationId } from "../shared/ids.js";
 import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
+import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./store/store.js";
 import { normalizeIdentity } from "./accounts.js";
@@ -73,6 +74,8 @@ export function socialService(deps: EngineDeps): ServiceSchema {
   /** The event of a change `actorId` made, to `recipients`, added to the change's batch: recorded with the change, delivered after it. */
   const event = (events: EventBatch, actorId: number, recipients: number[], update: Event, users: UserRecord[] = []) =>
     events.add(accountScope(actorId), recipients, update, users.map(userInfoView));
+  /** The pair's conversation actor checks contacts and blocks from memory: it must drop them before the caller hears of the change. */
+  const pairChanged = (ctx: Context, a: number, b: number) => tellConversationActors(ctx, { conversationIds: [String(privateConversationId(a, b))] });
   const contactDeleted = (events: EventBatch, ownerId: number, peer: UserRecord) =>
     event(events, ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "shared.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
 
@@ -92,6 +95,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       done ? [event(events, caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
     );
     if (!resolved) throw new ParleyError(Errors.friendRequestHandled);
+    if (status === FriendRequestStatus.accepted) await pairChanged(ctx, request.fromUserId, request.toUserId);
     await events.deliver(ctx);
     return {};
   }
@@ -155,6 +159,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
           event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
         ]);
+        await pairChanged(ctx, owner.userId, target.userId);
         await events.deliver(ctx);
         return {};
       }),
@@ -182,6 +187,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(events, owner.userId, peer)] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
+        await pairChanged(ctx, owner.userId, peer.userId);
         await events.deliver(ctx);
         return {};
       }),
@@ -228,6 +234,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           done ? [...(contactRemoved ? [contactDeleted(events, blocker.userId, target)] : []), event(events, blocker.userId, [blocker.userId], blocked, [target])] : [],
         );
         if (!outcome.blocked) throw new ParleyError(Errors.alreadyBlocked);
+        await pairChanged(ctx, blocker.userId, target.userId);
         await events.deliver(ctx);
         return {};
       }),
@@ -240,6 +247,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
           throw new ParleyError(Errors.notBlocked);
         }
+        await pairChanged(ctx, blocker.userId, target.userId);
         await events.deliver(ctx);
         return {};
       }),

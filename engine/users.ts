@@ -16,6 +16,7 @@ import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope } from "./fan-out.js";
+import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import type { ProfileChange, UserRecord } from "./store/store.js";
 import { selfView, userInfoView } from "./views.js";
@@ -62,6 +63,8 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         };
         const events = deps.fanOuts.batch();
         const after = await users.updateProfile(before.userId, change, (updated) => [events.add(accountScope(updated.userId), [updated.userId], event, [userInfoView(updated)])]);
+        // Conversation actors attach the sender's record to message events from memory.
+        await tellConversationActors(ctx, { userIds: [before.userId] });
         await events.deliver(ctx);
         return { profile: selfView(after) };
       }),
@@ -86,6 +89,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         );
         if (outcome === "already-set") throw new ParleyError(Errors.usernameAlreadySet);
         if (outcome === "taken") throw new ParleyError(Errors.usernameTaken);
+        await tellConversationActors(ctx, { userIds: [user.userId] });
         await events.deliver(ctx);
         return { profile: selfView(await requireRecord(user.userId)) };
       }),

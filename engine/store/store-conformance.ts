@@ -6,17 +6,22 @@ import {
   AgentVisibility,
   DeliveryMode,
   maxQueuedWebhooksPerAgent,
+  OwnershipLostError,
   type FanOutRecord,
+  type Fence,
   type MediaFileRecord,
   type SessionRecord,
   type Store,
   type UploadSessionRecord,
+  type WebhookHandoff,
 } from "./store.js";
 
 export interface StoreUnderTest {
   store: Store;
   /** Closes the store and opens it again on the same data; adapters without durable data leave it out. */
   reopen?: () => Promise<Store>;
+  /** A second handle on the same data, as another node would hold it (closed by cleanup); the suite uses the first handle twice without it. */
+  another?: () => Promise<Store>;
   cleanup(): Promise<void>;
 }
 
@@ -802,6 +807,125 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(ids(await store.messages.listVisible(7, conversationId, "before", 100n, 1n, 10))).to.deep.equal([5n, 3n]);
         expect(ids(await store.messages.listVisible(7, conversationId, "after", 0n, 1n, 10))).to.deep.equal([3n, 5n]);
         expect(ids(await store.messages.listVisible(8, conversationId, "after", 2n, 0n, 2))).to.deep.equal([3n, 4n]);
+      });
+    });
+
+    describe("leases and fences", () => {
+      const nodeA = { node: "node-a", instance: "a-1" };
+      const nodeB = { node: "node-b", instance: "b-1" };
+      const ttl = 30_000;
+      const fenceOf = (lease: { shard: number; epoch: number }): Fence => ({ shard: lease.shard, epoch: lease.epoch });
+      /** One entry of user `userId` at `sn`, naming an event of its own, under the given fences. */
+      const appendOne = (userId: number, sn: number, fences: Fence[], handoffs?: WebhookHandoff[]) =>
+        store.updates.append({ events: [{ eventId: BigInt(userId * 1000 + sn), entry: new Uint8Array([sn]) }], entries: [{ userId, sn, eventId: BigInt(userId * 1000 + sn) }], handoffs, createdAt: sn, fences });
+      const conversationId = (2n ** 41n) | 3n;
+      const message = (messageId: bigint) => ({
+        conversationId,
+        messageId,
+        senderId: 7,
+        clientMessageId: 500n + messageId,
+        body: new Uint8Array([1]),
+        replyTo: null,
+        metadata: {},
+        createdAt: 1000,
+        updatedAt: null,
+        edited: false,
+      });
+      const refused = async (write: Promise<unknown>): Promise<OwnershipLostError> => {
+        let caught: unknown;
+        await write.catch((err: unknown) => (caught = err));
+        expect(caught).to.be.instanceOf(OwnershipLostError);
+        return caught as OwnershipLostError;
+      };
+
+      it("acquires a free shard at epoch 1, extends its own lease with the same epoch, and refuses another node until it expires", async () => {
+        const first = await store.leases.acquire(5, nodeA, 1000, ttl);
+        expect(first).to.deep.equal({ shard: 5, node: "node-a", instance: "a-1", epoch: 1, expiresAt: 1000 + ttl });
+        expect(await store.leases.acquire(5, nodeA, 2000, ttl)).to.deep.include({ instance: "a-1", epoch: 1, expiresAt: 2000 + ttl });
+        expect(await store.leases.acquire(5, nodeB, 2000 + ttl - 1, ttl)).to.deep.include({ instance: "a-1", epoch: 1 });
+        expect(await store.leases.getLease(5)).to.deep.include({ instance: "a-1", epoch: 1 });
+        expect(await store.leases.getLease(6)).to.equal(undefined);
+      });
+
+      it("renews while the epoch holds, expired or not; a lease taken over after expiry has the next epoch and the old holder's renewal fails", async () => {
+        const lease = await store.leases.acquire(5, nodeA, 1000, ttl);
+        expect(await store.leases.renew(nodeA, [fenceOf(lease)], 5000, ttl)).to.deep.equal([5]);
+        expect((await store.leases.getLease(5))?.expiresAt).to.equal(5000 + ttl);
+        // Expired, but nobody took it: still A's, same epoch.
+        expect(await store.leases.renew(nodeA, [fenceOf(lease)], 5000 + 2 * ttl, ttl)).to.deep.equal([5]);
+        const takenOver = await store.leases.acquire(5, nodeB, 5000 + 4 * ttl, ttl);
+        expect(takenOver).to.deep.include({ node: "node-b", instance: "b-1", epoch: 2 });
+        expect(await store.leases.renew(nodeA, [fenceOf(lease)], 5000 + 4 * ttl, ttl)).to.deep.equal([]);
+        // A's own acquire now finds B's lease.
+        expect(await store.leases.acquire(5, nodeA, 5000 + 4 * ttl, ttl)).to.deep.include({ instance: "b-1", epoch: 2 });
+      });
+
+      it("a released lease is taken at once with the next epoch; a new instance of the same node takes its leases at once", async () => {
+        const lease = await store.leases.acquire(1, nodeA, 1000, ttl);
+        await store.leases.release(nodeA, [fenceOf(lease)]);
+        expect(await store.leases.acquire(1, nodeB, 1001, ttl)).to.deep.include({ instance: "b-1", epoch: 2 });
+        // Releasing with a stale epoch or as another instance changes nothing.
+        await store.leases.release(nodeA, [{ shard: 1, epoch: 2 }]);
+        await store.leases.release(nodeB, [{ shard: 1, epoch: 1 }]);
+        expect(await store.leases.getLease(1)).to.deep.include({ instance: "b-1", epoch: 2 });
+        const restarted = { node: "node-b", instance: "b-2" };
+        expect(await store.leases.acquire(1, restarted, 1002, ttl)).to.deep.include({ instance: "b-2", epoch: 3 });
+      });
+
+      it("refuses a stale fence for message inserts and updates, writing nothing; the current fence writes", async () => {
+        const old = fenceOf(await store.leases.acquire(9, nodeA, 1000, ttl));
+        expect(await store.messages.insertMessage(message(1n), { fence: old, opensStream: true })).to.deep.equal({ outcome: "ok" });
+        const current = fenceOf(await store.leases.acquire(9, nodeB, 1000 + ttl, ttl));
+        expect(current.epoch).to.equal(old.epoch + 1);
+        const fanOut = { fanOutId: 77n, scope: String(conversationId), recipients: [7], entry: new Uint8Array([1]), related: "{}", createdAt: 1 };
+        const lost = await refused(store.messages.insertMessage(message(2n), { fence: old, fanOut, recordAsLast: { participants: [7] } }));
+        expect(lost.fence).to.deep.equal(old);
+        await refused(store.messages.updateMessage(conversationId, 1n, { body: new Uint8Array([2]), updatedAt: 2000, edited: true }, { fence: old, closesStream: true }));
+        expect(await store.messages.latestMessageId(conversationId)).to.equal(1n);
+        expect((await store.messages.getMessage(conversationId, 1n))?.body).to.deep.equal(new Uint8Array([1]));
+        expect(await store.messages.listOpenStreams(1000, 10)).to.have.length(1);
+        expect(await store.outbox.pending(10)).to.deep.equal([]);
+        // A fence for a shard nobody leased is refused too.
+        await refused(store.messages.insertMessage(message(2n), { fence: { shard: 10, epoch: 1 } }));
+        expect(await store.messages.insertMessage(message(2n), { fence: current })).to.deep.equal({ outcome: "ok" });
+        await store.messages.updateMessage(conversationId, 1n, { body: new Uint8Array([3]), updatedAt: 2000, edited: false }, { fence: current, closesStream: true });
+        expect((await store.messages.getMessage(conversationId, 1n))?.body).to.deep.equal(new Uint8Array([3]));
+      });
+
+      it("refuses a stale fence for update-stream appends, queuing no webhook", async () => {
+        const old = fenceOf(await store.leases.acquire(3, nodeA, 1000, ttl));
+        expect(await appendOne(7, 1, [old])).to.deep.equal({ ok: true });
+        const current = fenceOf(await store.leases.acquire(3, nodeB, 1000 + ttl, ttl));
+        await refused(appendOne(7, 2, [old], [{ agentUserId: 7, bodies: ["b"], queuedAt: 1, deliveredSn: 2 }]));
+        // One stale fence among current ones refuses the whole write.
+        await refused(appendOne(7, 2, [current, old]));
+        expect(await store.updates.latestSn(7)).to.equal(1);
+        expect(await store.webhookJobs.pending(7)).to.deep.equal([]);
+        expect(await appendOne(7, 2, [current])).to.deep.equal({ ok: true });
+      });
+
+      it("concurrent takeovers leave one holder, and of two owners writing the same id at once only the current one writes", async () => {
+        const other = subject.another ? await subject.another() : store;
+        const holders = [0, 1, 2, 3].map((n) => ({ node: `node-${n}`, instance: `i-${n}` }));
+        const results = await Promise.all(holders.map((holder, n) => (n % 2 ? other : store).leases.acquire(11, holder, 1000, ttl)));
+        const winner = await store.leases.getLease(11);
+        expect(winner?.epoch).to.equal(1);
+        for (const result of results) expect(result).to.deep.equal(winner);
+        const old = fenceOf(winner!);
+        const current = fenceOf(await other.leases.acquire(11, nodeB, 1000 + ttl, ttl));
+        const [stale, fresh] = await Promise.allSettled([
+          store.messages.insertMessage({ ...message(1n), conversationId: conversationId + 1n }, { fence: old }),
+          other.messages.insertMessage({ ...message(1n), conversationId: conversationId + 1n, clientMessageId: 9n }, { fence: current }),
+        ]);
+        expect(stale.status === "rejected" && stale.reason).to.be.instanceOf(OwnershipLostError);
+        expect(fresh).to.deep.equal({ status: "fulfilled", value: { outcome: "ok" } });
+        const [staleAppend, freshAppend] = await Promise.allSettled([
+          appendOne(8, 1, [old]),
+          other.updates.append({ events: [{ eventId: 8001n, entry: new Uint8Array([1]) }], entries: [{ userId: 8, sn: 1, eventId: 8001n }], createdAt: 1, fences: [current] }),
+        ]);
+        expect(staleAppend.status === "rejected" && staleAppend.reason).to.be.instanceOf(OwnershipLostError);
+        expect(freshAppend).to.deep.equal({ status: "fulfilled", value: { ok: true } });
+        expect((await store.messages.getMessage(conversationId + 1n, 1n))?.clientMessageId).to.equal(9n);
       });
     });
 

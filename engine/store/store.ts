@@ -175,6 +175,8 @@ export interface UpdateAppend {
   entries: readonly StreamEntry[];
   handoffs?: readonly WebhookHandoff[];
   createdAt: number;
+  /** The owner's fences of the streams written (one per shard): a stale one throws OwnershipLostError, nothing written. */
+  fences?: readonly Fence[];
 }
 
 /** "ok", or the users whose sn values were taken (their writer's sequence is stale): nothing was written. */
@@ -550,7 +552,7 @@ export interface OpenStreamRecord {
 }
 
 /** What a message write does in the same transaction besides the message itself. */
-export interface MessageWriteOptions {
+export interface MessageWriteOptions extends FencedWrite {
   /** Records the message as the conversation's last (ConversationStore.recordMessage). */
   recordAsLast?: { participants: readonly number[] };
   /** Records the event reporting the write. */
@@ -563,7 +565,7 @@ export interface MessageStore {
   /**
    * Stores a new message. Answers "conflict" when its id is taken (the writer's sequence is
    * stale) and "duplicate" with the stored message when (conversation, sender, clientMessageId)
-   * already exists.
+   * already exists. A stale fence throws OwnershipLostError (nothing written), before either.
    */
   insertMessage(message: MessageRecord, options?: MessageWriteOptions & { opensStream?: boolean }): Promise<{ outcome: "ok" } | { outcome: "conflict" } | { outcome: "duplicate"; existing: MessageRecord }>;
   /** The highest message id of the conversation, 0n when none. */
@@ -572,12 +574,15 @@ export interface MessageStore {
   getMessage(conversationId: bigint, messageId: bigint): Promise<MessageRecord | undefined>;
   /** The message the sender sent with this client id, or undefined. */
   findByClientMessageId(conversationId: bigint, senderId: number, clientMessageId: bigint): Promise<MessageRecord | undefined>;
-  /** Replaces body and edit fields of a stored message; `closesStream` ends its open-stream entry in the same write. */
+  /**
+   * Replaces body and edit fields of a stored message; `closesStream` ends its open-stream entry in
+   * the same write. A stale fence throws OwnershipLostError (nothing written).
+   */
   updateMessage(
     conversationId: bigint,
     messageId: bigint,
     change: Pick<MessageRecord, "body" | "updatedAt" | "edited">,
-    options?: Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean },
+    options?: Pick<MessageWriteOptions, "fanOut" | "fence"> & { closesStream?: boolean },
   ): Promise<void>;
   /**
    * Stream messages still open (inserted with `opensStream`, not yet closed) that started at or
@@ -652,6 +657,67 @@ export interface MediaStore {
   ensureSecret(name: string, candidate: string, now: number): Promise<string>;
 }
 
+/**
+ * Ownership of keys (a conversation, a user's update stream) is a time-limited lease per shard, and
+ * each change of hands gives the shard a new epoch. A writer carries the fence it was given, its
+ * shard and epoch; every fenced write checks it in its own transaction, so a node that lost a
+ * shard (its lease expired and another node took it, or it paused for longer than the lease) can
+ * never write beside the new owner, whatever it still believes. See engine/ownership.ts.
+ */
+export interface Fence {
+  shard: number;
+  epoch: number;
+}
+
+/** A write that the key's owner makes: refused unless `fence` is the shard's current epoch. */
+export interface FencedWrite {
+  fence?: Fence;
+}
+
+/** A fenced write met a newer epoch: another owner took the shard; nothing was written. */
+export class OwnershipLostError extends Error {
+  constructor(readonly fence: Fence) {
+    super(`shard ${fence.shard} has moved past epoch ${fence.epoch}`);
+    this.name = "OwnershipLostError";
+  }
+}
+
+export interface LeaseHolder {
+  /** The node's stable name: a new instance of the same node takes its leases at once (it restarted). */
+  node: string;
+  /** This process instance of the node: unique per start. */
+  instance: string;
+}
+
+export interface LeaseRecord {
+  shard: number;
+  node: string;
+  /** Empty once released. */
+  instance: string;
+  epoch: number;
+  expiresAt: number;
+}
+
+export interface LeaseStore {
+  /**
+   * Takes or extends the shard's lease for `holder` until now + ttlMs, and answers the lease as it
+   * stands after the call (held by someone else when it was not free). The holder's own lease is
+   * extended with its epoch, expired or not (nobody held it since). A lease never taken starts at
+   * epoch 1; one released, expired at `now`, or held by an earlier instance of the same node is
+   * taken with the next epoch. Concurrent calls for one shard leave exactly one holder.
+   */
+  acquire(shard: number, holder: LeaseHolder, now: number, ttlMs: number): Promise<LeaseRecord>;
+  /**
+   * Extends the holder's leases of these shards, each only while it still has that epoch (expired
+   * or not); answers the shards extended. The others were lost.
+   */
+  renew(holder: LeaseHolder, fences: readonly Fence[], now: number, ttlMs: number): Promise<number[]>;
+  /** Gives the leases up (each only while the holder has that epoch): the next acquirer takes them at once, with a new epoch. */
+  release(holder: LeaseHolder, fences: readonly Fence[]): Promise<void>;
+  /** The shard's lease, or undefined when it was never taken. */
+  getLease(shard: number): Promise<LeaseRecord | undefined>;
+}
+
 /** Everything the engine persists, behind one handle chosen at start-up. */
 export interface Store {
   users: UserStore;
@@ -667,5 +733,7 @@ export interface Store {
   /** Events recorded with the changes they report, until delivered (see FanOutRecord, SystemMessageRecord). */
   outbox: OutboxStore;
   media: MediaStore;
+  /** Who owns which shard of keys, and since which epoch (see Fence). */
+  leases: LeaseStore;
   close(): Promise<void>;
 }

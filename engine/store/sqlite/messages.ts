@@ -1,6 +1,7 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
+import type { FenceCheck } from "./leases.js";
 import type { OutboxWriter, Recorder } from "./outbox.js";
 
 interface MessageRow {
@@ -33,7 +34,7 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, outbox: OutboxWriter, record: Recorder): MessageStore {
+export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, outbox: OutboxWriter, record: Recorder, requireFence: FenceCheck): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -56,6 +57,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
     if (options?.postsSystemMessage !== undefined) outbox.systemMessagePosted(options.postsSystemMessage);
   };
   const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
+    requireFence(options?.fence);
     insert.run(
       m.conversationId,
       m.messageId,
@@ -72,7 +74,13 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
     alongside(m.conversationId, m.messageId, m.createdAt, options);
   });
   const updateWithStream = db.transaction(
-    (conversationId: bigint, messageId: bigint, change: Pick<MessageRecord, "body" | "updatedAt" | "edited">, options: (Pick<MessageWriteOptions, "fanOut"> & { closesStream?: boolean }) | undefined) => {
+    (
+      conversationId: bigint,
+      messageId: bigint,
+      change: Pick<MessageRecord, "body" | "updatedAt" | "edited">,
+      options: (Pick<MessageWriteOptions, "fanOut" | "fence"> & { closesStream?: boolean }) | undefined,
+    ) => {
+      requireFence(options?.fence);
       update.run(Buffer.from(change.body), change.updatedAt, change.edited ? 1 : 0, conversationId, messageId);
       if (options?.closesStream) closeStream.run(conversationId, messageId);
       alongside(conversationId, messageId, change.updatedAt ?? 0, options);

@@ -355,6 +355,21 @@ export const migrations: readonly Migration[] = [
     `,
     run: (db) => rewriteColumn(db, "update_events", ["event_id"], "entry", withoutSn),
   },
+  {
+    version: 11,
+    // Ownership of conversations and update streams: one lease per shard of keys, whose epoch
+    // every owner's write is checked against (engine/ownership.ts). A released lease keeps its
+    // epoch with an empty instance. (IF NOT EXISTS: a test rewinds user_version to replay 9.)
+    up: `
+      CREATE TABLE IF NOT EXISTS leases (
+        shard INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        instance TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      );
+    `,
+  },
 ];
 
 /**

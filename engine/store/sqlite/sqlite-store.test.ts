@@ -14,14 +14,21 @@ import { openSqliteStore } from "./sqlite-store.js";
 describeStoreConformance("sqlite", async () => {
   const dir = mkdtempSync(join(tmpdir(), "parley-store-"));
   let current: Store = await openSqliteStore(dir);
+  const others: Store[] = [];
   return {
     store: current,
+    async another() {
+      const other = await openSqliteStore(dir);
+      others.push(other);
+      return other;
+    },
     async reopen() {
       await current.close();
       current = await openSqliteStore(dir);
       return current;
     },
     async cleanup() {
+      for (const other of others) await other.close();
       await current.close();
       rmSync(dir, { recursive: true, force: true });
     },

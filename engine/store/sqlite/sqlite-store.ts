@@ -7,6 +7,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import type {
+  Fence,
   NewUser,
   ProfileChange,
   PushTokenRecord,
@@ -18,6 +19,7 @@ import type {
   UserStore,
 } from "../store.js";
 import { agentStore } from "./agents.js";
+import { fenceCheck, leaseStore, type FenceCheck } from "./leases.js";
 import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
@@ -323,6 +325,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const record = recorder(db, outboxWrites);
   const users = userStore(db, record);
   const outbox = outboxStore(db);
+  const requireFence = fenceCheck(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
@@ -330,12 +333,13 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     groups: groupStore(db, record),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
-    messages: messageStore(db, recordAsLast, outboxWrites, record),
+    messages: messageStore(db, recordAsLast, outboxWrites, record, requireFence),
     outbox,
     media: mediaStore(db),
     sessions: sessionStore(db),
     pushTokens: pushTokenStore(db),
-    updates: updateLogStore(db, agentDelivery),
+    updates: updateLogStore(db, agentDelivery, requireFence),
+    leases: leaseStore(db),
     async close() {
       if (!db.open) return;
       outbox.close();

@@ -4,6 +4,7 @@
 // index on the event id is needed (a repeat delivery's check scans one user's entries instead).
 import type Database from "better-sqlite3";
 import type { AppendOutcome, UpdateAppend, UpdateLogStore } from "../store.js";
+import type { FenceCheck } from "./leases.js";
 import type { AgentDeliveryWriters } from "./webhook-jobs.js";
 
 /** Thrown inside the append's transaction to roll it back when an sn was taken. */
@@ -13,7 +14,7 @@ class SnTaken extends Error {
   }
 }
 
-export function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters): UpdateLogStore {
+export function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters, requireFence: FenceCheck): UpdateLogStore {
   const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
   // A correlated MAX per user uses the key's last entry; MAX ... GROUP BY would walk every row.
   const latestOf = db.prepare<[string], { user_id: number; sn: number | null }>(
@@ -42,6 +43,7 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
   const prune = db.prepare("DELETE FROM updates WHERE user_id = ? AND sn <= ?");
 
   const appendAll = db.transaction((write: UpdateAppend) => {
+    for (const fence of write.fences ?? []) requireFence(fence);
     const held = new Map<bigint, number>();
     for (const entry of write.entries) held.set(entry.eventId, (held.get(entry.eventId) ?? 0) + 1);
     for (const event of write.events) {

@@ -1,0 +1,82 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import { Errors, parleyErrorParts } from "../shared/errors.js";
+import { AdjustableClock } from "./clock.js";
+import { Ownership, OwnershipPolicy, conversationKey, shardOf, userStreamKey } from "./ownership.js";
+import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
+import type { Store } from "./store/store.js";
+
+describe("Ownership", () => {
+  let dir: string;
+  let store: Store;
+  let clock: AdjustableClock;
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), "parley-ownership-"));
+    store = await openSqliteStore(dir);
+    clock = new AdjustableClock();
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const refusal = async (promise: Promise<unknown>) => {
+    let caught: unknown;
+    await promise.catch((err: unknown) => (caught = err));
+    return parleyErrorParts(caught);
+  };
+
+  it("hashes keys into fixed shards, the same in every process", () => {
+    expect(shardOf("c:42")).to.equal(shardOf("c:42"));
+    // FNV-1a of the key: pinned, since a key's shard must never change between versions.
+    expect(shardOf("a", 2 ** 31)).to.equal(0xe40c292c % 2 ** 31);
+    expect(shardOf("c:1")).to.equal(0xc1f77cab % OwnershipPolicy.shards);
+    const shards = new Set(Array.from({ length: 5000 }, (_, i) => shardOf(i % 2 ? conversationKey(BigInt(i)) : userStreamKey(i))));
+    expect(Math.min(...shards)).to.be.at.least(0);
+    expect(Math.max(...shards)).to.be.below(OwnershipPolicy.shards);
+    expect(shards.size).to.be.above(900);
+  });
+
+  it("takes a shard once and hands the same fence out while trusted; another node gets UNAVAILABLE", async () => {
+    const a = new Ownership(store.leases, clock, "a");
+    const b = new Ownership(store.leases, clock, "b");
+    const [first, second] = await Promise.all([a.fence("c:1"), a.fence("c:1")]);
+    expect(second).to.equal(first);
+    expect(first.epoch).to.equal(1);
+    const refused = await refusal(b.fence("c:1"));
+    expect(refused?.entry).to.equal(Errors.unavailable);
+    expect(refused?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
+    // Past its trust, the holder renews its own lease with the same epoch (nobody held it since).
+    clock.advance(OwnershipPolicy.leaseMs * 10);
+    expect(await a.fence("c:1")).to.deep.equal(first);
+  });
+
+  it("a lease lost to another node (renewal, a refused write) is forgotten and its listeners told", async () => {
+    const a = new Ownership(store.leases, clock, "a");
+    const lost: number[] = [];
+    a.onLost((shard) => lost.push(shard));
+    const fence = await a.fence("c:1");
+    const ahead = new AdjustableClock();
+    ahead.advance(2 * OwnershipPolicy.leaseMs);
+    const b = new Ownership(store.leases, ahead, "b");
+    expect((await b.fence("c:1")).epoch).to.equal(fence.epoch + 1);
+    await a.renew();
+    expect(lost).to.deep.equal([fence.shard]);
+    expect(a.holds(fence)).to.equal(false);
+    a.lost(fence);
+    expect(lost).to.have.length(1);
+  });
+
+  it("stopping releases the leases: another node takes them at once with the next epoch; a restarted node takes its own back", async () => {
+    const a = new Ownership(store.leases, clock, "a");
+    const fence = await a.fence("u:7");
+    await a.stop();
+    const b = new Ownership(store.leases, clock, "b");
+    const taken = await b.fence("u:7");
+    expect(taken.epoch).to.equal(fence.epoch + 1);
+    const restartedB = new Ownership(store.leases, clock, "b");
+    expect((await restartedB.fence("u:7")).epoch).to.equal(taken.epoch + 1);
+  });
+});

@@ -1,0 +1,158 @@
+// Ownership of keys: which node may write a conversation (its message ids, its open streams) or a
+// user's update stream (its sn sequence). Moleculer's Shard routing sends a key's calls to one
+// node, but routing alone never guarantees one writer: about half the keys move when a node joins
+// or leaves, a dead node's keys move only after its heartbeat times out, and a paused process
+// wakes up believing what it believed before. So ownership is a lease, and the store checks it.
+//
+// Keys hash into a fixed number of shards; a node holds a time-limited lease per shard it serves
+// (LeaseStore), renewed in the background. Each change of hands gives the shard the next epoch.
+// Every write of an owned key carries the fence {shard, epoch} the node was given, and the store
+// refuses it, in the write's own transaction, when the shard's epoch moved on (OwnershipLostError).
+// The node then forgets the shard (listeners drop what they hold of its keys: cached checks,
+// sequence positions, live streams) and the caller gets a retryable UNAVAILABLE; the next call
+// reaches whichever node holds the lease, which rebuilds what it needs from the store.
+//
+// A node trusts its lease until a safety margin before it expires by its own clock; a node whose
+// clock runs late or that paused may still write after that, and the fence is what stops it. A
+// node that restarts (same node name, new instance) takes its leases back at once, with a new
+// epoch; stopping releases them, so another node takes them at once.
+import { randomBytes } from "node:crypto";
+import { Errors, ParleyError } from "../shared/errors.js";
+import type { Clock } from "./clock.js";
+import type { Fence, LeaseHolder, LeaseStore } from "./store/store.js";
+
+export const OwnershipPolicy = {
+  /**
+   * Fixed for the life of a deployment (a key's shard must never change): 1024 spreads keys evenly
+   * over tens of nodes and keeps the leases one node renews small enough for one write.
+   */
+  shards: 1024,
+  /** How long a lease lasts unless renewed: how long keys of a dead node wait for a new owner. */
+  leaseMs: 30_000,
+  /** Renewal period: two renewals may fail before the lease is in doubt. */
+  renewEveryMs: 10_000,
+  /** A lease is trusted only until this long before it expires (clock drift, a slow renewal). */
+  safetyMarginMs: 5_000,
+} as const;
+
+export const conversationKey = (conversationId: bigint) => `c:${conversationId}`;
+export const userStreamKey = (userId: number) => `u:${userId}`;
+
+/** The key's shard: FNV-1a (32 bits) of the key, modulo the shard count; stable across processes and versions. */
+export function shardOf(key: string, shards: number = OwnershipPolicy.shards): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    hash ^= key.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash % shards;
+}
+
+interface HeldLease {
+  fence: Fence;
+  /** This node's clock time until which it writes under the lease without renewing it first. */
+  trustedUntil: number;
+}
+
+export class Ownership {
+  readonly holder: LeaseHolder;
+  private readonly held = new Map<number, HeldLease>();
+  private readonly acquiring = new Map<number, Promise<Fence>>();
+  private readonly lostListeners: ((shard: number) => void)[] = [];
+  private renewal: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly leases: LeaseStore,
+    private readonly clock: Clock,
+    node: string,
+    private readonly policy: typeof OwnershipPolicy = OwnershipPolicy,
+  ) {
+    this.holder = { node, instance: `${node}/${randomBytes(6).toString("base64url")}` };
+  }
+
+  shardOf(key: string): number {
+    return shardOf(key, this.policy.shards);
+  }
+
+  /**
+   * The fence to write the key with: the lease this node holds on its shard, taken (or renewed)
+   * first when it is not trusted any more. UNAVAILABLE when another node holds it.
+   */
+  fence(key: string): Promise<Fence> {
+    const shard = this.shardOf(key);
+    const held = this.held.get(shard);
+    if (held && this.clock.now() < held.trustedUntil) return Promise.resolve(held.fence);
+    let pending = this.acquiring.get(shard);
+    if (!pending) {
+      pending = this.take(shard).finally(() => this.acquiring.delete(shard));
+      this.acquiring.set(shard, pending);
+    }
+    return pending;
+  }
+
+  /** Whether the fence is the one this node holds now (it may still be refused by the store: see Fence). */
+  holds(fence: Fence): boolean {
+    return this.held.get(fence.shard)?.fence.epoch === fence.epoch;
+  }
+
+  private async take(shard: number): Promise<Fence> {
+    const now = this.clock.now();
+    const lease = await this.leases.acquire(shard, this.holder, now, this.policy.leaseMs);
+    const before = this.held.get(shard);
+    if (lease.instance !== this.holder.instance) {
+      if (before) this.forget(shard);
+      throw new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_ELSEWHERE", shard: String(shard) }, "another node owns this now; try again");
+    }
+    if (before && before.fence.epoch !== lease.epoch) this.forget(shard);
+    const current = this.held.get(shard);
+    const fence = current?.fence.epoch === lease.epoch ? current.fence : { shard, epoch: lease.epoch };
+    this.held.set(shard, { fence, trustedUntil: now + this.policy.leaseMs - this.policy.safetyMarginMs });
+    return fence;
+  }
+
+  /** Calls `listener` with every shard this node stops owning, before anything else is written under it. */
+  onLost(listener: (shard: number) => void): void {
+    this.lostListeners.push(listener);
+  }
+
+  /** A write under the fence was refused (OwnershipLostError): the shard moved on. */
+  lost(fence: Fence): void {
+    if (this.holds(fence)) this.forget(fence.shard);
+  }
+
+  private forget(shard: number): void {
+    this.held.delete(shard);
+    for (const listener of this.lostListeners) listener(shard);
+  }
+
+  /** Extends every lease held, in one write; those the store no longer grants are forgotten. */
+  async renew(): Promise<void> {
+    const fences = [...this.held.values()].map((held) => held.fence);
+    if (fences.length === 0) return;
+    const now = this.clock.now();
+    const renewed = new Set(await this.leases.renew(this.holder, fences, now, this.policy.leaseMs));
+    for (const fence of fences) {
+      const held = this.held.get(fence.shard);
+      if (held?.fence !== fence) continue;
+      if (renewed.has(fence.shard)) held.trustedUntil = now + this.policy.leaseMs - this.policy.safetyMarginMs;
+      else this.forget(fence.shard);
+    }
+  }
+
+  /** Starts renewing in the background. */
+  start(onError: (err: unknown) => void): void {
+    this.renewal = setInterval(() => this.renew().catch(onError), this.policy.renewEveryMs);
+    this.renewal.unref();
+  }
+
+  /**
+   * Stops renewing and releases every lease, so other nodes take the keys at once. Called once the
+   * services stopped: nothing is served any more, so listeners are not told.
+   */
+  async stop(): Promise<void> {
+    clearInterval(this.renewal);
+    const fences = [...this.held.values()].map((held) => held.fence);
+    this.held.clear();
+    if (fences.length > 0) await this.leases.release(this.holder, fences);
+  }
+}
