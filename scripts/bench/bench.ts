@@ -137,7 +137,6 @@ async function main(): Promise<number> {
     parley,
     echo,
     router,
-    gatewaySockets,
     relaySockets,
     serverPids: server.pids,
     relayPid: relay.pid!,

@@ -57,7 +57,7 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
       if (!f) continue;
       const every = row === "group" ? latency(f.messageP99Ms) : "";
       lines.push(
-        `| ${fanOutNames[row]} | ${count(f.rate)}/s / ${count(f.sentRate)}/s | ${latency(f.p50Ms)} / ${latency(f.p99Ms)} | ${every} | ${targets[row].p99} | ${ms(f.openCpuPerOpMs)} | ${count(f.late)} (max ${latency(f.maxLateMs)}) | ${count(f.openFailed)} | ${pct(f.openClientCpuPct)} |`,
+        `| ${fanOutNames[row]} | ${count(f.rate)}/s / ${count(f.sentRate)}/s | ${latency(f.p50Ms)} / ${latency(f.p99Ms)} | ${every} | ${targets[row].p99} | ${ms(f.openCpuPerOpMs)} | ${count(f.late)}${known(f.late) && f.late > 0 ? ` (max ${latency(f.maxLateMs)})` : ""} | ${count(f.openFailed)} | ${pct(f.openClientCpuPct)} |`,
       );
     }
     lines.push("");

@@ -19,8 +19,7 @@ export interface BenchContext {
   parley: RpcClient;
   echo: RpcClient;
   router: PushRouter;
-  /** Socket i belongs to fixture.users[i], on the gateway and on the relay. */
-  gatewaySockets: WebSocket[];
+  /** Relay socket i stands for fixture.users[i], as gateway socket i does. */
   relaySockets: WebSocket[];
   serverPids: number[];
   relayPid: number;
@@ -49,7 +48,7 @@ function routes(fixture: Fixture): Record<"private" | "group" | "delta", Route> 
   const { pairs, group, streams } = fixture;
   return {
     private: { fanOut: 2, sender: (lane) => pairs[lane % pairs.length].a, recipients: (lane) => [pairs[lane % pairs.length].a, pairs[lane % pairs.length].b], distinctLanes: pairs.length },
-    group: { fanOut: group.members.length, sender: (lane) => group.members[lane % group.members.length], recipients: () => group.members, distinctLanes: 1 },
+    group: { fanOut: group.members.length, sender: (lane) => group.members[lane % group.members.length], recipients: () => group.members, distinctLanes: group.members.length },
     // The agent streaming has no socket; on the relay the owner's friend's socket stands in as the sender.
     delta: { fanOut: 1, sender: () => -1, recipients: (lane) => [streams[lane % streams.length].owner], distinctLanes: streams.length },
   };
@@ -59,19 +58,12 @@ function parleyWorkload(row: "private" | "group" | "delta", context: BenchContex
   const { fixture, parley } = context;
   const headers: Headers[] = fixture.users.map((u) => protoHeaders(u.accessToken));
   const base = { fanOut: route.fanOut, echoSocket: (lane: number) => route.sender(lane) };
-  if (row === "private") {
-    const { pairs } = fixture;
+  if (row !== "delta") {
+    const { pairs, group } = fixture;
+    const conversation = row === "private" ? (lane: number) => pairs[lane % pairs.length].conversationId : () => group.conversationId;
     return {
       ...base,
-      prepare: (id, lane) => sendMessageBody(pairs[lane % pairs.length].conversationId, marker(id)),
-      post: (lane, body) => parley.post(paths.sendMessage, headers[pairs[lane % pairs.length].a], body),
-    };
-  }
-  if (row === "group") {
-    const { group } = fixture;
-    return {
-      ...base,
-      prepare: (id) => sendMessageBody(group.conversationId, marker(id)),
+      prepare: (id, lane) => sendMessageBody(conversation(lane), marker(id)),
       post: (lane, body) => parley.post(paths.sendMessage, headers[route.sender(lane)], body),
     };
   }
@@ -149,10 +141,9 @@ async function measureFanOut(row: "private" | "group" | "delta", context: BenchC
     late: open.late,
     maxLateMs: open.maxLateMs,
     openFailed: open.tracker.errors + open.tracker.lost,
-    maxInFlight: open.tracker.maxInFlight,
     openClientCpuPct: cpuPercent(open.window),
   });
-  log(`${row}: open loop at ${rate}/s, p50 ${figures.p50Ms.toFixed(2)} ms, p99 ${figures.p99Ms.toFixed(2)} ms, ${open.late} late sends`);
+  log(`${row}: open loop at ${rate}/s, p50 ${figures.p50Ms.toFixed(2)} ms, p99 ${figures.p99Ms.toFixed(2)} ms, ${open.late} late sends, at most ${open.tracker.maxInFlight} in flight`);
   return figures;
 }
 

@@ -7,7 +7,7 @@ import WebSocket from "ws";
 import { ClientFrameSchema, ClientFrameType, ServerFrameSchema } from "../../shared/gen/api/v1/gateway_pb.js";
 import { PushStreamDeltaRequestSchema, SendMessageRequestSchema } from "../../shared/gen/api/v1/message_pb.js";
 import { MessageType } from "../../shared/gen/shared/v1/message_pb.js";
-import { markerIdAt, markerOffset, type Tracker } from "./load.js";
+import { markerIdAt, markerOffset, type PushSink, type Tracker } from "./load.js";
 
 export const paths = {
   sendMessage: "/api.v1.MessageService/SendMessage",
@@ -22,8 +22,11 @@ export const protoHeaders = (token: string): Headers => ({
   authorization: `Bearer ${token}`,
 });
 
-/** Failed requests, a few printed, so a broken run is visible rather than just fast. */
-const failures = { count: 0, printed: 0 };
+/** Failed requests: the first few are printed, so a broken run is visible rather than just fast. */
+let failuresPrinted = 0;
+function reportFailure(text: string): void {
+  if (failuresPrinted++ < 5) console.error(`bench: ${text}`);
+}
 
 export class RpcClient {
   private readonly pool: Pool;
@@ -31,17 +34,37 @@ export class RpcClient {
     this.pool = new Pool(baseUrl, { connections, pipelining: 1 });
   }
 
-  /** Posts a unary call; resolves whether it answered 200. */
-  async post(path: string, headers: Headers, body: Uint8Array): Promise<boolean> {
-    const response = await this.pool.request({ method: "POST", path, headers, body });
-    if (response.statusCode === 200) {
-      await response.body.dump();
-      return true;
-    }
-    const text = await response.body.text();
-    failures.count += 1;
-    if (failures.printed++ < 5) console.error(`bench: ${path} answered ${response.statusCode}: ${text.slice(0, 300)}`);
-    return false;
+  /**
+   * Posts a unary call; resolves whether it answered 200. Uses undici's handler interface rather
+   * than `request()`, which would build a body stream per response: the client stays cheaper.
+   */
+  post(path: string, headers: Headers, body: Uint8Array): Promise<boolean> {
+    return new Promise((resolve) => {
+      let status = 0;
+      let errorText = "";
+      this.pool.dispatch(
+        { method: "POST", path, headers, body },
+        {
+          onConnect: () => undefined,
+          onHeaders: (statusCode) => {
+            status = statusCode;
+            return true;
+          },
+          onData: (chunk) => {
+            if (status !== 200) errorText += chunk.toString();
+            return true;
+          },
+          onComplete: () => {
+            if (status !== 200) reportFailure(`${path} answered ${status}: ${errorText.slice(0, 300)}`);
+            resolve(status === 200);
+          },
+          onError: (err) => {
+            reportFailure(`${path} failed: ${err.message}`);
+            resolve(false);
+          },
+        },
+      );
+    });
   }
 
   close(): Promise<void> {
@@ -65,7 +88,7 @@ export function streamDeltaBody(conversationId: bigint, messageId: bigint, seq: 
 const pingFrame = toBinary(ClientFrameSchema, create(ClientFrameSchema, { requestId: 2n, type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } }));
 
 /** Routes every push received on the benchmark's sockets to the phase's tracker. */
-export class PushRouter {
+export class PushRouter implements PushSink {
   tracker: Tracker | undefined;
   receive(data: Buffer, socket: number): void {
     const tracker = this.tracker;
