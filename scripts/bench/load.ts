@@ -39,7 +39,7 @@ interface Operation {
   echoSocket: number;
   measured: boolean;
   lastArrival: number;
-  done: () => void;
+  done: (ok: boolean) => void;
 }
 
 /**
@@ -69,8 +69,8 @@ export class Tracker {
     return ++lastOperationId;
   }
 
-  /** Registers an operation just sent; resolves once it is answered and all its pushes arrived (or were given up). */
-  begin(id: number, echoSocket: number, sentAt: number): Promise<void> {
+  /** Registers an operation just sent; resolves once it is answered and all its pushes arrived (true) or it failed or was given up (false). */
+  begin(id: number, echoSocket: number, sentAt: number): Promise<boolean> {
     return new Promise((done) => {
       this.inFlight.set(id, { sentAt, pending: this.fanOut, answered: false, echoSocket, measured: this.measuring, lastArrival: sentAt, done });
       if (this.inFlight.size > this.maxInFlight) this.maxInFlight = this.inFlight.size;
@@ -83,8 +83,8 @@ export class Tracker {
     op.answered = true;
     if (!ok) {
       this.errors += 1;
-      this.finish(id, op, false);
-    } else if (op.pending <= 0) this.finish(id, op, true);
+      this.finish(id, op, "refused");
+    } else if (op.pending <= 0) this.finish(id, op, "done");
   }
 
   /** A push carrying `id` reached socket `socket`. */
@@ -102,22 +102,22 @@ export class Tracker {
         if (at > op.lastArrival) op.lastArrival = at;
       }
     }
-    if (op.pending <= 0 && op.answered) this.finish(id, op, true);
+    if (op.pending <= 0 && op.answered) this.finish(id, op, "done");
   }
 
-  private finish(id: number, op: Operation, ok: boolean): void {
+  private finish(id: number, op: Operation, outcome: "done" | "refused" | "given up"): void {
     this.inFlight.delete(id);
-    if (ok && this.measuring) this.completed += 1;
+    if (outcome === "done" && this.measuring) this.completed += 1;
     if (op.measured) {
-      if (!ok) this.lost += Math.max(op.pending, 0);
-      else if (this.fanOut > 0) this.messageLatencies.push(op.lastArrival - op.sentAt);
+      if (outcome === "given up") this.lost += Math.max(op.pending, 0);
+      else if (outcome === "done" && this.fanOut > 0) this.messageLatencies.push(op.lastArrival - op.sentAt);
     }
-    op.done();
+    op.done(outcome === "done");
   }
 
   /** Gives up on operations sent more than `ageMs` ago: their missing pushes count as lost. */
   expire(ageMs: number, now = performance.now()): void {
-    for (const [id, op] of this.inFlight) if (now - op.sentAt > ageMs) this.finish(id, op, false);
+    for (const [id, op] of this.inFlight) if (now - op.sentAt > ageMs) this.finish(id, op, "given up");
   }
 
   get pending(): number {
@@ -195,7 +195,8 @@ export async function closedLoop(workload: Workload, concurrency: number, timing
       const body = workload.prepare(id, lane);
       const done = tracker.begin(id, workload.echoSocket(lane), performance.now());
       workload.post(lane, body).then((ok) => tracker.answer(id, ok), () => tracker.answer(id, false));
-      await done;
+      // A lane whose requests fail at once would otherwise run on microtasks alone and starve the timers.
+      if (!(await done)) await new Promise((r) => setImmediate(r));
     }
   });
   const sweeper = setInterval(() => tracker.expire(giveUpMs), 1000);
@@ -233,7 +234,7 @@ export async function openLoop(workload: Workload, rate: number, timing: Timing,
   let maxLateMs = 0;
   let start: Snapshot | undefined;
   let end: Snapshot | undefined;
-  const outstanding: Promise<void>[] = [];
+  const outstanding: Promise<boolean>[] = [];
   const began = performance.now();
   await new Promise<void>((finished) => {
     let next = 0;
