@@ -99,7 +99,10 @@ async function startServer(): Promise<{ url: string; codesFile: string; pids: nu
   const server = await startNode(["--expose-gc", ...profile], ["scripts/bench/server.ts"], env);
   children.push(server);
   const url = `http://127.0.0.1:${port}`;
-  await waitHealthy(url);
+  // A server that refuses to start (a socket driver it cannot load, say) ends the run at once.
+  const exited = new Promise<never>((_, reject) => server.once("exit", (code) => reject(new Error(`the server exited with ${code} before it was healthy`))));
+  await Promise.race([waitHealthy(url), exited]);
+  exited.catch(() => undefined);
   return { url, codesFile, pids: [server.pid!], collectGarbage: () => server.kill("SIGUSR2") };
 }
 
