@@ -1,0 +1,201 @@
+// `npm run bench -- [options]`: the issue-10 benchmark. Starts Parley in its own process (or uses
+// one already running), a bare `ws` relay and a node:http JSON echo, signs in users, connects one
+// socket per user to the gateway and to the relay, then measures each row in rounds and prints the
+// medians as markdown tables. What each figure means: README, section "Benchmark".
+import { type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import type WebSocket from "ws";
+import { freePort, generousAbuseLimits } from "../../test/support/harness.js";
+import { buildFixture } from "./fixture.js";
+import { startNode, stop, waitHealthy } from "./processes.js";
+import { report } from "./report.js";
+import { measureRow, medians, rowNames, type BenchContext, type Figures, type RowName } from "./rows.js";
+import { closeAll, keepAlive, openGatewaySocket, openRelaySocket, PushRouter, RpcClient } from "./wire.js";
+
+const usage = `npm run bench -- [options]
+  --rows private,group,delta,rpc,rss   rows to measure (default: all)
+  --runs 3                   rounds; every figure is the median of its rounds
+  --concurrency 32           operations in flight in the closed loops
+  --closed-warmup 1 --closed-seconds 5     closed loop: warm-up, then measured seconds
+  --warmup 2 --seconds 10                  open loop: warm-up, then measured seconds
+  --private-rate 1000 --group-rate 50 --delta-rate 1000   open-loop rates (operations/s)
+  --pairs 50 --group-size 200              befriended pairs; members of the group
+  --idle-sockets 5000        authenticated idle sockets for the memory row
+  --socket-driver ws|uws     SOCKET_DRIVER of the server the benchmark starts
+  --url http://host:port     use a running server instead (needs --codes-file; its abuse
+                             limits must be off); --server-pids 12,34 to read its CPU and RSS
+  --codes-file <path>        the server's CODE_DELIVERY=file: path (with --url)
+  --smoke                    every row for a fraction of a second, small shapes (checks the script)
+  BENCH_PROFILE=<dir>        writes a CPU profile of the server the benchmark starts`;
+
+const { values } = parseArgs({
+  options: {
+    rows: { type: "string", default: rowNames.join(",") },
+    runs: { type: "string" },
+    concurrency: { type: "string" },
+    "closed-warmup": { type: "string" },
+    "closed-seconds": { type: "string" },
+    warmup: { type: "string" },
+    seconds: { type: "string" },
+    "private-rate": { type: "string" },
+    "group-rate": { type: "string" },
+    "delta-rate": { type: "string" },
+    pairs: { type: "string" },
+    "group-size": { type: "string" },
+    "idle-sockets": { type: "string" },
+    "socket-driver": { type: "string" },
+    url: { type: "string" },
+    "server-pids": { type: "string" },
+    "codes-file": { type: "string" },
+    smoke: { type: "boolean", default: false },
+    help: { type: "boolean", default: false },
+  },
+});
+if (values.help) {
+  console.log(usage);
+  process.exit(0);
+}
+
+const smoke = values.smoke;
+/** A numeric option: its value, else the smoke default in smoke mode, else the default. */
+function numberOption(name: keyof typeof values, normal: number, small = normal): number {
+  const given = values[name];
+  if (given === undefined) return smoke ? small : normal;
+  const n = Number(given);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} takes a number, not ${String(given)}`);
+  return n;
+}
+
+const rows = values.rows.split(",").map((r) => r.trim()) as RowName[];
+for (const row of rows) if (!rowNames.includes(row)) throw new Error(`unknown row ${row}; rows are ${rowNames.join(", ")}`);
+const runs = numberOption("runs", 3, 1);
+const concurrency = numberOption("concurrency", 32, 4);
+const closed = { warmupMs: numberOption("closed-warmup", 1, 0.2) * 1000, measureMs: numberOption("closed-seconds", 5, 0.5) * 1000 };
+const open = { warmupMs: numberOption("warmup", 2, 0.2) * 1000, measureMs: numberOption("seconds", 10, 0.5) * 1000 };
+const rates = { private: numberOption("private-rate", 1000, 200), group: numberOption("group-rate", 50, 20), delta: numberOption("delta-rate", 1000, 200) };
+const shape = { pairs: numberOption("pairs", 50, 4), groupSize: numberOption("group-size", 200, 20), streams: rows.includes("delta") ? concurrency : 0 };
+const idleSockets = numberOption("idle-sockets", 5000, 200);
+if (shape.pairs < 1 || shape.groupSize < 2 || concurrency < 1) throw new Error("--pairs, --concurrency need at least 1 and --group-size at least 2");
+if (values.url && !values["codes-file"]) throw new Error("--url needs --codes-file (the server's CODE_DELIVERY=file: path) to sign users in");
+if (values.url && rows.includes("rss") && !values["server-pids"]) throw new Error("the rss row reads the server's memory: with --url, give --server-pids");
+
+const children: ChildProcess[] = [];
+let dataDir: string | undefined;
+
+async function startServer(): Promise<{ url: string; codesFile: string; pids: number[]; collectGarbage?: () => void }> {
+  if (values.url) {
+    const pids = (values["server-pids"] ?? "").split(",").filter(Boolean).map(Number);
+    return { url: values.url.replace(/\/$/, ""), codesFile: values["codes-file"]!, pids };
+  }
+  dataDir = mkdtempSync(join(tmpdir(), "parley-bench-"));
+  const codesFile = join(dataDir, "codes.jsonl");
+  const port = await freePort();
+  const profile = process.env.BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
+  const driver: Record<string, string> = values["socket-driver"] ? { SOCKET_DRIVER: values["socket-driver"] } : {};
+  const env = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver };
+  const server = await startNode(["--expose-gc", ...profile], ["scripts/bench/server.ts"], env);
+  children.push(server);
+  const url = `http://127.0.0.1:${port}`;
+  // A server that refuses to start (a socket driver it cannot load, say) ends the run at once.
+  const exited = new Promise<never>((_, reject) => server.once("exit", (code) => reject(new Error(`the server exited with ${code} before it was healthy`))));
+  await Promise.race([waitHealthy(url), exited]);
+  exited.catch(() => undefined);
+  return { url, codesFile, pids: [server.pid!], collectGarbage: () => server.kill("SIGUSR2") };
+}
+
+async function main(): Promise<number> {
+  const server = await startServer();
+  const relayPort = await freePort();
+  const relay = await startNode([], ["scripts/bench/baseline-servers.ts", "relay", String(relayPort)], {}, "ready");
+  children.push(relay);
+  const echoPort = await freePort();
+  const echoServer = await startNode([], ["scripts/bench/baseline-servers.ts", "echo", String(echoPort)], {}, "ready");
+  children.push(echoServer);
+
+  const setupStarted = performance.now();
+  const fixture = await buildFixture(server, shape);
+  const wsUrl = server.url.replace(/^http/, "ws") + "/ws";
+  const gatewaySockets: WebSocket[] = [];
+  const relaySockets: WebSocket[] = [];
+  const router = new PushRouter();
+  for (const [index, user] of fixture.users.entries()) {
+    const socket = await openGatewaySocket(wsUrl, user.accessToken);
+    socket.on("message", (data: Buffer) => router.receive(data, index));
+    gatewaySockets.push(socket);
+    const relaySocket = await openRelaySocket(`ws://127.0.0.1:${relayPort}`, index);
+    relaySocket.on("message", (data: Buffer) => router.receive(data, index));
+    relaySockets.push(relaySocket);
+  }
+  const stopKeepAlive = keepAlive(gatewaySockets);
+  process.stderr.write(`bench: ${fixture.users.length} users signed in and connected in ${((performance.now() - setupStarted) / 1000).toFixed(1)} s\n`);
+
+  const parley = new RpcClient(server.url, Math.max(concurrency, 256));
+  const echo = new RpcClient(`http://127.0.0.1:${echoPort}`, concurrency);
+  const context: BenchContext = {
+    fixture,
+    wsUrl,
+    parley,
+    echo,
+    router,
+    relaySockets,
+    serverPids: server.pids,
+    relayPid: relay.pid!,
+    echoPid: echoServer.pid!,
+    collectGarbage: server.collectGarbage,
+    concurrency,
+    closed,
+    open,
+    rates,
+    idleSockets,
+  };
+  if (server.pids.length === 0) process.stderr.write("bench: no --server-pids: server CPU figures are unknown (n/a)\n");
+
+  const startedAt = new Date();
+  const clientCpuBefore = process.cpuUsage();
+  const perRow = new Map<RowName, Figures[]>();
+  for (let run = 1; run <= runs; run++) {
+    for (const row of rows) {
+      process.stderr.write(`bench: run ${run}/${runs}, row ${row}\n`);
+      const figures = await measureRow(row, context);
+      perRow.set(row, [...(perRow.get(row) ?? []), figures]);
+    }
+  }
+  const clientCpu = process.cpuUsage(clientCpuBefore);
+  const elapsedS = (Date.now() - startedAt.getTime()) / 1000;
+
+  stopKeepAlive();
+  await closeAll([...gatewaySockets, ...relaySockets]);
+  await Promise.all([parley.close(), echo.close()]);
+
+  const results = Object.fromEntries([...perRow].map(([row, figures]) => [row, medians(figures)]));
+  const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+  const heading = [
+    `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? "started by the benchmark"}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
+    `closed loops ${closed.measureMs / 1000} s after ${closed.warmupMs / 1000} s warm-up, open loops ${open.measureMs / 1000} s after ${open.warmupMs / 1000} s warm-up;`,
+    `${fixture.users.length} users, each with one gateway socket and one relay socket. The load generator shares the machine:`,
+    `it used ${(((clientCpu.user + clientCpu.system) / 1000 / (elapsedS * 1000)) * 100).toFixed(0)} % of one core over the whole run (per phase: column "client CPU").`,
+  ].join("\n");
+  console.log("\n" + report(results, { groupSize: shape.groupSize, concurrency, runs, heading }));
+
+  // In smoke mode the script checks itself: every row must have completed operations without a loss.
+  if (smoke) {
+    const broken = [...perRow].filter(([, all]) => all.some((f) => (f.closedFailed ?? 0) > 0 || (f.openFailed ?? 0) > 0 || f.opsPerSec === 0 || Number.isNaN(f.opsPerSec ?? f.rssPerSocketKb)));
+    if (broken.length) {
+      console.error(`bench --smoke: rows with failed or no operations: ${broken.map(([row]) => row).join(", ")}`);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+let exitCode: number;
+try {
+  exitCode = await main();
+} finally {
+  await Promise.all(children.map(stop));
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+}
+process.exit(exitCode);

@@ -1,0 +1,70 @@
+// The processes a benchmark run starts (the server, the baselines) and what it reads about them
+// from /proc (Linux): CPU time and resident memory.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+
+export const root = resolve(import.meta.dirname, "../..");
+
+const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+
+/** CPU time (user + system) the processes have used so far, in ms; NaN when no process is known. */
+export function processCpuMs(pids: number[]): number {
+  if (pids.length === 0) return NaN;
+  let ticks = 0;
+  for (const pid of pids) {
+    // The command name may hold spaces; the fields after it are fixed. utime and stime are the
+    // 14th and 15th fields of the line, the 12th and 13th after the name.
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return (ticks * 1000) / ticksPerSecond;
+}
+
+/** Resident memory of the processes (VmRSS), in KiB; NaN when no process is known. */
+export function rssKb(pids: number[]): number {
+  if (pids.length === 0) return NaN;
+  let kb = 0;
+  for (const pid of pids) kb += Number(/^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN);
+  return kb;
+}
+
+/** Starts a Node process running a TypeScript entry; resolves once it printed `readyLine` (at once without one). */
+export function startNode(nodeFlags: string[], entry: string[], env: Record<string, string>, readyLine?: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [...nodeFlags, "--import", "tsx", ...entry], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  child.stderr!.on("data", (d: Buffer) => process.stderr.write(d));
+  if (!readyLine) {
+    child.stdout!.resume();
+    return Promise.resolve(child);
+  }
+  return new Promise((resolveReady, reject) => {
+    let seen = "";
+    const onData = (d: Buffer) => {
+      seen += d.toString();
+      if (!seen.includes(readyLine)) return;
+      child.stdout!.off("data", onData);
+      child.stdout!.resume();
+      resolveReady(child);
+    };
+    child.stdout!.on("data", onData);
+    child.once("exit", (code) => reject(new Error(`${entry.join(" ")} exited with ${code}`)));
+  });
+}
+
+export async function waitHealthy(baseUrl: string): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    if (await fetch(baseUrl + "/healthz").then((r) => r.status === 200, () => false)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${baseUrl} did not become healthy`);
+}
+
+/** Stops a child and waits for it to be gone. */
+export async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+  await exited;
+  clearTimeout(timer);
+}

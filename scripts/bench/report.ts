@@ -1,0 +1,75 @@
+// The summary: three markdown tables (cost and throughput, latency at a fixed rate, memory per
+// idle socket), medians of the runs, each figure next to the issue's target for it.
+import type { Figures, RowName } from "./rows.js";
+
+export const targets = {
+  private: { cpu: "≤ 0.35 ms", p99: "≤ 10 ms" },
+  group: { cpu: "≤ 25 µs per recipient", p99: "≤ 50 ms" },
+  delta: { cpu: "≤ 0.15 ms", p99: "≤ 5 ms" },
+  rpc: { cpu: "≤ 0.12 ms" },
+  rss: { memory: "≤ 8 KB" },
+} as const;
+
+const known = (n: number | undefined): n is number => n !== undefined && Number.isFinite(n);
+const ms = (n: number | undefined, digits = 3) => (known(n) ? `${n.toFixed(digits)} ms` : "n/a");
+const us = (n: number | undefined) => (known(n) ? `${n.toFixed(1)} µs` : "n/a");
+const count = (n: number | undefined) => (known(n) ? n.toFixed(0) : "n/a");
+const pct = (n: number | undefined) => (known(n) ? `${n.toFixed(0)} %` : "n/a");
+const latency = (n: number | undefined) => (known(n) ? `${n.toFixed(n < 10 ? 2 : 1)} ms` : "n/a");
+
+export interface ReportShape {
+  groupSize: number;
+  concurrency: number;
+  runs: number;
+  heading: string;
+}
+
+export function report(results: Partial<Record<RowName, Figures>>, shape: ReportShape): string {
+  const lines: string[] = [shape.heading, ""];
+  const { private: p, group: g, delta: d, rpc: r, rss } = results;
+  const fanOutNames = { private: "SendMessage, private", group: `SendMessage, ${shape.groupSize}-member group`, delta: "PushStreamDelta, private stream" } as const;
+
+  if (p || g || d || r) {
+    lines.push(
+      `| operation | server CPU per op | per delivery | relay CPU per delivery (same run) | CPU target | throughput, ${shape.concurrency} in flight | relay throughput | client CPU |`,
+      "|---|---|---|---|---|---|---|---|",
+    );
+    for (const [row, f] of [["private", p], ["group", g], ["delta", d]] as const) {
+      if (!f) continue;
+      lines.push(
+        `| ${fanOutNames[row]} | ${ms(f.cpuPerOpMs)} | ${us(f.cpuPerDeliveryUs)} | ${us(f.relayCpuPerDeliveryUs)} | ${targets[row].cpu} | ${count(f.opsPerSec)} op/s | ${count(f.relayOpsPerSec)} op/s | ${pct(f.clientCpuPct)} |`,
+      );
+    }
+    if (r) {
+      lines.push(
+        `| GetProfile (trivial authenticated RPC) | ${ms(r.cpuPerOpMs)} | | node:http JSON echo: ${ms(r.echoCpuPerOpMs)} per request | ${targets.rpc.cpu} | ${count(r.opsPerSec)} req/s | echo: ${count(r.echoOpsPerSec)} req/s | ${pct(r.clientCpuPct)} |`,
+      );
+    }
+    lines.push("");
+  }
+
+  if (p || g || d) {
+    lines.push(
+      "| at a fixed rate (open loop) | offered / sent | send→push p50 / p99, per delivery | p99 until every recipient has it | p99 target | server CPU per op at this rate | late sends | lost or failed | client CPU |",
+      "|---|---|---|---|---|---|---|---|---|",
+    );
+    for (const [row, f] of [["private", p], ["group", g], ["delta", d]] as const) {
+      if (!f) continue;
+      const every = row === "group" ? latency(f.messageP99Ms) : "";
+      lines.push(
+        `| ${fanOutNames[row]} | ${count(f.rate)}/s / ${count(f.sentRate)}/s | ${latency(f.p50Ms)} / ${latency(f.p99Ms)} | ${every} | ${targets[row].p99} | ${ms(f.openCpuPerOpMs)} | ${count(f.late)}${known(f.late) && f.late > 0 ? ` (max ${latency(f.maxLateMs)})` : ""} | ${count(f.openFailed)} | ${pct(f.openClientCpuPct)} |`,
+      );
+    }
+    lines.push("");
+  }
+
+  if (rss) {
+    lines.push(
+      "| idle authenticated sockets | server RSS before → after | RSS per idle socket | target |",
+      "|---|---|---|---|",
+      `| ${count(rss.idleSockets)} | ${count(rss.rssBeforeMb)} → ${count(rss.rssAfterMb)} MiB | ${known(rss.rssPerSocketKb) ? rss.rssPerSocketKb.toFixed(2) : "n/a"} KiB | ${targets.rss.memory} |`,
+      "",
+    );
+  }
+  return lines.join("\n");
+}

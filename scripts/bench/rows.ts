@@ -1,0 +1,217 @@
+// The benchmark's rows. Each fan-out row runs, in order: Parley in a closed loop, the relay in a
+// closed loop moving the very bytes Parley pushed (a captured push, marker rewritten) to the same
+// number of sockets, then Parley in an open loop at the row's fixed rate.
+import type WebSocket from "ws";
+import type { Fixture } from "./fixture.js";
+import { closedLoop, marker, median, openLoop, percentile, writeMarker, type Timing, type Tracker, type WindowFigures, type Workload } from "./load.js";
+import { rssKb } from "./processes.js";
+import { closeAll, openGatewaySocket, paths, protoHeaders, relayHeader, sendMessageBody, streamDeltaBody, type Headers, type PushRouter, type RpcClient } from "./wire.js";
+
+export type RowName = "private" | "group" | "delta" | "rpc" | "rss";
+export const rowNames: RowName[] = ["private", "group", "delta", "rpc", "rss"];
+
+/** One run's figures of one row, by name; `median` folds several runs. */
+export type Figures = Record<string, number>;
+
+export interface BenchContext {
+  fixture: Fixture;
+  wsUrl: string;
+  parley: RpcClient;
+  echo: RpcClient;
+  router: PushRouter;
+  /** Relay socket i stands for fixture.users[i], as gateway socket i does. */
+  relaySockets: WebSocket[];
+  serverPids: number[];
+  relayPid: number;
+  echoPid: number;
+  /** Asks the server to collect garbage, when it was started by the benchmark. */
+  collectGarbage?: () => void;
+  concurrency: number;
+  closed: Timing;
+  open: Timing;
+  rates: { private: number; group: number; delta: number };
+  idleSockets: number;
+}
+
+/** Who sends and who receives each lane's operations, as socket indices. */
+interface Route {
+  fanOut: number;
+  sender(lane: number): number;
+  recipients(lane: number): number[];
+  /** Lanes beyond this repeat earlier ones (for caching relay headers). */
+  distinctLanes: number;
+}
+
+const log = (text: string) => process.stderr.write(`bench: ${text}\n`);
+
+function routes(fixture: Fixture): Record<"private" | "group" | "delta", Route> {
+  const { pairs, group, streams } = fixture;
+  return {
+    private: { fanOut: 2, sender: (lane) => pairs[lane % pairs.length].a, recipients: (lane) => [pairs[lane % pairs.length].a, pairs[lane % pairs.length].b], distinctLanes: pairs.length },
+    group: { fanOut: group.members.length, sender: (lane) => group.members[lane % group.members.length], recipients: () => group.members, distinctLanes: group.members.length },
+    // The agent streaming has no socket; on the relay the owner's friend's socket stands in as the sender.
+    delta: { fanOut: 1, sender: () => -1, recipients: (lane) => [streams[lane % streams.length].owner], distinctLanes: streams.length },
+  };
+}
+
+function parleyWorkload(row: "private" | "group" | "delta", context: BenchContext, route: Route): Workload {
+  const { fixture, parley } = context;
+  const headers: Headers[] = fixture.users.map((u) => protoHeaders(u.accessToken));
+  const base = { fanOut: route.fanOut, echoSocket: (lane: number) => route.sender(lane) };
+  if (row !== "delta") {
+    const { pairs, group } = fixture;
+    const conversation = row === "private" ? (lane: number) => pairs[lane % pairs.length].conversationId : () => group.conversationId;
+    return {
+      ...base,
+      prepare: (id, lane) => sendMessageBody(conversation(lane), marker(id)),
+      post: (lane, body) => parley.post(paths.sendMessage, headers[route.sender(lane)], body),
+    };
+  }
+  const { streams } = fixture;
+  const agentHeaders = streams.map((s) => protoHeaders(s.agentToken));
+  return {
+    ...base,
+    // The seq is taken when the body is made, in lane order, which is the order of sending.
+    prepare: (id, lane) => {
+      const stream = streams[lane % streams.length];
+      return streamDeltaBody(stream.conversationId, stream.messageId, ++stream.seq, `${marker(id)} `);
+    },
+    post: (lane, body) => parley.post(paths.pushStreamDelta, agentHeaders[lane % streams.length], body),
+  };
+}
+
+function relayWorkload(context: BenchContext, route: Route, sample: NonNullable<Tracker["sample"]>): Workload {
+  const headers = Array.from({ length: route.distinctLanes }, (_, lane) => relayHeader(route.recipients(lane)));
+  const senders = Array.from({ length: route.distinctLanes }, (_, lane) => {
+    const sender = route.sender(lane);
+    return context.relaySockets[sender >= 0 ? sender : route.recipients(lane)[0] ^ 1];
+  });
+  const { frame, markerAt } = sample;
+  return {
+    fanOut: route.fanOut,
+    echoSocket: (lane) => route.sender(lane),
+    prepare: (id, lane) => {
+      const header = headers[lane % route.distinctLanes];
+      const bytes = Buffer.allocUnsafe(header.length + frame.length);
+      header.copy(bytes, 0);
+      frame.copy(bytes, header.length);
+      writeMarker(bytes, header.length + markerAt, id);
+      return bytes;
+    },
+    post: (lane, body) => {
+      senders[lane % route.distinctLanes].send(body);
+      return Promise.resolve(true);
+    },
+  };
+}
+
+const perSecond = (w: WindowFigures) => w.operations / w.seconds;
+const cpuPercent = (w: WindowFigures) => (w.clientCpuMs / (w.seconds * 1000)) * 100;
+
+async function measureFanOut(row: "private" | "group" | "delta", context: BenchContext): Promise<Figures> {
+  const route = routes(context.fixture)[row];
+  const parleyClosed = await closedLoop(parleyWorkload(row, context, route), context.concurrency, context.closed, context.serverPids, context.router);
+  const figures: Figures = {
+    opsPerSec: perSecond(parleyClosed.window),
+    cpuPerOpMs: parleyClosed.window.serverCpuMs / parleyClosed.window.operations,
+    cpuPerDeliveryUs: (parleyClosed.window.serverCpuMs * 1000) / parleyClosed.window.deliveries,
+    clientCpuPct: cpuPercent(parleyClosed.window),
+    closedFailed: parleyClosed.tracker.errors + parleyClosed.tracker.lost,
+  };
+  log(`${row}: closed loop ${figures.opsPerSec.toFixed(0)} op/s, ${figures.cpuPerOpMs.toFixed(3)} ms server CPU/op`);
+
+  const sample = parleyClosed.tracker.sample;
+  if (sample) {
+    const relay = await closedLoop(relayWorkload(context, route, sample), context.concurrency, context.closed, [context.relayPid], context.router);
+    figures.relayOpsPerSec = perSecond(relay.window);
+    figures.relayCpuPerDeliveryUs = (relay.window.serverCpuMs * 1000) / relay.window.deliveries;
+    figures.relayClientCpuPct = cpuPercent(relay.window);
+    log(`${row}: relay ${figures.relayOpsPerSec.toFixed(0)} op/s, ${figures.relayCpuPerDeliveryUs.toFixed(1)} µs relay CPU/delivery`);
+  } else log(`${row}: no push arrived, so the relay has no frame to move`);
+
+  const rate = context.rates[row];
+  const open = await openLoop(parleyWorkload(row, context, route), rate, context.open, context.serverPids, context.router);
+  Object.assign(figures, {
+    rate,
+    sentRate: open.sentRate,
+    p50Ms: percentile(open.tracker.deliveryLatencies, 50),
+    p99Ms: percentile(open.tracker.deliveryLatencies, 99),
+    messageP99Ms: percentile(open.tracker.messageLatencies, 99),
+    openCpuPerOpMs: open.window.serverCpuMs / open.window.operations,
+    late: open.late,
+    maxLateMs: open.maxLateMs,
+    openFailed: open.tracker.errors + open.tracker.lost,
+    openClientCpuPct: cpuPercent(open.window),
+  });
+  log(`${row}: open loop at ${rate}/s, p50 ${figures.p50Ms.toFixed(2)} ms, p99 ${figures.p99Ms.toFixed(2)} ms, ${open.late} late sends, at most ${open.tracker.maxInFlight} in flight`);
+  return figures;
+}
+
+async function measureRpc(context: BenchContext): Promise<Figures> {
+  const { fixture, parley, echo } = context;
+  const headers = fixture.users.map((u) => protoHeaders(u.accessToken));
+  const empty = new Uint8Array(0);
+  const parleyRun = await closedLoop(
+    { fanOut: 0, echoSocket: () => -1, prepare: () => empty, post: (lane, body) => parley.post(paths.getProfile, headers[lane % headers.length], body) },
+    context.concurrency,
+    context.closed,
+    context.serverPids,
+    context.router,
+  );
+  const echoBody = Buffer.from("{}");
+  const echoHeaders = { "content-type": "application/json" };
+  const echoRun = await closedLoop({ fanOut: 0, echoSocket: () => -1, prepare: () => echoBody, post: (_lane, body) => echo.post("/echo", echoHeaders, body) }, context.concurrency, context.closed, [context.echoPid], context.router);
+  const figures: Figures = {
+    opsPerSec: perSecond(parleyRun.window),
+    cpuPerOpMs: parleyRun.window.serverCpuMs / parleyRun.window.operations,
+    clientCpuPct: cpuPercent(parleyRun.window),
+    closedFailed: parleyRun.tracker.errors,
+    echoOpsPerSec: perSecond(echoRun.window),
+    echoCpuPerOpMs: echoRun.window.serverCpuMs / echoRun.window.operations,
+  };
+  log(`rpc: GetProfile ${figures.opsPerSec.toFixed(0)} req/s, ${figures.cpuPerOpMs.toFixed(3)} ms server CPU/req; echo ${figures.echoCpuPerOpMs.toFixed(3)} ms/req`);
+  return figures;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The server's RSS once garbage is collected (when it can be asked) or the lowest of a few readings. */
+async function settledRssKb(context: BenchContext): Promise<number> {
+  const readings: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    context.collectGarbage?.();
+    await sleep(750);
+    readings.push(rssKb(context.serverPids));
+  }
+  return Math.min(...readings);
+}
+
+async function measureIdleSockets(context: BenchContext): Promise<Figures> {
+  const { users } = context.fixture;
+  const before = await settledRssKb(context);
+  const sockets: WebSocket[] = [];
+  try {
+    for (let start = 0; start < context.idleSockets; start += 100) {
+      const batch = Array.from({ length: Math.min(100, context.idleSockets - start) }, (_, k) => openGatewaySocket(context.wsUrl, users[(start + k) % users.length].accessToken));
+      sockets.push(...(await Promise.all(batch)));
+    }
+    const after = await settledRssKb(context);
+    const figures = { idleSockets: context.idleSockets, rssBeforeMb: before / 1024, rssAfterMb: after / 1024, rssPerSocketKb: (after - before) / context.idleSockets };
+    log(`rss: ${figures.rssPerSocketKb.toFixed(2)} KiB per idle socket (${figures.rssBeforeMb.toFixed(0)} → ${figures.rssAfterMb.toFixed(0)} MiB)`);
+    return figures;
+  } finally {
+    await closeAll(sockets);
+  }
+}
+
+export function measureRow(row: RowName, context: BenchContext): Promise<Figures> {
+  if (row === "rpc") return measureRpc(context);
+  if (row === "rss") return measureIdleSockets(context);
+  return measureFanOut(row, context);
+}
+
+/** Each figure's median over the runs. */
+export function medians(runs: Figures[]): Figures {
+  const keys = new Set(runs.flatMap((r) => Object.keys(r)));
+  return Object.fromEntries([...keys].map((key) => [key, median(runs.map((r) => r[key] ?? NaN))]));
+}
