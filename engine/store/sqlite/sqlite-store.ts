@@ -7,7 +7,6 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import type {
-  Fence,
   NewUser,
   ProfileChange,
   PushTokenRecord,
@@ -19,7 +18,7 @@ import type {
   UserStore,
 } from "../store.js";
 import { agentStore } from "./agents.js";
-import { fenceCheck, leaseStore, type FenceCheck } from "./leases.js";
+import { fenceCheck, leaseStore } from "./leases.js";
 import { conversationStore, lastMessageWriter } from "./conversations.js";
 import { groupStore } from "./groups.js";
 import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
