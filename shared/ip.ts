@@ -93,25 +93,3 @@ export function resolveClientAddress(peer: string, forwardedFor: string | undefi
   }
   return client;
 }
-
-/**
- * Matchers for the address lists in use, built once per distinct list. Lists are few (one per
- * agent with a whitelist) and small, so a bounded map is enough.
- */
-export class AddressListCache {
-  private readonly lists = new Map<string, BlockList>();
-
-  constructor(private readonly maxLists = 10_000) {}
-
-  /** Whether the address is in the list; an unparseable stored entry matches nothing. */
-  contains(entries: readonly string[], address: string): boolean {
-    const key = entries.join(",");
-    let list = this.lists.get(key);
-    if (!list) {
-      list = addressList(entries.filter(isAddressRule));
-      if (this.lists.size >= this.maxLists) this.lists.clear();
-      this.lists.set(key, list);
-    }
-    return listContains(list, address);
-  }
-}
