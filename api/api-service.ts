@@ -94,6 +94,8 @@ function clientAddress(req: IncomingMessage, trustedProxies: BlockList | undefin
 export interface ApiHandle {
   /** Serves one HTTP request if it is a Connect RPC; answers false when the path is not ours. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
+  /** The Connect-ES handler of a procedure path (the uWS front's way in), undefined when none. */
+  universal(path: string): UniversalHandler | undefined;
 }
 
 export function apiService(onReady: (api: ApiHandle) => void, options: ApiOptions = {}): ServiceSchema {
@@ -170,7 +172,7 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
           .catch(fail);
         return true;
       };
-      onReady({ handle });
+      onReady({ handle, universal: (path) => handlers.get(path) });
     },
   };
 }

@@ -3,15 +3,16 @@ import WebSocket from "ws";
 import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { encodeEntry, type AppendParams } from "../engine/inbox.js";
 import { signInWithCode } from "./support/accounts.js";
-import { startTestServer, type TestServer } from "./support/harness.js";
+import { socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 
 const fatal = (name: string) => (f: ServerFrame) => f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.fatal && f.payload.value.error?.errorName === name;
 
-describe("WebSocket gateway limits", () => {
+for (const driver of socketDrivers)
+describe(`WebSocket gateway limits (${driver} driver)`, () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer({ gateway: { authTimeoutMs: 300, idleTimeoutMs: 1500, maxBufferedBytes: 256 * 1024 } });
+    server = await startTestServer({ env: { SOCKET_DRIVER: driver }, gateway: { authTimeoutMs: 300, idleTimeoutMs: 1500, maxBufferedBytes: 256 * 1024 } });
   });
   after(async () => server.dispose());
 

@@ -8,11 +8,24 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
-import { loadConfig, type ParleyConfig } from "../../shared/config.js";
+import { loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { startParley, type Parley, type ParleyOptions } from "../../server.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
+
+/**
+ * The socket driver test servers use unless a test names one: PARLEY_TEST_SOCKET_DRIVER=uws runs
+ * the whole suite on uWebSockets.js; `ws` otherwise.
+ */
+export const testSocketDriver: SocketDriver = (() => {
+  const chosen = process.env.PARLEY_TEST_SOCKET_DRIVER || "ws";
+  if (!(socketDrivers as readonly string[]).includes(chosen)) throw new Error(`PARLEY_TEST_SOCKET_DRIVER must be one of ${socketDrivers.join(", ")}; got ${chosen}`);
+  return chosen as SocketDriver;
+})();
+
+/** Every socket driver, for the tests that run on each of them whatever the default. */
+export { socketDrivers };
 
 export interface TestServer extends Parley {
   dataDir: string;
@@ -44,6 +57,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
     DATA_DIR: dataDir,
     CODE_DELIVERY: `file:${codesFile}`,
     LOG_LEVEL: "warn",
+    SOCKET_DRIVER: testSocketDriver,
     ...generousAbuseLimits,
     ...overrides.env,
   });
@@ -126,7 +140,15 @@ export async function startTwoNodes(dataDir: string, name: string): Promise<TwoN
   const [edgeId, engineId] = [`${name}-edge`, `${name}-engine`];
   const urls = [`127.0.0.1:${edgePort}/${edgeId}`, `127.0.0.1:${enginePort}/${engineId}`];
   const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
-  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits });
+  const config = loadConfig({
+    HOST: "127.0.0.1",
+    PORT: "0",
+    DATA_DIR: dataDir,
+    CODE_DELIVERY: `file:${codesFile}`,
+    LOG_LEVEL: "warn",
+    SOCKET_DRIVER: testSocketDriver,
+    ...generousAbuseLimits,
+  });
   const clock = new AdjustableClock();
   const [engine, edge] = await Promise.all([
     startParley({ config, clock, roles: ["engine"], broker: { nodeID: engineId, transporter: transporter(enginePort) } }),
