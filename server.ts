@@ -86,6 +86,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
   const roles = options.roles ?? ["edge", "engine"];
   const clock = options.clock ?? systemClock;
+  // Before anything opens: a server asked for uWS refuses to start when only its JS fallback
+  // would load (edge/uws-native.ts).
+  const uws = roles.includes("edge") && config.socketDriver === "uws" ? loadNativeUws() : undefined;
   const broker = new moleculer.ServiceBroker(brokerOptions({ logLevel: config.logLevel, ...options.broker }));
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
@@ -132,18 +135,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const logger = broker.getLogger("http");
     const routes: EdgeRoutes = { ready: () => ready, downloads: mediaDownloadHandler(broker, broker.getLogger("media-http")), logger };
     const timeouts = { ...defaultHttpTimeouts, ...options.http };
-    front =
-      config.socketDriver === "uws"
-        ? uwsFront({
-            // Refuses to start when only uWS's JS fallback would load (edge/uws-native.ts).
-            uws: loadNativeUws(),
-            routes,
-            timeouts,
-            trustedProxies: config.trustedProxies.length ? addressList(config.trustedProxies) : undefined,
-            unary: () => unary,
-            logger,
-          })
-        : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger });
+    const trustedProxies = config.trustedProxies.length ? addressList(config.trustedProxies) : undefined;
+    front = uws
+      ? uwsFront({ uws, routes, timeouts, trustedProxies, unary: () => unary, logger })
+      : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger });
     broker.createService(
       apiService(
         (handle) => {

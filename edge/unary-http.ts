@@ -49,7 +49,16 @@ export function connectUniversalUnary(universal: (path: string) => UniversalHand
       return { status: 404, headers: { "content-type": "application/json" }, body: normalizeErrorBody(404, new TextEncoder().encode(body)).body };
     }
     const header = new Headers();
-    for (const [name, value] of Object.entries(request.headers)) if (value !== undefined) header.set(name, value);
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (value === undefined) continue;
+      // uWS hands header bytes over as UTF-8 text: bytes that are not UTF-8 become characters a
+      // Headers object refuses. Such a header is left out, as if it had not been sent.
+      try {
+        header.set(name, value);
+      } catch {
+        continue;
+      }
+    }
     const response = await handler({
       httpVersion: "1.1",
       method: request.method,

@@ -108,7 +108,7 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     let close = this.front.draining;
     this.res.writeStatus(statusLine(status));
     for (const name in headers) {
-      // uWS writes Content-Length itself, and Connection: close when told to close.
+      // uWS writes Content-Length itself.
       if (name === "content-length") continue;
       if (name === "connection") {
         close ||= headers[name].toLowerCase() === "close";
@@ -116,6 +116,8 @@ class UwsExchange implements EdgeRequest, EdgeReply {
       }
       this.res.writeHeader(name, headers[name]);
     }
+    // uWS closes when told to, but does not say so to the client.
+    if (close) this.res.writeHeader("connection", "close");
     return close;
   }
 
@@ -222,7 +224,7 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     if (this.finished || this.started) return;
     this.res.cork(() => {
       this.started = true;
-      this.res.writeStatus(statusLine(408)).end("", true);
+      this.res.writeStatus(statusLine(408)).writeHeader("connection", "close").end("", true);
     });
     this.finish();
   }
@@ -271,7 +273,7 @@ export function uwsFront(options: UwsFrontOptions): EdgeFront {
       exchange = new UwsExchange(res, req, front);
     } catch (err) {
       logger.error("failed to read an HTTP request", err);
-      res.cork(() => res.writeStatus(statusLine(400)).end("", true));
+      res.cork(() => res.writeStatus(statusLine(400)).writeHeader("connection", "close").end("", true));
       return;
     }
     inFlight.add(exchange);

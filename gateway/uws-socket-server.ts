@@ -39,7 +39,7 @@ export function asksForUpgrade(header: (name: string) => string): boolean {
 
 /** Refuses an upgrade the way `ws` does: a bare status, and the connection closes. */
 export function refuseUpgrade(res: HttpResponse, status: "400 Bad Request" | "404 Not Found" | "503 Service Unavailable"): void {
-  res.cork(() => res.writeStatus(status).end("", true));
+  res.cork(() => res.writeStatus(status).writeHeader("connection", "close").end("", true));
 }
 
 /** Why an upgrade to a Parley socket is refused at `path`, or undefined when it may proceed. */
