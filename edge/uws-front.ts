@@ -157,6 +157,7 @@ class UwsExchange implements EdgeRequest, EdgeReply {
       }
       /** The chunk uWS could not take whole, and the write offset where it began. */
       let waiting: { chunk: Uint8Array; offset: number } | undefined;
+      let sourceEnded = false;
       const offer = (chunk: Uint8Array): boolean => {
         const offset = this.res.getWriteOffset();
         const [ok, done] = this.res.tryEnd(chunk, total);
@@ -164,12 +165,22 @@ class UwsExchange implements EdgeRequest, EdgeReply {
         else if (!ok) waiting = { chunk, offset };
         return ok;
       };
+      /** Everything read was offered and the answer is still short of `total`: the client would wait forever. */
+      const cutIfShort = () => {
+        if (sourceEnded && !waiting && !this.finished) {
+          this.destroy();
+          end();
+        }
+      };
       this.res.onWritable((offset) => {
         if (!waiting || this.finished) return true;
         const { chunk, offset: began } = waiting;
         waiting = undefined;
         const ok = offer(chunk.subarray(offset - began));
-        if (ok && !this.finished) body.resume();
+        if (ok && !this.finished) {
+          body.resume();
+          cutIfShort();
+        }
         return ok;
       });
       body.on("data", (chunk: Buffer) => {
@@ -179,13 +190,12 @@ class UwsExchange implements EdgeRequest, EdgeReply {
         if (!ok && !this.finished) body.pause();
       });
       body.once("error", () => {
-        if (!this.finished) this.destroy();
+        this.destroy();
         end();
       });
       body.once("end", () => {
-        // Fewer bytes than announced: the client would wait for the rest forever.
-        if (!this.finished) this.destroy();
-        end();
+        sourceEnded = true;
+        cutIfShort();
       });
     });
   }
