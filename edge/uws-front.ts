@@ -126,8 +126,14 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     this.res.cork(() => {
       this.started = true;
       const close = this.head(status, headers);
-      if (body === undefined && headers["content-length"] !== undefined) this.res.endWithoutBody(Number(headers["content-length"]), close);
-      else this.res.end(body ?? "", close);
+      // A HEAD answer announces the length of the body it leaves out (uWS would send the body).
+      // The length goes in as a header and endWithoutBody() gets no arguments: given a length
+      // (or a close flag) it leaves the connection stalled in this uWS version. A client told
+      // `Connection: close` closes it; otherwise the drain's end does.
+      if (this.method === "HEAD" || body === undefined) {
+        this.res.writeHeader("content-length", headers["content-length"] ?? String(body === undefined ? 0 : Buffer.byteLength(body)));
+        this.res.endWithoutBody();
+      } else this.res.end(body, close);
     });
     this.finish();
   }

@@ -31,6 +31,8 @@ export interface ParleyConfig {
 
 export const socketDrivers = ["ws", "uws"] as const;
 export type SocketDriver = (typeof socketDrivers)[number];
+/** Chosen by measurement (scripts/bench/socket-drivers.ts; see the README). */
+export const defaultSocketDriver: SocketDriver = "ws";
 
 export interface AbuseLimitsConfig {
   /** Verification codes one client address may have sent per minute. */
@@ -102,7 +104,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
       signInAttemptsPerAddress: perMinute(env, "SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", 30),
     },
     drainTimeoutMs: integerSetting(env, "DRAIN_TIMEOUT_MS", 10_000, 0, 600_000),
-    socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, "ws"),
+    socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, defaultSocketDriver),
     logLevel,
   };
 }

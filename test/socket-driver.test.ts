@@ -5,8 +5,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { expect } from "chai";
 import { loadNativeUws, nativeBinaryPath } from "../edge/uws-native.js";
-import { loadConfig } from "../shared/config.js";
-import { freePort } from "./support/harness.js";
+import { defaultSocketDriver, loadConfig } from "../shared/config.js";
+import { freePort, socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
+import { openRaw } from "./support/raw-http.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..");
 
@@ -30,8 +31,8 @@ async function startAndWait(env: Record<string, string>, waitMs: number): Promis
 }
 
 describe("SOCKET_DRIVER", () => {
-  it("defaults to ws and takes ws or uws", () => {
-    expect(loadConfig({}).socketDriver).to.equal("ws");
+  it("defaults to the measured choice and takes ws or uws", () => {
+    expect(loadConfig({}).socketDriver).to.equal(defaultSocketDriver);
     expect(loadConfig({ SOCKET_DRIVER: "ws" }).socketDriver).to.equal("ws");
     expect(loadConfig({ SOCKET_DRIVER: "uws" }).socketDriver).to.equal("uws");
   });
@@ -75,3 +76,34 @@ describe("uWebSockets.js native loading", () => {
     expect(refused).to.equal(true);
   });
 });
+
+for (const driver of socketDrivers) {
+  describe(`the edge's HTTP routes (${driver} driver)`, () => {
+    let server: TestServer;
+    before(async () => {
+      server = await startTestServer({ env: { SOCKET_DRIVER: driver } });
+    });
+    after(async () => server.dispose());
+
+    it("answers a HEAD without its body, so the next answer on the connection stays readable", async () => {
+      const connection = await openRaw(server.port);
+      connection.socket.write("HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n");
+      await new Promise<void>((resolve) => {
+        const check = () => connection.received().includes("not found\n") && resolve();
+        connection.socket.on("data", check);
+        check();
+      });
+      const [head, rest] = connection.received().split(/\r\n\r\n(.*)/s);
+      expect(head).to.match(/^HTTP\/1\.1 200 /);
+      expect(rest).to.match(/^HTTP\/1\.1 404 /);
+      connection.socket.destroy();
+    });
+
+    it("serves /, unknown paths, /healthz and /metrics", async () => {
+      expect((await fetch(server.url + "/")).status).to.equal(404);
+      expect((await fetch(server.url + "/nowhere?x=1")).status).to.equal(404);
+      expect(await (await fetch(server.url + "/healthz")).text()).to.equal("ok\n");
+      expect(await (await fetch(server.url + "/metrics")).text()).to.include("parley_websocket_connections");
+    });
+  });
+}

@@ -5,10 +5,12 @@
 //   - server CPU per delivered push frame: one user holds `--fan-sockets` of those sockets and
 //     changes its profile `--updates` times; each change pushes one frame to each of its sockets.
 //     The server's CPU time (from /proc) over that phase, divided by the frames delivered; the
-//     RPC and the store write behind each change are included, spread over the fan's sockets.
+//     RPC and the store write behind each change are included, spread over the fan's sockets;
+//   - server CPU per trivial authenticated RPC (UserService.GetProfile, `--rpcs` calls, 16 at a
+//     time, Connect JSON over HTTP/1.1 keep-alive): the uWS front serves the API too.
 // Drivers run one after the other, `--rounds` times, alternating, so both see the same machine.
 // Usage: npx tsx scripts/bench/socket-drivers.ts [--sockets 5000] [--users 50] [--fan-sockets 1000]
-//                                                [--updates 200] [--rounds 1] [--drivers ws,uws]
+//                                                [--updates 200] [--rpcs 3000] [--rounds 1] [--drivers ws,uws]
 // The open-file limit (20,000 per process here) bounds --sockets for the server and this client.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -34,6 +36,7 @@ const socketCount = option("sockets", 5000);
 const userCount = option("users", 50);
 const fanSockets = Math.min(option("fan-sockets", 1000), socketCount);
 const updates = option("updates", 200);
+const rpcs = option("rpcs", 3000);
 const rounds = option("rounds", 1);
 const drivers = (args.get("drivers") ?? socketDrivers.join(",")).split(",") as SocketDriver[];
 for (const driver of drivers) if (!(socketDrivers as readonly string[]).includes(driver)) throw new Error(`unknown driver ${driver}`);
@@ -70,6 +73,7 @@ interface Result {
   cpuPerFrameUs: number;
   frames: number;
   seconds: number;
+  cpuPerRpcUs: number;
 }
 
 async function measure(driver: SocketDriver): Promise<Result> {
@@ -142,7 +146,16 @@ async function measure(driver: SocketDriver): Promise<Result> {
     const seconds = (performance.now() - started) / 1000;
     const cpuMs = processCpuMs(pid) - cpuBefore;
     const frames = updates * fanSockets;
-    return { driver, rssPerSocketBytes: (rssAfter - rssBefore) / socketCount, cpuPerFrameUs: (cpuMs * 1000) / frames, frames, seconds };
+
+    let nextRpc = 0;
+    const rpcCpuBefore = processCpuMs(pid);
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (nextRpc++ < rpcs) await users.getProfile({});
+      }),
+    );
+    const cpuPerRpcUs = ((processCpuMs(pid) - rpcCpuBefore) * 1000) / rpcs;
+    return { driver, rssPerSocketBytes: (rssAfter - rssBefore) / socketCount, cpuPerFrameUs: (cpuMs * 1000) / frames, frames, seconds, cpuPerRpcUs };
   } finally {
     clearInterval(heartbeat);
     for (const socket of sockets) socket?.terminate();
@@ -159,13 +172,16 @@ for (let round = 0; round < rounds; round++) {
     results.push(result);
     console.log(
       `${driver.padEnd(4)} round ${round + 1}: ${(result.rssPerSocketBytes / 1024).toFixed(2)} KB RSS per idle authenticated socket (${socketCount} sockets); ` +
-        `${result.cpuPerFrameUs.toFixed(2)} µs server CPU per delivered push frame (${result.frames} frames to ${fanSockets} sockets in ${result.seconds.toFixed(1)} s)`,
+        `${result.cpuPerFrameUs.toFixed(2)} µs server CPU per delivered push frame (${result.frames} frames to ${fanSockets} sockets in ${result.seconds.toFixed(1)} s); ` +
+        `${result.cpuPerRpcUs.toFixed(0)} µs server CPU per GetProfile`,
     );
   }
 }
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-console.log("\ndriver | KB RSS per idle socket | µs server CPU per push frame (medians)");
+console.log("\ndriver | KB RSS per idle socket | µs server CPU per push frame | µs server CPU per GetProfile (medians)");
 for (const driver of drivers) {
   const mine = results.filter((r) => r.driver === driver);
-  console.log(`${driver} | ${(median(mine.map((r) => r.rssPerSocketBytes)) / 1024).toFixed(2)} | ${median(mine.map((r) => r.cpuPerFrameUs)).toFixed(2)}`);
+  console.log(
+    `${driver} | ${(median(mine.map((r) => r.rssPerSocketBytes)) / 1024).toFixed(2)} | ${median(mine.map((r) => r.cpuPerFrameUs)).toFixed(2)} | ${median(mine.map((r) => r.cpuPerRpcUs)).toFixed(0)}`,
+  );
 }

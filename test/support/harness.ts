@@ -8,18 +8,18 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
-import { loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
+import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { startParley, type Parley, type ParleyOptions } from "../../server.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
 
 /**
- * The socket driver test servers use unless a test names one: PARLEY_TEST_SOCKET_DRIVER=uws runs
- * the whole suite on uWebSockets.js; `ws` otherwise.
+ * The socket driver test servers use unless a test names one: PARLEY_TEST_SOCKET_DRIVER=uws (or
+ * ws) runs the whole suite on that driver; the server's default otherwise.
  */
 export const testSocketDriver: SocketDriver = (() => {
-  const chosen = process.env.PARLEY_TEST_SOCKET_DRIVER || "ws";
+  const chosen = process.env.PARLEY_TEST_SOCKET_DRIVER || defaultSocketDriver;
   if (!(socketDrivers as readonly string[]).includes(chosen)) throw new Error(`PARLEY_TEST_SOCKET_DRIVER must be one of ${socketDrivers.join(", ")}; got ${chosen}`);
   return chosen as SocketDriver;
 })();
