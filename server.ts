@@ -41,8 +41,6 @@ import type { ParleyConfig } from "./shared/config.js";
 import { addressList } from "./shared/ip.js";
 import { openSockets } from "./shared/metrics.js";
 
-export { defaultHttpTimeouts, type HttpTimeouts } from "./edge/edge-http.js";
-
 /** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
 export type Role = "edge" | "engine";
 
