@@ -1,11 +1,9 @@
 // The composition root: picks the adapters behind every port once, builds the services of the
 // requested roles into one Moleculer broker, and serves HTTP (Connect, /ws, health, metrics) on
-// one port. `npm start` runs all roles in one process; tests and multi-node setups pick roles.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+// one port, through the edge front SOCKET_DRIVER picks (edge/). `npm start` runs all roles in one
+// process; tests and multi-node setups pick roles.
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
-import { errorBodyJson } from "./api/errors.js";
 import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
 import { mediaDownloadHandler } from "./api/media-http.js";
 import { accountsService } from "./engine/accounts.js";
@@ -35,13 +33,15 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
-import { HttpDrain } from "./http-drain.js";
+import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
+import { nodeFront } from "./edge/node-front.js";
+import { wholeRequestApi, type UnaryHttpHandler } from "./edge/unary-http.js";
+import { uwsFront } from "./edge/uws-front.js";
+import { loadNativeUws } from "./edge/uws-native.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
 import type { ParleyConfig } from "./shared/config.js";
-import { Errors, type CatalogueEntry } from "./shared/errors.js";
-import { mediaPathPrefix } from "./shared/media-download.js";
-import { metricsRegistry, openSockets } from "./shared/metrics.js";
-import { isServableHost } from "./shared/public-url.js";
+import { addressList } from "./shared/ip.js";
+import { openSockets } from "./shared/metrics.js";
 
 /** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
 export type Role = "edge" | "engine";
@@ -68,19 +68,6 @@ export interface ParleyOptions {
   api?: Pick<ApiOptions, "leanUnary">;
 }
 
-export interface HttpTimeouts {
-  /** Longest a client may take to send a request's headers. */
-  headersTimeoutMs: number;
-  /**
-   * Longest a client may take to send a whole request, body included. It covers receiving only:
-   * a long download or a WebSocket (its upgrade request is short) runs as long as it needs.
-   */
-  requestTimeoutMs: number;
-}
-
-/** A slow sender holds a socket for at most about this long; 30 s moves an 8 MiB body at about 2.2 Mbit/s. */
-export const defaultHttpTimeouts: HttpTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 30_000 };
-
 export interface Parley {
   broker: ServiceBroker;
   /** The bound port of the edge role (0 when this process has no edge). */
@@ -101,6 +88,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
   const roles = options.roles ?? ["edge", "engine"];
   const clock = options.clock ?? systemClock;
+  // Before anything opens: a server asked for uWS refuses to start when only its JS fallback
+  // would load (edge/uws-native.ts).
+  const uws = roles.includes("edge") && config.socketDriver === "uws" ? loadNativeUws() : undefined;
   const broker = new moleculer.ServiceBroker(brokerOptions({ logLevel: config.logLevel, ...options.broker }));
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
@@ -144,68 +134,32 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     );
   }
 
-  let server: Server | undefined;
-  let drain: HttpDrain | undefined;
+  let front: EdgeFront | undefined;
   let ready = false;
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
-    const downloads = mediaDownloadHandler(broker, broker.getLogger("media-http"));
-    const timeouts = { ...defaultHttpTimeouts, ...options.http };
-    const headersTimeout = Math.min(timeouts.headersTimeoutMs, timeouts.requestTimeoutMs);
-    const serverOptions = {
-      keepAliveTimeout: 65_000,
-      headersTimeout,
-      requestTimeout: timeouts.requestTimeoutMs,
-      // Node checks both limits in a sweep at this interval (30 s unless told), which would
-      // otherwise add up to 30 s to each of them.
-      connectionsCheckingInterval: Math.min(5_000, Math.ceil(headersTimeout / 4)),
-    };
+    let unary: UnaryHttpHandler | undefined;
     const logger = broker.getLogger("http");
-    const answerError = (res: ServerResponse, status: number, entry: CatalogueEntry) => {
-      if (res.headersSent) res.destroy();
-      else res.writeHead(status, { "content-type": "application/json", connection: "close" }).end(errorBodyJson(entry));
-    };
-    const route = (req: IncomingMessage, res: ServerResponse) => {
-      // Checked for every path, before anything reads the Host (Connect builds a URL from it).
-      if (!isServableHost(req.headers.host)) {
-        answerError(res, 400, Errors.invalidHost);
-        return;
-      }
-      const path = (req.url ?? "").split("?", 1)[0];
-      if (path === "/healthz") {
-        res.writeHead(ready ? 200 : 503, { "content-type": "text/plain" }).end(ready ? "ok\n" : "unavailable\n");
-        return;
-      }
-      if (path === "/metrics" && req.method === "GET") {
-        metricsRegistry.metrics().then(
-          (text) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(text),
-          () => res.writeHead(500).end(),
-        );
-        return;
-      }
-      if (path.startsWith(mediaPathPrefix)) {
-        downloads(req, res);
-        return;
-      }
-      if (api?.handle(req, res)) return;
-      res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
-    };
-    server = createServer(serverOptions, (req, res) => {
-      // A throw here would end the process: whatever escapes a route costs only its request.
-      try {
-        route(req, res);
-      } catch (err) {
-        logger.error("failed to answer an HTTP request", err);
-        answerError(res, 500, Errors.internal);
-      }
-    });
-    drain = new HttpDrain(server);
+    const routes: EdgeRoutes = { ready: () => ready, downloads: mediaDownloadHandler(broker, broker.getLogger("media-http")), logger };
+    const timeouts = { ...defaultHttpTimeouts, ...options.http };
+    const trustedProxies = config.trustedProxies.length ? addressList(config.trustedProxies) : undefined;
+    front = uws
+      ? uwsFront({ uws, routes, timeouts, trustedProxies, unary: () => unary, logger })
+      : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger });
     broker.createService(identityCacheService(clock));
-    broker.createService(apiService((handle) => (api = handle), { ...options.api, trustedProxies: config.trustedProxies }));
+    broker.createService(
+      apiService(
+        (handle) => {
+          api = handle;
+          unary = wholeRequestApi(handle);
+        },
+        { ...options.api, trustedProxies: config.trustedProxies },
+      ),
+    );
     broker.createService(
       gatewayService({
         ...options.gateway,
-        server,
+        sockets: front.sockets,
         trustedProxies: config.trustedProxies,
         authenticate: (token, clientIp) => identityCacheOf(broker).resolve(token, clientIp),
         onConnectionCountChange: (delta) => openSockets.inc(delta),
@@ -222,20 +176,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
   }
   let port = 0;
-  if (server) {
+  if (front) {
     await broker.waitForServices(engineServices, 30_000);
-    const listening = server;
-    await new Promise<void>((resolve, reject) => {
-      listening.once("error", reject);
-      listening.listen(config.port, config.host, () => {
-        listening.off("error", reject);
-        // A failed accept (out of file descriptors under a flood of connections) is reported
-        // here; without a listener it would end the process.
-        listening.on("error", (err) => broker.getLogger("http").error("HTTP server error", err));
-        resolve();
-      });
-    });
-    port = (listening.address() as AddressInfo).port;
+    port = await front.listen(config.host, config.port);
     ready = true;
   }
 
@@ -253,16 +196,16 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       stopping = (async () => {
         ready = false;
         const cut = new Promise<void>((resolve) => (cutDrain = resolve));
-        if (drain) {
+        if (front) {
           let timer: NodeJS.Timeout | undefined;
           if (options.healthGraceMs) await Promise.race([cut, new Promise((resolve) => (timer = setTimeout(resolve, options.healthGraceMs)))]);
           clearTimeout(timer);
-          const dropped = await drain.drain(config.drainTimeoutMs, cut);
+          const dropped = await front.drain(config.drainTimeoutMs, cut);
           if (dropped > 0) broker.logger.warn(`shutdown: cut ${dropped} HTTP connection(s) still busy when the drain ended`);
         }
         // Services stop only once no request can reach them; the gateway closes its sockets here.
         await broker.stop();
-        await drain?.close();
+        await front?.close();
         for (const cleanup of cleanups.reverse()) await cleanup();
       })();
       return stopping;

@@ -3,13 +3,12 @@
 // safety headers, status codes); the engine's media service checks the link against its key and
 // clock and streams the bytes. Across nodes the stream crosses the transporter in packets; a
 // cluster with S3 behind the blob store could redirect to a presigned S3 URL instead.
-import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { Code } from "@connectrpc/connect";
 import type { ServiceBroker } from "moleculer";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { errorBodyJson, errorPartsOf } from "./errors.js";
+import type { EdgeReply, EdgeRequest } from "../edge/edge-http.js";
 import {
   fileIdPattern,
   mediaDownloadMetaKey,
@@ -81,36 +80,38 @@ export interface MediaHttpLogger {
   error(message: string, err: unknown): void;
 }
 
-/** Builds the handler for requests whose path starts with /media/. */
-export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLogger): (req: IncomingMessage, res: ServerResponse) => void {
-  const fail = (res: ServerResponse, err: unknown) => {
+/** Builds the handler for requests whose path starts with /media/ (on either edge front). */
+export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLogger): (req: EdgeRequest, reply: EdgeReply) => void {
+  const fail = (reply: EdgeReply, err: unknown) => {
     const { entry, metadata, message } = errorPartsOf(err, (text, cause) => logger.error(text, cause));
-    if (res.headersSent) {
-      res.destroy();
+    if (reply.aborted) return;
+    if (reply.started) {
+      reply.destroy();
       return;
     }
     const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
     if (entry === Errors.rangeNotSatisfiable && metadata.size) headers["content-range"] = `bytes */${metadata.size}`;
-    res.writeHead(httpStatusOf[entry.code] ?? 500, headers).end(errorBodyJson(entry, metadata, message));
+    reply.send(httpStatusOf[entry.code] ?? 500, headers, errorBodyJson(entry, metadata, message));
   };
 
-  return (req, res) => {
-    const url = new URL(req.url ?? "/", "http://localhost");
+  return (req, reply) => {
     if (req.method !== "GET" && req.method !== "HEAD") {
-      res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain" }).end("method not allowed\n");
+      reply.send(405, { allow: "GET, HEAD", "content-type": "text/plain" }, "method not allowed\n");
       return;
     }
-    const fileId = url.pathname.slice(mediaPathPrefix.length);
+    const fileId = req.path.slice(mediaPathPrefix.length);
     if (!fileIdPattern.test(fileId)) {
-      fail(res, new ParleyError(Errors.mediaFileNotFound));
+      fail(reply, new ParleyError(Errors.mediaFileNotFound));
       return;
     }
+    const query = new URLSearchParams(req.query);
+    const ifRange = req.header("if-range");
     const params: MediaDownloadParams = {
       fileId,
-      expires: url.searchParams.get("expires") ?? undefined,
-      signature: url.searchParams.get("signature") ?? undefined,
-      range: parseRangeHeader(req.headers.range),
-      ifRange: typeof req.headers["if-range"] === "string" ? req.headers["if-range"] : undefined,
+      expires: query.get("expires") ?? undefined,
+      signature: query.get("signature") ?? undefined,
+      range: parseRangeHeader(req.header("range")),
+      ifRange,
       headOnly: req.method === "HEAD",
     };
     const meta: Record<string, unknown> = {};
@@ -118,20 +119,17 @@ export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLog
       .call<Readable | null, MediaDownloadParams>("media.download", params, { meta })
       .then(async (body) => {
         const head = meta[mediaDownloadMetaKey] as MediaDownloadHead;
-        try {
-          res.writeHead(head.status, headersOf(head));
-        } catch (err) {
-          // The opened file must not outlive a response that cannot start.
+        // The opened file must not outlive a client that went away meanwhile.
+        if (reply.aborted) {
           body?.destroy();
-          throw err;
-        }
-        if (!body) {
-          res.end();
           return;
         }
-        // A client that goes away mid-download ends the pipeline with an error; nothing to report.
-        await pipeline(body, res).catch(() => undefined);
+        if (!body) {
+          reply.send(head.status, headersOf(head));
+          return;
+        }
+        await reply.stream(head.status, headersOf(head), body);
       })
-      .catch((err: unknown) => fail(res, err));
+      .catch((err: unknown) => fail(reply, err));
   };
 }

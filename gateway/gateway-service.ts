@@ -1,6 +1,5 @@
 // The WebSocket gateway: holds the connections of this node and delivers what the engine
 // broadcasts (new updates, revoked sessions) to the connections it concerns.
-import type { Server } from "node:http";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
@@ -11,11 +10,11 @@ import { PresenceEvents, type PresenceReport } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
 import { SequencedFrames, UpdateFrame } from "./frame-codec.js";
-import type { SocketServer } from "./socket.js";
-import { attachWsServer } from "./ws-socket-server.js";
+import type { SocketAcceptor, SocketServer } from "./socket.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
-  server: Server;
+  /** The socket driver of the edge's port (SOCKET_DRIVER). */
+  sockets: SocketAcceptor;
   /** Who a bearer token names, presented from this client address (the process's identity cache); throws the catalogue's refusal. */
   authenticate(token: string, clientIp: string): Promise<Identity>;
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
@@ -149,7 +148,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
             recordFailed: (err) => logger.warn(`agent ${agentUserId}: delivered position not recorded`, err),
           },
         );
-      socketServer = attachWsServer(options.server, "/ws", (socket) => {
+      socketServer = options.sockets("/ws", (socket) => {
         // The client address is what an agent's IP whitelist is checked against.
         const clientIp = resolveClientAddress(socket.remoteAddress, socket.forwardedFor, trustedProxies);
         const connection: Connection = new Connection(socket, policy, {

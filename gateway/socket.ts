@@ -1,5 +1,6 @@
-// The socket layer the gateway rules need, so another WebSocket implementation (uWebSockets.js
-// where its binaries load) can replace `ws` without touching the rules.
+// The socket layer the gateway rules need, so that either WebSocket implementation carries them:
+// `ws` on node:http (ws-socket-server.ts) or uWebSockets.js (uws-socket-server.ts), chosen by
+// SOCKET_DRIVER once at start-up.
 export interface GatewaySocket {
   /**
    * Queues a frame: text for a string, binary for bytes. `onWritten` runs once the frame has been
@@ -30,3 +31,6 @@ export interface SocketServer {
    */
   close(): Promise<void>;
 }
+
+/** Accepts WebSocket connections at one path of the edge's port, handing each to `onConnection`. */
+export type SocketAcceptor = (path: string, onConnection: (socket: GatewaySocket) => SocketHandlers) => SocketServer;

@@ -23,9 +23,16 @@ export interface ParleyConfig {
   abuseLimits: AbuseLimitsConfig;
   /** On SIGTERM/SIGINT, how long requests already in flight may take to finish before they are cut. */
   drainTimeoutMs: number;
+  /** Which WebSocket implementation serves the edge's port (see gateway/socket.ts). */
+  socketDriver: SocketDriver;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
 }
+
+export const socketDrivers = ["ws", "uws"] as const;
+export type SocketDriver = (typeof socketDrivers)[number];
+/** Chosen by measurement (scripts/bench/socket-drivers.ts; see the README). */
+export const defaultSocketDriver: SocketDriver = "ws";
 
 export interface AbuseLimitsConfig {
   /** Verification codes one client address may have sent per minute. */
@@ -59,6 +66,14 @@ function integerSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, 
   return value;
 }
 
+/** A setting that names one of `choices`: `fallback` when unset, refused (start-up stops) otherwise. */
+function choiceSetting<T extends string>(env: NodeJS.ProcessEnv, name: string, choices: readonly T[], fallback: T): T {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (!(choices as readonly string[]).includes(raw)) throw new Error(`${name} must be one of ${choices.join(", ")}; got ${JSON.stringify(raw)}`);
+  return raw as T;
+}
+
 /** A limit per minute; 0 turns it off. */
 const perMinute = (env: NodeJS.ProcessEnv, name: string, fallback: number) => integerSetting(env, name, fallback, 0, 1_000_000, " (0 turns the limit off)");
 
@@ -89,6 +104,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
       signInAttemptsPerAddress: perMinute(env, "SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", 30),
     },
     drainTimeoutMs: integerSetting(env, "DRAIN_TIMEOUT_MS", 10_000, 0, 600_000),
+    socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, defaultSocketDriver),
     logLevel,
   };
 }

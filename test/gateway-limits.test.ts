@@ -4,16 +4,18 @@ import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/ge
 import type { AppendFanOutsParams } from "../engine/inbox.js";
 import { encodeEntry } from "../engine/stream-entry.js";
 import { nextTestFanOutId } from "./support/fan-outs.js";
+import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { signInWithCode } from "./support/accounts.js";
-import { startTestServer, type TestServer } from "./support/harness.js";
+import { client, socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 
 const fatal = (name: string) => (f: ServerFrame) => f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.fatal && f.payload.value.error?.errorName === name;
 
-describe("WebSocket gateway limits", () => {
+for (const driver of socketDrivers)
+describe(`WebSocket gateway limits (${driver} driver)`, () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer({ gateway: { authTimeoutMs: 300, idleTimeoutMs: 1500, maxBufferedBytes: 256 * 1024 } });
+    server = await startTestServer({ env: { SOCKET_DRIVER: driver }, gateway: { authTimeoutMs: 300, idleTimeoutMs: 1500, maxBufferedBytes: 256 * 1024 } });
   });
   after(async () => server.dispose());
 
@@ -58,5 +60,32 @@ describe("WebSocket gateway limits", () => {
     expect(closed).to.deep.equal({ code: 4008, reason: "GATEWAY_SLOW_CONSUMER" });
     // Far fewer than the 200 updates arrived: the rest were never queued.
     expect(ws.pushedSns().length).to.be.lessThan(200);
+  });
+
+  it("replays an agent's backlog far larger than the send limit whole and in order, pacing itself on written frames", async () => {
+    const owner = await signInWithCode(server);
+    const agent = await client(server, AgentService, "json", owner.accessToken).createAgent({ username: `pacer_${driver}_${Date.now() % 100000}`, name: "Pacer" });
+    // About 6 MiB waiting for the agent, more than the kernel's buffers and the connection's
+    // 256 KiB limit together take while the agent does not read: the replay must wait for the
+    // driver to report frames written (onWritten), or it stalls or is closed as a slow consumer.
+    const agentUserId = agent.profile!.user!.userId;
+    const text = "y".repeat(30 * 1024);
+    const entry = encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: agentUserId, newSignature: text } });
+    let lastSn = 0;
+    for (let i = 0; i < 20; i++) {
+      const fanOuts = Array.from({ length: 10 }, () => ({ fanOutId: String(nextTestFanOutId()), entry, recipients: [agentUserId] }));
+      const { sns } = (await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams)) as { sns: [number, number][][] };
+      lastSn = Math.max(lastSn, ...sns.flat().map(([, sn]) => sn));
+    }
+    const ws = await GatewayClient.connect(server.url, "json");
+    const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
+    await ws.authenticate(agent.token);
+    rawSocket.pause();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    rawSocket.resume();
+    await ws.next((f) => f.payload.case === "update" && f.payload.value.update.case === "snUpdate" && f.payload.value.update.value.sn === lastSn, 15_000);
+    // Every entry of the stream, once, in order.
+    expect(ws.pushedSns()).to.deep.equal(Array.from({ length: lastSn }, (_, i) => i + 1));
+    ws.close();
   });
 });

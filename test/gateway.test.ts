@@ -5,7 +5,7 @@ import { ClientFrameType, ServerFrameType } from "../shared/gen/api/v1/gateway_p
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInAnotherDevice, signInWithCode } from "./support/accounts.js";
-import { client, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, freshEmail, lastCode, socketDrivers, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { device } from "./support/accounts.js";
@@ -13,12 +13,13 @@ import { device } from "./support/accounts.js";
 const isFatalError = (errorName: string) => (f: import("../shared/gen/api/v1/gateway_pb.js").ServerFrame) =>
   f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.fatal && f.payload.value.error?.errorName === errorName;
 
+for (const driver of socketDrivers)
 for (const mode of wireModes) {
-  describe(`WebSocket gateway /ws (${mode} frames)`, () => {
+  describe(`WebSocket gateway /ws (${mode} frames, ${driver} driver)`, () => {
     let server: TestServer;
     const open: GatewayClient[] = [];
     before(async () => {
-      server = await startTestServer();
+      server = await startTestServer({ env: { SOCKET_DRIVER: driver } });
     });
     afterEach(() => {
       for (const c of open.splice(0)) c.close();

@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { MediaService } from "../shared/gen/api/v1/media_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startTestServer, type TestServer } from "./support/harness.js";
+import { client, startTestServer, testSocketDriver, type TestServer } from "./support/harness.js";
 import { openRaw, type RawConnection } from "./support/raw-http.js";
 import { GatewayClient } from "./support/ws-client.js";
 
@@ -66,20 +66,22 @@ describe("HTTP request timeouts", () => {
     expect(await nickname()).to.equal("Patient");
   });
 
-  it("cuts off headers that trickle in", async () => {
+  // uWS times a request's headers itself (about 10 s, not settable) and closes unanswered.
+  it(testSocketDriver === "ws" ? "cuts off headers that trickle in (408)" : "cuts off headers that trickle in (uWS: closed unanswered)", async () => {
     const connection = await openRaw(server.port);
     connection.socket.write("GET /healthz HTTP/1.1\r\nHost: localhost\r\n");
     const trickle = setInterval(() => connection.socket.write("X-Slow: 1\r\n"), 20);
     const answer = await connection.closed;
     clearInterval(trickle);
-    expect(answer.status).to.equal(408);
+    expect(answer.status).to.equal(testSocketDriver === "ws" ? 408 : undefined);
   });
 
   it("keeps an idle keep-alive connection usable past the limits", async () => {
     const connection = await openRaw(server.port);
     const answers = (text: string) => text.split("HTTP/1.1 200 OK").length - 1;
     connection.socket.write("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
-    await until(connection, (text) => answers(text) === 1 && text.endsWith("0\r\n\r\n"));
+    // The whole answer: its body, chunked (node:http) or not (uWS).
+    await until(connection, (text) => answers(text) === 1 && /ok\n(?:\r\n0\r\n\r\n)?$/.test(text));
     await sleep(pastTheLimits);
     connection.socket.write("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
     await until(connection, (text) => answers(text) === 2);

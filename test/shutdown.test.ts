@@ -22,7 +22,7 @@ import { loadConfig } from "../shared/config.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, freePort, startTestServer } from "./support/harness.js";
+import { client, freePort, socketDrivers, startTestServer, testSocketDriver } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..");
@@ -69,7 +69,7 @@ class ParleyProcess {
     const port = await freePort();
     const child = spawn(process.execPath, ["--import", "tsx", "main.ts"], {
       cwd: repositoryRoot,
-      env: { ...process.env, HOST: "127.0.0.1", PORT: String(port), DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...env },
+      env: { ...process.env, HOST: "127.0.0.1", PORT: String(port), DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", SOCKET_DRIVER: testSocketDriver, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const parley = new ParleyProcess(child, port, dataDir, codesFile);
@@ -344,9 +344,12 @@ describe("graceful shutdown of npm start", function () {
   });
 });
 
-describe("Parley.stop drain window", () => {
+for (const driver of socketDrivers)
+describe(`Parley.stop drain window (${driver} driver)`, () => {
+  const startOnDriver = (env: Record<string, string>) => startTestServer({ env: { SOCKET_DRIVER: driver, ...env } });
+
   it("cuts a request still running when DRAIN_TIMEOUT_MS has passed, then stops", async () => {
-    const server = await startTestServer({ env: { DRAIN_TIMEOUT_MS: "200" } });
+    const server = await startOnDriver({ DRAIN_TIMEOUT_MS: "200" });
     const user = await signInWithCode(server);
     const held = heldRpc(server.port, "UserService/UpdateProfile", { nickname: "never finished" }, user.accessToken);
     await held.written;
@@ -360,7 +363,7 @@ describe("Parley.stop drain window", () => {
   });
 
   it("answers a request that finishes inside the window, with Connection: close, before stopping", async () => {
-    const server = await startTestServer({ env: { DRAIN_TIMEOUT_MS: "60000" } });
+    const server = await startOnDriver({ DRAIN_TIMEOUT_MS: "60000" });
     const user = await signInWithCode(server);
     const held = heldRpc(server.port, "UserService/UpdateProfile", { nickname: "finished in time" }, user.accessToken);
     await held.written;
@@ -383,7 +386,7 @@ describe("Parley.stop drain window", () => {
   });
 
   it("answers a WebSocket upgrade begun before the stop and completed during the drain with 503", async () => {
-    const server = await startTestServer({ env: { DRAIN_TIMEOUT_MS: "60000" } });
+    const server = await startOnDriver({ DRAIN_TIMEOUT_MS: "60000" });
     const upgrade = await heldGet(server.port, "/ws", {
       Upgrade: "websocket",
       Connection: "Upgrade",
@@ -396,6 +399,25 @@ describe("Parley.stop drain window", () => {
     await untilRefused(server.port, () => true);
     upgrade.finish();
     expect(await upgrade.answer).to.match(/^HTTP\/1\.1 503 /);
+    await stopped;
+  });
+
+  it("answers the request in flight, then closes WebSockets with 1001 and a GATEWAY_SHUTTING_DOWN frame", async () => {
+    const server = await startOnDriver({ DRAIN_TIMEOUT_MS: "60000" });
+    const user = await signInWithCode(server);
+    const sockets = [await signedInSocket(server.url, user.accessToken, "json"), await signedInSocket(server.url, user.accessToken, "binary")];
+    const held = heldRpc(server.port, "UserService/UpdateProfile", { nickname: "while stopping" }, user.accessToken);
+    await held.written;
+    await barrier(server.port);
+
+    const stopped = server.dispose();
+    await untilRefused(server.port, () => true);
+    held.finish();
+    expect((await held.answer).status).to.equal(200);
+    for (const ws of sockets) {
+      expect((await ws.closed).code).to.equal(1001);
+      expect(ws.frames.some((f) => f.payload.case === "error" && f.payload.value.error?.errorName === Errors.gatewayShuttingDown.errorName)).to.equal(true);
+    }
     await stopped;
   });
 });

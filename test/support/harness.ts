@@ -8,11 +8,24 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
-import { loadConfig, type ParleyConfig } from "../../shared/config.js";
+import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
+
+/**
+ * The socket driver test servers use unless a test names one: PARLEY_TEST_SOCKET_DRIVER=uws (or
+ * ws) runs the whole suite on that driver; the server's default otherwise.
+ */
+export const testSocketDriver: SocketDriver = (() => {
+  const chosen = process.env.PARLEY_TEST_SOCKET_DRIVER || defaultSocketDriver;
+  if (!(socketDrivers as readonly string[]).includes(chosen)) throw new Error(`PARLEY_TEST_SOCKET_DRIVER must be one of ${socketDrivers.join(", ")}; got ${chosen}`);
+  return chosen as SocketDriver;
+})();
+
+/** Every socket driver, for the tests that run on each of them whatever the default. */
+export { socketDrivers };
 
 export interface TestServer extends Parley {
   dataDir: string;
@@ -44,6 +57,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
     DATA_DIR: dataDir,
     CODE_DELIVERY: `file:${codesFile}`,
     LOG_LEVEL: "warn",
+    SOCKET_DRIVER: testSocketDriver,
     ...generousAbuseLimits,
     ...overrides.env,
   });
@@ -135,7 +149,7 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const ports = new Map<K, number>();
   for (const key of keys) ports.set(key, await freePort());
   const urls = keys.map((key) => `127.0.0.1:${ports.get(key)}/${name}-${key}`);
-  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits });
+  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", SOCKET_DRIVER: testSocketDriver, ...generousAbuseLimits });
   const clock = new AdjustableClock();
   const started = await Promise.all(
     keys.map((key) =>

@@ -1,0 +1,224 @@
+// The uWebSockets.js implementation of the socket layer, on the uWS app that owns the edge's port
+// (edge/uws-front.ts). It keeps the promises the `ws` driver keeps: 64 KiB client frames at most,
+// no per-message deflate, upgrades refused with 404 elsewhere, 400 for a bad Host or a broken
+// handshake, 503 while the server drains; a frame's `onWritten` runs once its bytes left uWS's
+// backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
+// side has freed it), so every call goes through a guard.
+import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
+import { isServableHost } from "../shared/public-url.js";
+import type { UwsModule } from "../edge/uws-native.js";
+import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
+
+/** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
+const maxClientFrameBytes = 64 * 1024;
+
+/** How long closing waits for clients to answer the close frames already sent before dropping them. */
+const closeHandshakeGraceMs = 2000;
+
+/**
+ * Far above any connection's own slow-consumer limit (gateway/connection.ts closes a socket
+ * before its unsent bytes pass 1 MiB), so uWS never drops a frame on its own.
+ */
+const maxBackpressureBytes = 64 * 1024 * 1024;
+
+/** The peer's address as text: dotted IPv4 (also for IPv4-mapped IPv6), compressed IPv6. */
+export function addressText(binary: ArrayBuffer): string {
+  const bytes = new Uint8Array(binary);
+  if (bytes.length === 4) return bytes.join(".");
+  if (bytes.length !== 16) return "";
+  if (bytes.subarray(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) return bytes.subarray(12).join(".");
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] << 8) | bytes[i + 1]).toString(16));
+  return new URL(`http://[${groups.join(":")}]/`).hostname.slice(1, -1);
+}
+
+/** Whether a request asks to become a WebSocket (whatever its path and validity). */
+export function asksForUpgrade(header: (name: string) => string): boolean {
+  return header("upgrade") !== "" && /(?:^|,)\s*upgrade\s*(?:,|$)/i.test(header("connection"));
+}
+
+/** Refuses an upgrade the way `ws` does: a bare status, and the connection closes. */
+export function refuseUpgrade(res: HttpResponse, status: "400 Bad Request" | "404 Not Found" | "503 Service Unavailable"): void {
+  res.cork(() => res.writeStatus(status).writeHeader("connection", "close").end("", true));
+}
+
+/** Why an upgrade to a Parley socket is refused at `path`, or undefined when it may proceed. */
+export function upgradeRefusal(path: string, wanted: string, host: string, accepting: boolean): Parameters<typeof refuseUpgrade>[1] | undefined {
+  if (path !== wanted) return "404 Not Found";
+  if (!isServableHost(host)) return "400 Bad Request";
+  // The server is shutting down: a keep-alive connection asking to upgrade now would only be closed again.
+  if (!accepting) return "503 Service Unavailable";
+  return undefined;
+}
+
+interface SocketState {
+  socket: UwsGatewaySocket;
+}
+
+class UwsGatewaySocket implements GatewaySocket {
+  handlers: SocketHandlers | undefined;
+  closed = false;
+  /** Bytes that have entered uWS's backpressure buffer since the socket opened. */
+  private bufferedTotal = 0;
+  /** Callbacks of frames still in the buffer, each with the `bufferedTotal` its last byte reached. */
+  private pending: { until: number; onWritten: (err?: Error) => void }[] = [];
+
+  constructor(
+    private readonly ws: WebSocket<SocketState>,
+    readonly remoteAddress: string,
+    readonly forwardedFor: string | undefined,
+  ) {}
+
+  send(data: string | Uint8Array, onWritten?: (err?: Error) => void): void {
+    if (this.closed) {
+      if (onWritten) queueMicrotask(() => onWritten(new Error("the socket is closed")));
+      return;
+    }
+    const before = this.ws.getBufferedAmount();
+    const status = this.ws.send(data, typeof data !== "string");
+    if (status === 2) {
+      if (onWritten) queueMicrotask(() => onWritten(new Error("uWS dropped the frame: backpressure limit")));
+      return;
+    }
+    const after = this.ws.getBufferedAmount();
+    // What uWS could not write now sits in its buffer, behind whatever was there before.
+    this.bufferedTotal += Math.max(0, after - before);
+    if (onWritten) this.pending.push({ until: this.bufferedTotal, onWritten });
+    this.written();
+  }
+
+  /** Runs the callbacks of the frames that have left the buffer (called on uWS's drain too). */
+  written(): void {
+    if (this.pending.length === 0) return;
+    const left = this.bufferedTotal - (this.closed ? this.bufferedTotal : this.ws.getBufferedAmount());
+    let done = 0;
+    while (done < this.pending.length && this.pending[done].until <= left) done += 1;
+    if (done === 0) return;
+    const ready = this.pending.splice(0, done);
+    // Never inside send(): its caller expects the callback later, as `ws` calls it.
+    queueMicrotask(() => {
+      for (const { onWritten } of ready) onWritten();
+    });
+  }
+
+  get bufferedAmount(): number {
+    return this.closed ? 0 : this.ws.getBufferedAmount();
+  }
+
+  close(code: number, reason: string): void {
+    if (!this.closed) this.ws.end(code, reason);
+  }
+
+  terminate(): void {
+    if (!this.closed) this.ws.close();
+  }
+
+  /** uWS's close handler ran: the socket may not be used any more. */
+  onClosed(): void {
+    this.closed = true;
+    const unsent = this.pending.splice(0);
+    if (unsent.length > 0) {
+      queueMicrotask(() => {
+        for (const { onWritten } of unsent) onWritten(new Error("the socket closed before the frame was written"));
+      });
+    }
+    this.handlers?.onClose();
+  }
+}
+
+interface UpgradeFacts {
+  remoteAddress: string;
+  forwardedFor: string | undefined;
+}
+
+/**
+ * Serves WebSockets at `path` on `app`. `accepting` answers false once the server drains. Other
+ * upgrade requests never reach this route (uWS only routes requests with a proper 24-character
+ * key here); the front refuses them with `refuseUpgrade`.
+ */
+export function attachUwsServer(
+  uws: UwsModule,
+  app: TemplatedApp,
+  path: string,
+  accepting: () => boolean,
+  onConnection: (socket: GatewaySocket) => SocketHandlers,
+): SocketServer {
+  const open = new Set<WebSocket<SocketState>>();
+  let closing = false;
+  let allGone: (() => void) | undefined;
+
+  app.ws<SocketState & Partial<UpgradeFacts>>(path, {
+    compression: uws.DISABLED,
+    maxPayloadLength: maxClientFrameBytes,
+    maxBackpressure: maxBackpressureBytes,
+    // The gateway's own timers (authentication, idle) decide when a connection has gone quiet.
+    idleTimeout: 0,
+    sendPingsAutomatically: false,
+    upgrade(res: HttpResponse, req: HttpRequest, context: us_socket_context_t) {
+      const header = (name: string) => req.getHeader(name);
+      const refusal = upgradeRefusal(path, path, header("host"), accepting() && !closing);
+      if (refusal) {
+        refuseUpgrade(res, refusal);
+        return;
+      }
+      // What `ws` checks that uWS does not: the version and the Upgrade token.
+      if (header("sec-websocket-version") !== "13" || header("upgrade").toLowerCase() !== "websocket") {
+        refuseUpgrade(res, "400 Bad Request");
+        return;
+      }
+      const forwarded: string[] = [];
+      req.forEach((name, value) => {
+        if (name === "x-forwarded-for") forwarded.push(value);
+      });
+      const protocol = header("sec-websocket-protocol").split(",", 1)[0].trim();
+      res.upgrade<Partial<SocketState> & UpgradeFacts>(
+        { remoteAddress: addressText(res.getRemoteAddress()), forwardedFor: forwarded.join(",") || undefined },
+        header("sec-websocket-key"),
+        protocol,
+        // No extensions: per-message deflate stays off whatever the client offers.
+        "",
+        context,
+      );
+    },
+    open(ws) {
+      const facts = ws.getUserData();
+      const socket = new UwsGatewaySocket(ws, facts.remoteAddress ?? "", facts.forwardedFor);
+      facts.socket = socket;
+      open.add(ws);
+      socket.handlers = onConnection(socket);
+    },
+    message(ws, message, isBinary) {
+      // uWS reclaims the buffer when this handler returns.
+      ws.getUserData().socket.handlers?.onMessage(Buffer.from(new Uint8Array(message)), isBinary);
+    },
+    drain(ws) {
+      ws.getUserData().socket.written();
+    },
+    close(ws) {
+      open.delete(ws);
+      ws.getUserData().socket?.onClosed();
+      if (closing && open.size === 0) allGone?.();
+    },
+  });
+
+  return {
+    close: () =>
+      new Promise<void>((resolve) => {
+        closing = true;
+        if (open.size === 0) {
+          resolve();
+          return;
+        }
+        allGone = resolve;
+        // Clients that do not answer the close frames already sent in time are dropped.
+        const cutoff = setTimeout(() => {
+          for (const ws of [...open]) ws.close();
+        }, closeHandshakeGraceMs);
+        const done = allGone;
+        allGone = () => {
+          clearTimeout(cutoff);
+          done();
+        };
+      }),
+  };
+}
