@@ -35,7 +35,7 @@ import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
 import { nodeFront } from "./edge/node-front.js";
-import { wholeRequestApi, type UnaryHttpHandler } from "./edge/unary-http.js";
+import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
 import { uwsFront } from "./edge/uws-front.js";
 import { loadNativeUws } from "./edge/uws-native.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
@@ -138,20 +138,20 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   let ready = false;
   if (roles.includes("edge")) {
     let api: ApiHandle | undefined;
-    let unary: UnaryHttpHandler | undefined;
+    let wholeRequests: WholeRequestApi | undefined;
     const logger = broker.getLogger("http");
     const routes: EdgeRoutes = { ready: () => ready, downloads: mediaDownloadHandler(broker, broker.getLogger("media-http")), logger };
     const timeouts = { ...defaultHttpTimeouts, ...options.http };
     const trustedProxies = config.trustedProxies.length ? addressList(config.trustedProxies) : undefined;
     front = uws
-      ? uwsFront({ uws, routes, timeouts, trustedProxies, unary: () => unary, logger })
+      ? uwsFront({ uws, routes, timeouts, trustedProxies, api: () => wholeRequests, logger })
       : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger });
     broker.createService(identityCacheService(clock));
     broker.createService(
       apiService(
         (handle) => {
           api = handle;
-          unary = wholeRequestApi(handle);
+          wholeRequests = wholeRequestApi(handle);
         },
         { ...options.api, trustedProxies: config.trustedProxies },
       ),

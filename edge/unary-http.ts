@@ -3,26 +3,32 @@
 // gRPC and gRPC-Web go to Connect-ES's handler of the procedure, given one chunk of body.
 import type { ApiHandle } from "../api/api-service.js";
 import { maxRequestBytes } from "../api/api-service.js";
-import type { UnaryHttpRequest, UnaryHttpResponse } from "../api/unary-http.js";
+import type { UnaryHttpHead, UnaryHttpRequest, UnaryHttpResponse } from "../api/unary-http.js";
 
 export type { UnaryHttpRequest, UnaryHttpResponse } from "../api/unary-http.js";
 
-export type UnaryHttpHandler = (request: UnaryHttpRequest) => Promise<UnaryHttpResponse>;
+/** The API as a front that reads whole requests sees it. */
+export interface WholeRequestApi {
+  /** The answer the request gets from its head alone (see ApiHandle.answerBeforeBody); undefined: read the body, then serve(). */
+  beforeBody(head: UnaryHttpHead): UnaryHttpResponse | undefined;
+  serve(request: UnaryHttpRequest): Promise<UnaryHttpResponse>;
+}
 
 async function* oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
   yield body;
 }
 
 /**
- * Serves a whole request through the API. The front has read the body already, keeping at most
- * maxRequestBytes + 1 bytes, so a body over the limit is answered as the lean path answers one
- * that grows past it.
+ * The API for a front that reads whole requests: it asks beforeBody() with the head, then reads
+ * the body keeping at most maxRequestBytes + 1 bytes, so serve() answers a body over the limit as
+ * the lean path answers one that grows past it.
  */
-export function wholeRequestApi(api: ApiHandle): UnaryHttpHandler {
-  return async (request) => {
-    if (api.isLean(request.method, request.path, request.headers["content-type"])) {
-      const refusal = api.answerBeforeBody(request);
-      if (refusal) return refusal;
+export function wholeRequestApi(api: ApiHandle): WholeRequestApi {
+  const isLean = (head: UnaryHttpHead) => api.isLean(head.method, head.path, head.headers["content-type"]);
+  return { beforeBody: (head) => (isLean(head) ? api.answerBeforeBody(head) : undefined), serve };
+
+  async function serve(request: UnaryHttpRequest): Promise<UnaryHttpResponse> {
+    if (isLean(request)) {
       if (request.body.byteLength > maxRequestBytes) return api.bodyTooLarge(request.path);
       return api.serveUnary(request);
     }
@@ -58,5 +64,5 @@ export function wholeRequestApi(api: ApiHandle): UnaryHttpHandler {
       if (name !== "content-length") headers[name] = value;
     });
     return { status: response.status, headers, body: Buffer.concat(chunks) };
-  };
+  }
 }

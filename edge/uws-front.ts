@@ -17,7 +17,7 @@ import { Errors } from "../shared/errors.js";
 import { resolveClientAddress } from "../shared/ip.js";
 import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade, upgradeRefusal } from "../gateway/uws-socket-server.js";
 import { answerError, routeEdgeRequest, type EdgeFront, type EdgeHeaders, type EdgeReply, type EdgeRequest, type EdgeRoutes, type HttpTimeouts } from "./edge-http.js";
-import type { UnaryHttpHandler } from "./unary-http.js";
+import type { WholeRequestApi } from "./unary-http.js";
 import type { UwsModule } from "./uws-native.js";
 
 export interface UwsFrontOptions {
@@ -27,7 +27,7 @@ export interface UwsFrontOptions {
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); undefined trusts none. */
   trustedProxies: BlockList | undefined;
   /** The Connect API once the api service has started, else undefined. */
-  unary(): UnaryHttpHandler | undefined;
+  api(): WholeRequestApi | undefined;
   logger: { error(message: string, err: unknown): void };
 }
 
@@ -58,6 +58,31 @@ const statusText: Record<number, string> = {
 
 const statusLine = (status: number) => `${status} ${statusText[status] ?? "Unknown"}`;
 
+/**
+ * Headers a repeat of which is dropped, the first kept, as node:http does (IncomingMessage's
+ * _addHeaderLine), so both fronts read a request alike; others are joined.
+ */
+const singleValuedHeaders = new Set([
+  "age",
+  "authorization",
+  "content-length",
+  "content-type",
+  "etag",
+  "expires",
+  "from",
+  "host",
+  "if-modified-since",
+  "if-unmodified-since",
+  "last-modified",
+  "location",
+  "max-forwards",
+  "proxy-authorization",
+  "referer",
+  "retry-after",
+  "server",
+  "user-agent",
+]);
+
 /** One request on the uWS front, from its handler until it is answered or aborted. */
 class UwsExchange implements EdgeRequest, EdgeReply {
   readonly method: string;
@@ -83,7 +108,8 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     this.query = req.getQuery() ?? "";
     req.forEach((name, value) => {
       const seen = this.headers[name];
-      this.headers[name] = seen === undefined ? value : `${seen}, ${value}`;
+      if (seen === undefined) this.headers[name] = value;
+      else if (!singleValuedHeaders.has(name)) this.headers[name] = `${seen}${name === "cookie" ? "; " : ", "}${value}`;
     });
     this.peer = addressText(res.getRemoteAddress());
     res.onAborted(() => {
@@ -262,11 +288,18 @@ export function uwsFront(options: UwsFrontOptions): EdgeFront {
   };
 
   const serveApi = (exchange: UwsExchange): boolean => {
-    const unary = exchange.path.startsWith("/api.v1.") ? options.unary() : undefined;
-    if (!unary) return false;
+    const api = exchange.path.startsWith("/api.v1.") ? options.api() : undefined;
+    if (!api) return false;
+    const refusal = api.beforeBody(exchange);
+    if (refusal) {
+      // The body is left unread, so the connection cannot carry another request after it.
+      const bodyFollows = exchange.headers["transfer-encoding"] !== undefined || Number(exchange.headers["content-length"] ?? 0) > 0;
+      exchange.send(refusal.status, bodyFollows ? { ...refusal.headers, connection: "close" } : refusal.headers, refusal.body);
+      return true;
+    }
     const clientIp = resolveClientAddress(exchange.peer, exchange.headers["x-forwarded-for"], options.trustedProxies);
     exchange.readBody(maxRequestBytes, timeouts.requestTimeoutMs, (body) => {
-      unary({ method: exchange.method, path: exchange.path, query: exchange.query, headers: exchange.headers, body, clientIp, host: exchange.headers.host ?? "" }).then(
+      api.serve({ method: exchange.method, path: exchange.path, query: exchange.query, headers: exchange.headers, body, clientIp, host: exchange.headers.host ?? "" }).then(
         (answer) => exchange.send(answer.status, answer.headers, answer.body),
         (err: unknown) => {
           if (exchange.aborted) return;
