@@ -17,8 +17,10 @@
 // are assigned here, from the cached latest sn of each user, so they are dense per user and in
 // arrival order. Each fan-out then goes to the gateways as one push carrying every recipient's sn.
 //
-// Ownership: the store refuses an sn that is already taken, so a second owner (during a reshard)
-// cannot fork a stream: the stale owner reloads the latest sn of the users refused and retries.
+// Ownership: a write carries the fences of the leases on its streams' shards (ownership.ts), and
+// the store refuses it whole when one is stale, so a node whose lease moved on writes nothing; it
+// forgets the shard and its callers retry through the new owner. The store also refuses an sn
+// already taken: a writer with a stale cached sn reloads those users' latest sn and retries.
 import { type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
