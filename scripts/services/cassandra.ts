@@ -20,6 +20,7 @@ import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon
 export const cassandraVersion = "5.0.9";
 export const cassandraHost = "127.0.0.1";
 export const cassandraPort = 9042;
+/** Cassandra also listens here for other nodes (gossip), even alone. */
 const storagePort = 7000;
 const mainClass = "org.apache.cassandra.service.CassandraDaemon";
 const readyTimeoutMs = 120_000;
@@ -257,8 +258,10 @@ export async function startCassandra(dataDir: string): Promise<CassandraInstance
   return withLock(paths.lockFile, async () => {
     const running = runningPid(paths.pidFile, paths.config);
     if (running !== undefined) return { pid: running, started: false, supported: await waitUntilReady(running, paths) };
-    if (await portIsOpen(cassandraHost, cassandraPort)) {
-      throw new Error(`port ${cassandraPort} is taken by a process that was not started for ${paths.home} (another Cassandra, or \`npm run services -- up\` with another DATA_DIR); stop it first`);
+    for (const port of [cassandraPort, storagePort]) {
+      if (await portIsOpen(cassandraHost, port)) {
+        throw new Error(`${cassandraHost}:${port} is taken by a process that was not started for ${paths.home} (another Cassandra, or \`npm run services -- up\` with another DATA_DIR?); stop it first`);
+      }
     }
     const lib = installCassandra();
     const java = javaExecutable();
