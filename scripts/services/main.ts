@@ -1,0 +1,60 @@
+// `npm run services -- up <name>...` starts the named backing services with their data under
+// DATA_DIR/services and returns once each accepts connections; `npm run services -- down [name...]`
+// stops what `up` started (all of them without names).
+import { loadConfig } from "../../shared/config.js";
+import { cassandraHost, cassandraPort, startCassandra, stopCassandra } from "./cassandra.js";
+
+interface BackingService {
+  up(dataDir: string): Promise<string>;
+  down(dataDir: string): Promise<boolean>;
+}
+
+const services: Record<string, BackingService | undefined> = {
+  cassandra: {
+    async up(dataDir) {
+      const began = performance.now();
+      const instance = await startCassandra(dataDir);
+      const seconds = ((performance.now() - began) / 1000).toFixed(1);
+      const cql = instance.supported.get("CQL_VERSION")?.join(", ") ?? "?";
+      const how = instance.started ? `started (pid ${instance.pid}), answering CQL after ${seconds} s` : `already running (pid ${instance.pid})`;
+      return `cassandra ${cassandraHost}:${cassandraPort} ${how}; CQL ${cql}`;
+    },
+    down: stopCassandra,
+  },
+  kafka: undefined,
+  redis: undefined,
+  s3: undefined,
+  nginx: undefined,
+};
+
+const usage = "usage: npm run services -- up <name>... | down [name...]   (names: cassandra, kafka, redis, s3, nginx)";
+
+function resolveNames(names: string[]): [string, BackingService][] {
+  return names.map((name) => {
+    if (!(name in services)) throw new Error(`unknown service ${JSON.stringify(name)}; ${usage}`);
+    const service = services[name];
+    if (!service) throw new Error(`the ${name} service is not built yet; only cassandra is`);
+    return [name, service];
+  });
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...names] = argv;
+  const dataDir = loadConfig(process.env).dataDir;
+  if (command === "up") {
+    if (names.length === 0) throw new Error(usage);
+    for (const [, service] of resolveNames(names)) console.log(await service.up(dataDir));
+  } else if (command === "down") {
+    const chosen = names.length > 0 ? resolveNames(names) : Object.entries(services).filter((entry): entry is [string, BackingService] => entry[1] !== undefined);
+    for (const [name, service] of chosen) console.log(`${name}: ${(await service.down(dataDir)) ? "stopped" : "was not running"}`);
+  } else {
+    throw new Error(usage);
+  }
+}
+
+try {
+  await main(process.argv.slice(2));
+} catch (error) {
+  console.error(`services: ${(error as Error).message}`);
+  process.exitCode = 1;
+}
