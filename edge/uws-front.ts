@@ -15,7 +15,8 @@ import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, us_sock
 import { maxRequestBytes } from "../api/api-service.js";
 import { Errors } from "../shared/errors.js";
 import { resolveClientAddress } from "../shared/ip.js";
-import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade, upgradeRefusal } from "../gateway/uws-socket-server.js";
+import { upgradeRefusal } from "../gateway/socket.js";
+import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade } from "../gateway/uws-socket-server.js";
 import { answerError, routeEdgeRequest, type EdgeFront, type EdgeHeaders, type EdgeReply, type EdgeRequest, type EdgeRoutes, type HttpTimeouts } from "./edge-http.js";
 import type { WholeRequestApi } from "./unary-http.js";
 import type { UwsModule } from "./uws-native.js";

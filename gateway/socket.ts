@@ -1,6 +1,8 @@
 // The socket layer the gateway rules need, so that either WebSocket implementation carries them:
 // `ws` on node:http (ws-socket-server.ts) or uWebSockets.js (uws-socket-server.ts), chosen by
 // SOCKET_DRIVER once at start-up.
+import { isServableHost } from "../shared/public-url.js";
+
 export interface GatewaySocket {
   /**
    * Queues a frame: text for a string, binary for bytes. `onWritten` runs once the frame has been
@@ -34,3 +36,14 @@ export interface SocketServer {
 
 /** Accepts WebSocket connections at one path of the edge's port, handing each to `onConnection`. */
 export type SocketAcceptor = (path: string, onConnection: (socket: GatewaySocket) => SocketHandlers) => SocketServer;
+
+export type UpgradeRefusal = "400 Bad Request" | "404 Not Found" | "503 Service Unavailable";
+
+/** Why an upgrade to a Parley socket at `path` is refused (both drivers answer it the same), or undefined when it may proceed. */
+export function upgradeRefusal(path: string, wanted: string, host: string | undefined, accepting: boolean): UpgradeRefusal | undefined {
+  if (path !== wanted) return "404 Not Found";
+  if (!isServableHost(host)) return "400 Bad Request";
+  // The server is shutting down: a keep-alive connection asking to upgrade now would only be closed again.
+  if (!accepting) return "503 Service Unavailable";
+  return undefined;
+}

@@ -5,9 +5,8 @@
 // backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
 // side has freed it), so every call goes through a guard.
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
-import { isServableHost } from "../shared/public-url.js";
 import type { UwsModule } from "../edge/uws-native.js";
-import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
+import { upgradeRefusal, type GatewaySocket, type SocketHandlers, type SocketServer, type UpgradeRefusal } from "./socket.js";
 
 /** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
 const maxClientFrameBytes = 64 * 1024;
@@ -38,17 +37,8 @@ export function asksForUpgrade(header: (name: string) => string): boolean {
 }
 
 /** Refuses an upgrade the way `ws` does: a bare status, and the connection closes. */
-export function refuseUpgrade(res: HttpResponse, status: "400 Bad Request" | "404 Not Found" | "503 Service Unavailable"): void {
+export function refuseUpgrade(res: HttpResponse, status: UpgradeRefusal): void {
   res.cork(() => res.writeStatus(status).writeHeader("connection", "close").end("", true));
-}
-
-/** Why an upgrade to a Parley socket is refused at `path`, or undefined when it may proceed. */
-export function upgradeRefusal(path: string, wanted: string, host: string, accepting: boolean): Parameters<typeof refuseUpgrade>[1] | undefined {
-  if (path !== wanted) return "404 Not Found";
-  if (!isServableHost(host)) return "400 Bad Request";
-  // The server is shutting down: a keep-alive connection asking to upgrade now would only be closed again.
-  if (!accepting) return "503 Service Unavailable";
-  return undefined;
 }
 
 interface SocketState {

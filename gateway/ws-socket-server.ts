@@ -2,8 +2,7 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
-import { isServableHost } from "../shared/public-url.js";
-import type { GatewaySocket, SocketHandlers, SocketServer } from "./socket.js";
+import { upgradeRefusal, type GatewaySocket, type SocketHandlers, type SocketServer } from "./socket.js";
 
 /** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
 const maxClientFrameBytes = 64 * 1024;
@@ -25,18 +24,10 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     }
   };
   const upgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
-    if ((req.url ?? "").split("?", 1)[0] !== path) {
-      refuse(stream, "404 Not Found");
-      return;
-    }
-    if (!isServableHost(req.headers.host)) {
-      refuse(stream, "400 Bad Request");
-      return;
-    }
-    // The server is shutting down (it stopped listening): a keep-alive connection asking to
-    // upgrade now would only be closed again.
-    if (!server.listening) {
-      refuse(stream, "503 Service Unavailable");
+    // Once the server stopped listening (shutting down), upgrades are refused.
+    const refusal = upgradeRefusal((req.url ?? "").split("?", 1)[0], path, req.headers.host, server.listening);
+    if (refusal) {
+      refuse(stream, refusal);
       return;
     }
     wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {
