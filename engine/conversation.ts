@@ -465,7 +465,7 @@ export class ConversationActor {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
       const fence = await this.deps.ownership.fence(conversationKey(conversationId));
       // Posted already (the record goes with the message's write): a repeat after a crash or a sweep.
-      if (!(await this.store.outbox.isSystemMessagePending(systemMessageId))) return {};
+      if (!(await this.store.outbox.isSystemMessagePending(conversationId, systemMessageId))) return {};
       const now = this.deps.clock.now();
       const members = isGroupConversationId(conversationId) ? (await this.store.groups.listMembers(Number(conversationId))).map((m) => m.userId) : [];
       const recipients = [...new Set([...members, ...extraRecipients])];

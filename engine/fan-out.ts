@@ -232,12 +232,12 @@ export class FanOuts {
 
   /** Appends the fan-out to its recipients' streams, then marks it finished. `again`: an earlier delivery may have reached some streams. */
   private async append(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again: boolean): Promise<void> {
-    const { fanOutId, scope, recipients } = fanOut.record;
+    const { scope, recipients } = fanOut.record;
     try {
       await Promise.all(
         recipientsByOwner(recipients).map((owned) => ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, again)] } satisfies AppendFanOutsParams)),
       );
-      await this.store.outbox.finish(fanOutId);
+      await this.store.outbox.finish(fanOut.record);
     } catch (err) {
       this.unfinishedScopes.add(scope);
       throw err;

@@ -51,14 +51,17 @@ export interface QueuedWebhook {
   nextAttemptAt: number;
 }
 
+/** What names a queued job: a partitioned queue keeps each agent's jobs together. */
+export type QueuedJobKey = Pick<QueuedWebhook, "agentUserId" | "jobId">;
+
 /** The part of the durable webhook queue the dispatcher needs (engine/store's WebhookJobStore fits). */
 export interface WebhookQueue {
   /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
   due(now: number, busyAgents: readonly number[], limit: number): Promise<QueuedWebhook[]>;
   /** Removes a delivered (or abandoned) job. */
-  remove(jobId: number): Promise<void>;
+  remove(job: QueuedJobKey): Promise<void>;
   /** Records a failed attempt and when to try again. */
-  reschedule(jobId: number, attempts: number, nextAttemptAt: number): Promise<void>;
+  reschedule(job: QueuedJobKey, attempts: number, nextAttemptAt: number): Promise<void>;
 }
 
 /** Where an agent's webhook deliveries go right now. */

@@ -53,9 +53,9 @@ class Faults {
       },
       outbox: {
         ...store.outbox,
-        finish: async (fanOutId) => {
+        finish: async (fanOut) => {
           if (this.finishes > 0 && this.finishes--) fail("finish");
-          return store.outbox.finish(fanOutId);
+          return store.outbox.finish(fanOut);
         },
       },
     };

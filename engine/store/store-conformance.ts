@@ -198,15 +198,15 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         const systemMessage = { systemMessageId: 2n ** 61n + 3n, conversationId, body: new Uint8Array([8, 7]), extraRecipients: [9], createdAt: 6 };
         await store.groups.updateGroup(group.groupId, { name: "renamed" }, (updated) => (updated.name === "renamed" ? [systemMessage] : []));
         expect(await store.outbox.pendingSystemMessages(10)).to.deep.equal([systemMessage]);
-        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.conversationId, systemMessage.systemMessageId)).to.equal(true);
         const message = { conversationId, messageId: 1n, senderId: 0, clientMessageId: 0n, body: new Uint8Array([8, 7]), replyTo: null, metadata: {}, createdAt: 7, updatedAt: null, edited: false };
         // A refused insert leaves it recorded.
         await store.messages.insertMessage(message);
         expect((await store.messages.insertMessage(message, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("conflict");
-        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(true);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.conversationId, systemMessage.systemMessageId)).to.equal(true);
         expect((await store.messages.insertMessage({ ...message, messageId: 2n }, { postsSystemMessage: systemMessage.systemMessageId })).outcome).to.equal("ok");
         expect(await store.outbox.pendingSystemMessages(10)).to.deep.equal([]);
-        expect(await store.outbox.isSystemMessagePending(systemMessage.systemMessageId)).to.equal(false);
+        expect(await store.outbox.isSystemMessagePending(systemMessage.conversationId, systemMessage.systemMessageId)).to.equal(false);
       });
     });
 
@@ -369,8 +369,8 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.outbox.pending(10)).to.deep.equal([a, b, c]);
         expect(ids(await store.outbox.pending(1))).to.deep.equal([a.fanOutId]);
         expect(ids(await store.outbox.pending(10, "1"))).to.deep.equal([a.fanOutId, c.fanOutId]);
-        await store.outbox.finish(a.fanOutId);
-        await store.outbox.finish(a.fanOutId);
+        await store.outbox.finish(a);
+        await store.outbox.finish(a);
         expect(ids(await store.outbox.pending(10))).to.deep.equal([b.fanOutId, c.fanOutId]);
         expect(await store.outbox.pending(10, "2")).to.deep.equal([]);
       });
@@ -648,10 +648,10 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         await store.webhookJobs.enqueue(1, "a1", 100);
         await store.webhookJobs.enqueue(1, "a2", 100);
         const [head] = await store.webhookJobs.due(100, [], 10);
-        await store.webhookJobs.reschedule(head.jobId, 1, 1100);
+        await store.webhookJobs.reschedule(head, 1, 1100);
         expect(await heads(1000)).to.deep.equal([]);
         expect(await store.webhookJobs.due(1100, [], 10)).to.deep.equal([{ ...head, attempts: 1, nextAttemptAt: 1100 }]);
-        await store.webhookJobs.remove(head.jobId);
+        await store.webhookJobs.remove(head);
         expect(await heads(1100)).to.deep.equal([[1, "a2", 0]]);
       });
 
@@ -726,7 +726,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);
         const queued = await store.webhookJobs.due(70, [], 10);
         expect(queued.map((job) => [job.agentUserId, job.body, job.nextAttemptAt])).to.deep.equal([[1, "m1", 70]]);
-        await store.webhookJobs.remove(queued[0].jobId);
+        await store.webhookJobs.remove(queued[0]);
         expect(await heads(70)).to.deep.equal([[1, "m3", 0]]);
         // A refused append writes none of it: no entry, no job, no position.
         expect(await write([[1, 4], [1, 3]], [{ agentUserId: 1, bodies: ["lost"], queuedAt: 80, deliveredSn: 4 }])).to.deep.equal({ ok: false, conflicts: [1] });

@@ -229,12 +229,12 @@ export type EventsOf<Result> = (result: Result) => readonly OutboxRecord[];
 export interface OutboxStore {
   /** Unfinished fan-outs, oldest first, at most `limit`; of one scope only when given. */
   pending(limit: number, scope?: string): Promise<FanOutRecord[]>;
-  /** Marks the fan-out finished: every recipient's stream has it. */
-  finish(fanOutId: bigint): Promise<void>;
+  /** Marks the fan-out finished: every recipient's stream has it. The scope names where a partitioned outbox keeps it. */
+  finish(fanOut: Pick<FanOutRecord, "fanOutId" | "scope">): Promise<void>;
   /** System messages recorded and not yet posted, oldest first, at most `limit`. */
   pendingSystemMessages(limit: number): Promise<SystemMessageRecord[]>;
-  /** Whether the system message is still to be posted. */
-  isSystemMessagePending(systemMessageId: bigint): Promise<boolean>;
+  /** Whether the system message is still to be posted (it is kept with its conversation). */
+  isSystemMessagePending(conversationId: bigint, systemMessageId: bigint): Promise<boolean>;
 }
 
 /**

@@ -156,25 +156,25 @@ export class WebhookDispatcher {
       // Normally the job is gone now. If it is not (the hand-back failed, or the agent went back
       // to WEBHOOK mode meanwhile) it waits one retry step instead of spinning; not the endpoint's
       // failure, so no attempt is counted.
-      await queue.reschedule(job.jobId, job.attempts, this.options.now() + this.policy.retryBaseMs);
+      await queue.reschedule(job, job.attempts, this.options.now() + this.policy.retryBaseMs);
       return;
     }
     const problem = webhookUrlProblem(target.url);
     const outcome: DeliveryOutcome = problem ? { ok: false, reason: problem } : await this.poster.post(target.url, target.secretKey, job.body, this.shutdown.signal);
     if (outcome.ok) {
-      await queue.remove(job.jobId);
+      await queue.remove(job);
       return;
     }
     // Cut off by shutdown: not the endpoint's failure, so the job stays as it was for the next start.
     if (outcome.aborted) return;
     const attempts = job.attempts + 1;
     if (attempts > this.policy.maxRetries) {
-      await queue.remove(job.jobId);
+      await queue.remove(job);
       this.logger.warn(`webhook delivery ${job.jobId} to agent ${job.agentUserId} abandoned after ${attempts} attempts; last failure: ${outcome.reason}`);
       return;
     }
     const delay = this.policy.retryBaseMs * 2 ** (attempts - 1);
-    await queue.reschedule(job.jobId, attempts, this.options.now() + delay);
+    await queue.reschedule(job, attempts, this.options.now() + delay);
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
       this.wake();

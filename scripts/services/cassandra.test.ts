@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { expect } from "chai";
+import { releaseTestCassandra } from "../../test/support/cassandra.js";
 import { cassandraPaths, ensureCassandra } from "./cassandra.js";
 import { decodeSupported, probeCql } from "./cql-probe.js";
 import { isAlive, portIsOpen, runningPid } from "./daemon.js";
@@ -79,6 +80,9 @@ describe("services pid files", () => {
 describe("npm run services with cassandra (real Cassandra 5.0, ~30 s)", function () {
   this.timeout(300_000);
   let dataDir: string;
+
+  // These tests start and stop their own server on the standard ports.
+  before(releaseTestCassandra);
 
   beforeEach(() => {
     dataDir = mkdtempSync(join(tmpdir(), "parley-services-"));

@@ -96,7 +96,7 @@ export function outboxStore(db: Database.Database): OutboxStore & { close(): voi
       flush();
       return (scope === undefined ? pending.all(limit) : pendingOf.all(scope, limit)).map(toFanOut);
     },
-    async finish(fanOutId) {
+    async finish({ fanOutId }) {
       finished.add(fanOutId);
       if (finished.size >= finishBatch.size) flush();
       else if (!flushTimer) {
@@ -107,7 +107,7 @@ export function outboxStore(db: Database.Database): OutboxStore & { close(): voi
     async pendingSystemMessages(limit) {
       return pendingSystemMessages.all(limit).map(toSystemMessage);
     },
-    async isSystemMessagePending(systemMessageId) {
+    async isSystemMessagePending(_conversationId, systemMessageId) {
       return systemMessage.get(systemMessageId) !== undefined;
     },
     close: flush,

@@ -84,10 +84,10 @@ export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWri
       if (limit <= 0) return [];
       return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
     },
-    async remove(jobId) {
+    async remove({ jobId }) {
       remove.run(jobId);
     },
-    async reschedule(jobId, attempts, nextAttemptAt) {
+    async reschedule({ jobId }, attempts, nextAttemptAt) {
       reschedule.run(attempts, nextAttemptAt, jobId);
     },
     async pending(agentUserId) {

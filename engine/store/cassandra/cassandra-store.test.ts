@@ -1,0 +1,31 @@
+import { after } from "mocha";
+import { describeStoreConformance } from "../store-conformance.js";
+import type { CassandraStore } from "./cassandra-store.js";
+import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+
+// Its own keyspace per worker when several runs share the test server (PARLEY_TEST_KEYSPACE).
+const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+
+describeStoreConformance("cassandra", async () => {
+  let current: CassandraStore = await openTestCassandraStore(keyspace, { fresh: true });
+  const others: CassandraStore[] = [];
+  return {
+    store: current,
+    async another() {
+      const other = await openTestCassandraStore(keyspace, { fresh: false });
+      others.push(other);
+      return other;
+    },
+    async reopen() {
+      await current.close();
+      current = await openTestCassandraStore(keyspace, { fresh: false });
+      return current;
+    },
+    async cleanup() {
+      for (const other of others) await other.close();
+      await current.close();
+    },
+  };
+});
+
+after(releaseTestCassandra);

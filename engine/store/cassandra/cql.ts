@@ -1,0 +1,156 @@
+// The adapter's one handle on Cassandra/ScyllaDB: every statement is prepared, runs at LOCAL_QUORUM
+// (LWTs with LOCAL_SERIAL), and says whether the driver may retry it. See DATA-MODEL.md §1.3-1.5.
+import cassandra from "cassandra-driver";
+
+const { consistencies } = cassandra.types;
+
+export type Row = cassandra.types.Row;
+export type Params = readonly unknown[];
+
+/** One statement of a batch. */
+export interface Statement {
+  query: string;
+  params: Params;
+}
+
+export interface CqlSettings {
+  /** host:port pairs. */
+  contactPoints: readonly string[];
+  keyspace: string;
+  /** The datacenter the node runs in (a single-node server's is "datacenter1"). */
+  localDataCenter?: string;
+}
+
+/** The outcome of a lightweight transaction: whether it applied, and the row it met when not. */
+export interface LwtOutcome {
+  applied: boolean;
+  /** On refusal, the current values of the columns the condition named (Scylla also answers them when applied). */
+  row: Row | undefined;
+}
+
+export class Cql {
+  /** Tables written through this handle: tests empty only those between tests (a set tests may share between handles). */
+  writtenTables = new Set<string>();
+
+  private constructor(
+    readonly client: cassandra.Client,
+    readonly keyspace: string,
+  ) {}
+
+  /** Connects without a keyspace (migrations create it), then uses it for every statement. */
+  static async connect(settings: CqlSettings): Promise<Cql> {
+    const client = new cassandra.Client({
+      contactPoints: [...settings.contactPoints],
+      localDataCenter: settings.localDataCenter ?? "datacenter1",
+      encoding: { useBigIntAsLong: true, useBigIntAsVarint: true, map: Map, set: Set },
+      queryOptions: { prepare: true, consistency: consistencies.localQuorum, serialConsistency: consistencies.localSerial },
+      socketOptions: { connectTimeout: 10_000, readTimeout: 12_000 },
+    });
+    await client.connect();
+    return new Cql(client, settings.keyspace);
+  }
+
+  /** Every connection of the session uses the keyspace from now on (the driver applies USE pool-wide). */
+  async useKeyspace(): Promise<void> {
+    await this.client.execute(`USE ${this.keyspace}`);
+  }
+
+  /** Reads (or an idempotent write). Tables are named unqualified: the session uses the keyspace (useKeyspace). */
+  async rows(query: string, params: Params = [], options: { serial?: boolean; fetchSize?: number } = {}): Promise<Row[]> {
+    const result = await this.client.execute(query, params as unknown[], {
+      isIdempotent: true,
+      fetchSize: options.fetchSize ?? 5000,
+      consistency: options.serial ? consistencies.localSerial : consistencies.localQuorum,
+    });
+    this.noteWrite(query);
+    if (result.pageState && options.fetchSize === undefined) return this.allPages(query, params, result);
+    return result.rows;
+  }
+
+  async row(query: string, params: Params = [], options: { serial?: boolean } = {}): Promise<Row | undefined> {
+    return (await this.rows(query, params, options))[0];
+  }
+
+  /** An idempotent write: the driver may retry it. */
+  async write(query: string, params: Params = []): Promise<void> {
+    this.noteWrite(query);
+    await this.client.execute(query, params as unknown[], { isIdempotent: true });
+  }
+
+  /**
+   * A lightweight transaction (one statement or a conditional batch on one partition). Never
+   * retried blindly: a timeout is answered by reading the row at LOCAL_SERIAL, which the caller does.
+   */
+  async lwt(query: string, params: Params = []): Promise<LwtOutcome> {
+    this.noteWrite(query);
+    const result = await this.client.execute(query, params as unknown[], { isIdempotent: false });
+    return outcomeOf(result.rows[0]);
+  }
+
+  /** A conditional batch: every statement on one partition of one table. */
+  async lwtBatch(statements: readonly Statement[]): Promise<LwtOutcome> {
+    for (const statement of statements) this.noteWrite(statement.query);
+    const result = await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: false, logged: true });
+    return outcomeOf(result.rows?.[0]);
+  }
+
+  /**
+   * A logged batch of idempotent writes: all of them or none, across partitions. Used where a change
+   * and its outbox records must commit together without a condition (DATA-MODEL.md §1.5 P2).
+   */
+  async batch(statements: readonly Statement[]): Promise<void> {
+    if (statements.length === 0) return;
+    if (statements.length === 1) return this.write(statements[0].query, statements[0].params);
+    for (const statement of statements) this.noteWrite(statement.query);
+    await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: true });
+  }
+
+  /** Statements that need not commit together, run in parallel. */
+  async writeAll(statements: readonly Statement[]): Promise<void> {
+    await Promise.all(statements.map((statement) => this.write(statement.query, statement.params)));
+  }
+
+  async close(): Promise<void> {
+    await this.client.shutdown();
+  }
+
+  private async allPages(query: string, params: Params, first: cassandra.types.ResultSet): Promise<Row[]> {
+    const rows = [...first.rows];
+    let pageState = first.pageState;
+    while (pageState) {
+      const next = await this.client.execute(query, params as unknown[], { isIdempotent: true, fetchSize: 5000, pageState });
+      rows.push(...next.rows);
+      pageState = next.pageState;
+    }
+    return rows;
+  }
+
+  private noteWrite(query: string) {
+    const table = writtenTable(query);
+    if (table) this.writtenTables.add(table);
+  }
+}
+
+const asQuery = (statement: Statement) => ({ query: statement.query, params: statement.params as unknown[] });
+
+function outcomeOf(row: Row | undefined): LwtOutcome {
+  return { applied: row?.["[applied]"] === true, row };
+}
+
+const writtenTableCache = new Map<string, string | null>();
+
+function writtenTable(query: string): string | null {
+  let table = writtenTableCache.get(query);
+  if (table === undefined) {
+    table = /^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+(?:[\w\s,[\]'?]*?\s)?FROM)\s+(\w+)/i.exec(query)?.[1]?.toLowerCase() ?? null;
+    writtenTableCache.set(query, table);
+  }
+  return table;
+}
+
+/** A `bigint` column read back (the driver is set to answer bigint; null when unset). */
+export const bigintOf = (value: unknown): bigint => (value === null || value === undefined ? 0n : (value as bigint));
+/** An `int`/`bigint` column that holds a JS-safe number (times, counts). */
+export const numberOf = (value: unknown): number => (value === null || value === undefined ? 0 : Number(value));
+/** A `blob` column as plain bytes (a Uint8Array, not the driver's Buffer, as the port's other adapter answers). */
+export const bytesOf = (value: unknown): Uint8Array => (value === null || value === undefined ? new Uint8Array(0) : new Uint8Array(value as Buffer));

@@ -1,0 +1,189 @@
+// Versioned schema of the Cassandra/ScyllaDB store (DATA-MODEL.md lists each table with its queries).
+// Migrations are append-only; every statement is idempotent, so one cut short is simply run again.
+import type { Cql } from "./cql.js";
+
+export interface CassandraMigration {
+  version: number;
+  statements: readonly string[];
+}
+
+/** Queue-like tables whose deleted rows are harmless if resurrected: their tombstones go quickly (§2). */
+const queueTable = "gc_grace_seconds = 10800 AND compaction = {'class': 'SizeTieredCompactionStrategy', 'unchecked_tombstone_compaction': 'true'}";
+
+export const cassandraMigrations: readonly CassandraMigration[] = [
+  {
+    version: 1,
+    statements: [
+      // Ownership and id allocation (§3, §4).
+      `CREATE TABLE IF NOT EXISTS leases (shard int PRIMARY KEY, node text, instance text, epoch int, expires_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS id_blocks (sequence text PRIMARY KEY, next_free int)`,
+      // Sweeps without scans (§6.4): which queue partitions may hold work, by kind, slot and hour.
+      `CREATE TABLE IF NOT EXISTS sweep_index (kind text, slot int, hour int, item text, PRIMARY KEY ((kind, slot, hour), item)) WITH ${queueTable}`,
+      `CREATE TABLE IF NOT EXISTS sweep_marks (kind text, slot int, hour int, PRIMARY KEY ((kind), slot))`,
+
+      // Users, sessions, push tokens (§5.1, §5.2).
+      `CREATE TABLE IF NOT EXISTS users (user_id int PRIMARY KEY, account_type tinyint, username text, username_custom boolean,
+        phone text, email text, nickname text, avatar_url text, signature text, password_hash text, created_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS usernames (username text PRIMARY KEY, user_id int, claimed_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS user_emails (email text PRIMARY KEY, user_id int, claimed_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS user_phones (phone text PRIMARY KEY, user_id int, claimed_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS sessions (user_id int, device_id text, device_type int, device_name text, device_model text,
+        os_version text, app_version text, login_ip text, login_at bigint, last_active_at bigint,
+        access_token_hash text, access_expires_at bigint, refresh_token_hash text, refresh_expires_at bigint,
+        PRIMARY KEY ((user_id), device_id))`,
+      `CREATE TABLE IF NOT EXISTS sessions_by_access (access_token_hash text PRIMARY KEY, user_id int, device_id text)`,
+      `CREATE TABLE IF NOT EXISTS sessions_by_refresh (refresh_token_hash text PRIMARY KEY, user_id int, device_id text)`,
+      `CREATE TABLE IF NOT EXISTS push_tokens (user_id int, device_id text, push_token text, platform int, is_sandbox boolean, updated_at bigint,
+        PRIMARY KEY ((user_id), device_id))`,
+
+      // Conversations: the head partition, per-user state and list order (§5.3, §6.1).
+      `CREATE TABLE IF NOT EXISTS conversations (conversation_id bigint, system_message_id bigint,
+        type tinyint STATIC, created_at bigint STATIC, last_message_id bigint STATIC, last_message_time bigint STATIC,
+        owner_epoch int STATIC, pending_write blob STATIC,
+        body blob, extra_recipients list<int>, recorded_at bigint,
+        PRIMARY KEY ((conversation_id), system_message_id))`,
+      `CREATE TABLE IF NOT EXISTS conversation_outbox (conversation_id bigint, fan_out_id bigint,
+        recipients list<int>, entry blob, related text, created_at bigint,
+        PRIMARY KEY ((conversation_id), fan_out_id)) WITH ${queueTable}`,
+      `CREATE TABLE IF NOT EXISTS open_streams (conversation_id bigint, message_id bigint, sender_id int, started_at bigint,
+        PRIMARY KEY ((conversation_id), message_id)) WITH ${queueTable}`,
+      `CREATE TABLE IF NOT EXISTS user_conversations (user_id int, conversation_id bigint,
+        is_muted boolean, hidden_through bigint, last_read_message_id bigint, cleared_up_to bigint,
+        PRIMARY KEY ((user_id), conversation_id))`,
+      `CREATE TABLE IF NOT EXISTS conversation_mutes (conversation_id bigint, user_id int, PRIMARY KEY ((conversation_id), user_id))`,
+      `CREATE TABLE IF NOT EXISTS conversation_order (user_id int, order_minute int, conversation_id bigint,
+        PRIMARY KEY ((user_id), order_minute, conversation_id))
+        WITH CLUSTERING ORDER BY (order_minute DESC, conversation_id DESC) AND ${queueTable}`,
+
+      // Update streams (§5.4).
+      `CREATE TABLE IF NOT EXISTS update_events (event_id bigint PRIMARY KEY, entry blob, created_at bigint, holders set<int>)`,
+      `CREATE TABLE IF NOT EXISTS stream_entries (user_id int, first_sn int, sn int, event_id bigint,
+        latest_sn int STATIC, owner_epoch int STATIC, sealed boolean STATIC, pending_handoffs blob STATIC,
+        PRIMARY KEY ((user_id, first_sn), sn))`,
+      `CREATE TABLE IF NOT EXISTS stream_buckets (user_id int, first_sn int, PRIMARY KEY ((user_id), first_sn))
+        WITH CLUSTERING ORDER BY (first_sn DESC)`,
+
+      // Account-scope outbox (§5.5).
+      `CREATE TABLE IF NOT EXISTS account_outbox (scope text, fan_out_id bigint, recipients list<int>, entry blob, related text,
+        created_at bigint, tentative boolean, guard text, PRIMARY KEY ((scope), fan_out_id)) WITH ${queueTable}`,
+
+      // Webhook jobs and agent cursors (§5.6).
+      `CREATE TABLE IF NOT EXISTS webhook_jobs (agent_user_id int, job_id bigint, body text, attempts int, next_attempt_at bigint,
+        created_at bigint, tail_job_id bigint STATIC, PRIMARY KEY ((agent_user_id), job_id)) WITH ${queueTable}`,
+      `CREATE TABLE IF NOT EXISTS agent_cursors (agent_user_id int PRIMARY KEY, delivered_sn int, generation int)`,
+
+      // Agents (§5.7, §6.3).
+      `CREATE TABLE IF NOT EXISTS agents (agent_user_id int PRIMARY KEY, creator_id int, status tinyint, visibility tinyint,
+        is_system boolean, token_hash text, token_prefix text, secret_key text, delivery_mode tinyint, webhook_url text,
+        ip_whitelist list<text>, commands list<frozen<tuple<text, text>>>,
+        mini_app_enabled boolean, mini_app_url text, mini_app_origins list<text>, mini_app_permissions int,
+        created_at bigint, updated_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS agents_by_token (token_hash text PRIMARY KEY, agent_user_id int)`,
+      `CREATE TABLE IF NOT EXISTS agents_by_creator (creator_id int, created_at bigint, agent_user_id int,
+        PRIMARY KEY ((creator_id), created_at, agent_user_id))`,
+      `CREATE TABLE IF NOT EXISTS agent_directory (bucket tinyint, agent_user_id int, nickname_lc text, username text, signature_lc text,
+        PRIMARY KEY ((bucket), agent_user_id))`,
+      `CREATE TABLE IF NOT EXISTS deleted_agents_in_groups (bucket tinyint, agent_user_id int, PRIMARY KEY ((bucket), agent_user_id))`,
+
+      // Social (§5.8).
+      `CREATE TABLE IF NOT EXISTS friend_requests (request_id int PRIMARY KEY, from_user_id int, to_user_id int, message text,
+        status tinyint, created_at bigint, handled_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS pending_requests_to (to_user_id int, created_at bigint, request_id int,
+        PRIMARY KEY ((to_user_id), created_at, request_id)) WITH CLUSTERING ORDER BY (created_at DESC, request_id DESC)`,
+      `CREATE TABLE IF NOT EXISTS pending_requests_between (low_user_id int, high_user_id int, request_id int,
+        PRIMARY KEY ((low_user_id, high_user_id), request_id))`,
+      `CREATE TABLE IF NOT EXISTS contacts (owner_id int, contact_id int, alias text, created_at bigint, PRIMARY KEY ((owner_id), contact_id))`,
+      `CREATE TABLE IF NOT EXISTS contact_owners (contact_id int, owner_id int, PRIMARY KEY ((contact_id), owner_id))`,
+      `CREATE TABLE IF NOT EXISTS blocks (blocker_id int, blocked_id int, blocked_at bigint, PRIMARY KEY ((blocker_id), blocked_id))`,
+      `CREATE TABLE IF NOT EXISTS blocks_by_time (blocker_id int, blocked_at bigint, blocked_id int,
+        PRIMARY KEY ((blocker_id), blocked_at, blocked_id)) WITH CLUSTERING ORDER BY (blocked_at DESC, blocked_id DESC)`,
+      `CREATE TABLE IF NOT EXISTS blocked_by (blocked_id int, blocker_id int, PRIMARY KEY ((blocked_id), blocker_id))`,
+
+      // Groups (§5.9).
+      `CREATE TABLE IF NOT EXISTS groups (group_id int PRIMARY KEY, name text, avatar_url text, description text,
+        owner_id int, status tinyint, created_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS group_members (group_id int, user_id int, role tinyint, joined_at bigint, PRIMARY KEY ((group_id), user_id))`,
+      `CREATE TABLE IF NOT EXISTS groups_of_user (user_id int, group_id int, PRIMARY KEY ((user_id), group_id))`,
+
+      // Messages (§5.10).
+      `CREATE TABLE IF NOT EXISTS messages (conversation_id bigint, bucket int, message_id bigint,
+        sender_id int, client_message_id bigint, body blob, reply_to blob, metadata map<text, text>,
+        created_at bigint, updated_at bigint, edited boolean,
+        PRIMARY KEY ((conversation_id, bucket), message_id)) WITH CLUSTERING ORDER BY (message_id DESC)`,
+      `CREATE TABLE IF NOT EXISTS message_client_ids (conversation_id bigint, sender_id int, client_message_id bigint, message_id bigint,
+        PRIMARY KEY ((conversation_id, sender_id, client_message_id)))`,
+      `CREATE TABLE IF NOT EXISTS message_deletions (user_id int, conversation_id bigint, message_id bigint,
+        PRIMARY KEY ((user_id, conversation_id), message_id)) WITH CLUSTERING ORDER BY (message_id DESC)`,
+
+      // Media (§5.11).
+      `CREATE TABLE IF NOT EXISTS media_files (file_id text PRIMARY KEY, owner_id int, purpose int, file_name text, content_type text,
+        size bigint, checksum text, width int, height int, duration_ms int, thumbnail_file_id text, created_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS upload_sessions (session_id text PRIMARY KEY, owner_id int, file_id text, file_name text,
+        content_type text, size bigint, uploaded bigint, created_at bigint, expires_at bigint)`,
+      `CREATE TABLE IF NOT EXISTS upload_sessions_by_owner (owner_id int, file_name text, content_type text, size bigint,
+        created_at bigint, session_id text, PRIMARY KEY ((owner_id), file_name, content_type, size, created_at, session_id))
+        WITH CLUSTERING ORDER BY (file_name ASC, content_type ASC, size ASC, created_at DESC, session_id DESC)`,
+      `CREATE TABLE IF NOT EXISTS server_secrets (name text PRIMARY KEY, value text, created_at bigint)`,
+    ],
+  },
+];
+
+export const cassandraSchemaVersion = cassandraMigrations[cassandraMigrations.length - 1].version;
+
+export interface KeyspaceOptions {
+  /** Replication of a keyspace this call creates; a single-node server's is SimpleStrategy RF 1. */
+  replication?: string;
+  /** Apply what is missing (default); false refuses a keyspace behind this build instead (a separate `migrate` command applies it). */
+  migrateIfBehind?: boolean;
+  now?: () => number;
+}
+
+const singleNodeReplication = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+const lockTtlSeconds = 300;
+
+/**
+ * Creates the keyspace when missing and applies the migrations it has not seen, one runner at a
+ * time (an LWT lock row that expires if its holder dies). Refuses a keyspace from a newer build.
+ * Answers the versions it applied.
+ */
+export async function migrateKeyspace(cql: Cql, options: KeyspaceOptions = {}): Promise<number[]> {
+  const now = options.now ?? Date.now;
+  if (!/^[a-z][a-z0-9_]{0,47}$/.test(cql.keyspace)) throw new Error(`CASSANDRA_KEYSPACE "${cql.keyspace}" must be lowercase letters, digits and _ (at most 48), starting with a letter`);
+  await cql.client.execute(`CREATE KEYSPACE IF NOT EXISTS ${cql.keyspace} WITH replication = ${options.replication ?? singleNodeReplication}`);
+  await cql.useKeyspace();
+  await cql.client.execute(
+    `CREATE TABLE IF NOT EXISTS ${cql.keyspace}.schema_version (component text, version int, applied_at bigint, PRIMARY KEY ((component), version))`,
+  );
+  const applied = async () => (await cql.rows(`SELECT version FROM schema_version WHERE component = 'store'`, [], { serial: true })).map((row) => row.version as number);
+  const newestKnown = cassandraSchemaVersion;
+  const check = (versions: number[]) => {
+    const newest = Math.max(0, ...versions);
+    if (newest > newestKnown) throw new Error(`the Cassandra keyspace ${cql.keyspace} has schema version ${newest}, newer than this build (${newestKnown}): refusing to start`);
+    return new Set(versions);
+  };
+  if (check(await applied()).size === cassandraMigrations.length) return [];
+  if (options.migrateIfBehind === false) throw new Error(`the Cassandra keyspace ${cql.keyspace} lacks schema migrations of this build: run \`npm run store -- migrate\` first`);
+
+  for (let attempt = 0; ; attempt++) {
+    const lock = await cql.lwt(`INSERT INTO schema_version (component, version, applied_at) VALUES ('lock', 0, ?) IF NOT EXISTS USING TTL ${lockTtlSeconds}`, [
+      BigInt(now()),
+    ]);
+    if (lock.applied) break;
+    if (attempt > 600) throw new Error(`another process has held the schema lock of ${cql.keyspace} for over ${lockTtlSeconds / 2} s`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    if (check(await applied()).size === cassandraMigrations.length) return [];
+  }
+  try {
+    const done = check(await applied());
+    const ran: number[] = [];
+    for (const migration of cassandraMigrations) {
+      if (done.has(migration.version)) continue;
+      for (const statement of migration.statements) await cql.client.execute(statement);
+      await cql.write(`INSERT INTO schema_version (component, version, applied_at) VALUES ('store', ?, ?)`, [migration.version, BigInt(now())]);
+      ran.push(migration.version);
+    }
+    return ran;
+  } finally {
+    await cql.lwt(`DELETE FROM schema_version WHERE component = 'lock' AND version = 0 IF EXISTS`);
+  }
+}
