@@ -26,7 +26,7 @@ import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
 import { pushService } from "./engine/push.js";
-import { openSqliteStore } from "./engine/store/sqlite/sqlite-store.js";
+import { openStore } from "./engine/store/open-store.js";
 import type { Store } from "./engine/store/store.js";
 import { usersService } from "./engine/users.js";
 import type { ConnectionPolicy } from "./gateway/connection.js";
@@ -97,7 +97,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
 
   if (roles.includes("engine")) {
     const logger = broker.getLogger("engine");
-    const opened = await openSqliteStore(config.dataDir);
+    const opened = await openStore(config.store, config.dataDir);
     const store = options.adapters?.store ? options.adapters.store(opened) : opened;
     const ephemeral = new MemoryEphemeralState(clock);
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });

@@ -1,11 +1,47 @@
 #!/usr/bin/env bash
-# The test command: every *.test.ts file under the repository, through the real server.
+# The test command: every *.test.ts file under the repository, through the real server, on the
+# embedded SQLite store; then the black-box tests (test/*.test.ts) again with every server on a real
+# Cassandra (PARLEY_TEST_STORE=cassandra, started by the tests and stopped at the end). The last line
+# is the sum of both passes. With file arguments, only those files run, once, on the store that
+# PARLEY_TEST_STORE names.
 # HTTPS webhook receivers in the tests present a certificate from a throwaway CA that the server
 # trusts through NODE_EXTRA_CA_CERTS, exactly as an operator would add a private CA.
 set -u
 cd "$(dirname "$0")/.."
 tls_dir="$(bash scripts/test-tls.sh)" || { echo "could not create the test certificates"; echo "0 passed, 1 failed"; exit 1; }
-trap 'rm -rf "$tls_dir"' EXIT
+summary_dir="$(mktemp -d)"
+trap 'rm -rf "$tls_dir" "$summary_dir"' EXIT
 export PARLEY_TEST_TLS_DIR="$tls_dir"
 export NODE_EXTRA_CA_CERTS="$tls_dir/ca.pem"
-node --import tsx scripts/run-tests.ts "$@"
+if [ "$#" -gt 0 ]; then
+  exec node --import tsx scripts/run-tests.ts "$@"
+fi
+
+# Runs one pass and keeps its summary line.
+pass() {
+  local name="$1"
+  shift
+  "$@" | tee "$summary_dir/$name"
+  return "${PIPESTATUS[0]}"
+}
+pass sqlite node --import tsx scripts/run-tests.ts
+sqlite_status=$?
+pass cassandra env PARLEY_TEST_STORE=cassandra node --import tsx scripts/run-tests.ts test/*.test.ts
+cassandra_status=$?
+
+passed=0
+failed=0
+for name in sqlite cassandra; do
+  line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$summary_dir/$name" | tail -1)"
+  if [ -z "$line" ]; then
+    echo "the $name pass ended without its summary line"
+    failed=$((failed + 1))
+    continue
+  fi
+  echo "$name pass: $line"
+  passed=$((passed + ${line%% passed*}))
+  rest="${line#*, }"
+  failed=$((failed + ${rest%% failed}))
+done
+echo "$passed passed, $failed failed"
+[ "$sqlite_status" -eq 0 ] && [ "$cassandra_status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -25,6 +25,8 @@ export interface ParleyConfig {
   drainTimeoutMs: number;
   /** Which WebSocket implementation serves the edge's port (see gateway/socket.ts). */
   socketDriver: SocketDriver;
+  /** Where the engine keeps its data: the embedded SQLite file under dataDir, or a Cassandra/ScyllaDB cluster. */
+  store: StoreConfig;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
 }
@@ -33,6 +35,49 @@ export const socketDrivers = ["ws", "uws"] as const;
 export type SocketDriver = (typeof socketDrivers)[number];
 /** Chosen by measurement: uWS costs less CPU per push and per RPC and a fifth of the memory per socket (scripts/bench/socket-drivers.ts; see the README). */
 export const defaultSocketDriver: SocketDriver = "uws";
+
+export type StoreConfig =
+  | { kind: "sqlite" }
+  | {
+      kind: "cassandra";
+      /** host:port of the nodes the driver first contacts. */
+      contactPoints: string[];
+      keyspace: string;
+      /** The datacenter this process runs in: LOCAL_QUORUM and LOCAL_SERIAL are counted there. */
+      localDataCenter: string;
+      /** Replication of the keyspace when start-up creates it (a CQL map). */
+      replication: string;
+      /** Apply missing schema migrations at start-up; false refuses a keyspace behind the build (`npm run store -- migrate` applies them). */
+      migrate: boolean;
+    };
+
+export const storeKinds = ["sqlite", "cassandra"] as const;
+
+/** STORE and the CASSANDRA_* settings (README, "Backing services and the Cassandra store"). */
+export function storeConfig(env: NodeJS.ProcessEnv): StoreConfig {
+  const kind = choiceSetting(env, "STORE", storeKinds, "sqlite");
+  if (kind === "sqlite") return { kind };
+  const contactPoints = (env.CASSANDRA_CONTACT_POINTS || "127.0.0.1:9042").split(",").map((point) => point.trim());
+  for (const point of contactPoints) {
+    const port = /^[^\s:]+:(\d{1,5})$/.exec(point)?.[1];
+    if (port === undefined || Number(port) < 1 || Number(port) > 65535) {
+      throw new Error(`CASSANDRA_CONTACT_POINTS must list host:port pairs separated by commas; got ${JSON.stringify(point)}`);
+    }
+  }
+  const keyspace = env.CASSANDRA_KEYSPACE || "parley";
+  // Unquoted CQL identifiers are case-insensitive and at most 48 characters.
+  if (!/^[a-z][a-z0-9_]{0,47}$/.test(keyspace)) throw new Error(`CASSANDRA_KEYSPACE must be lowercase letters, digits and _ (at most 48), starting with a letter; got ${JSON.stringify(keyspace)}`);
+  const replication = env.CASSANDRA_REPLICATION || "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+  if (!/^\{[^;]*\}$/.test(replication.trim())) throw new Error(`CASSANDRA_REPLICATION must be a CQL replication map such as {'class': 'NetworkTopologyStrategy', 'dc1': 3}; got ${JSON.stringify(replication)}`);
+  return {
+    kind,
+    contactPoints,
+    keyspace,
+    localDataCenter: env.CASSANDRA_LOCAL_DC || "datacenter1",
+    replication,
+    migrate: choiceSetting(env, "CASSANDRA_MIGRATE", ["true", "false"], "true") === "true",
+  };
+}
 
 export interface AbuseLimitsConfig {
   /** Verification codes one client address may have sent per minute. */
@@ -105,6 +150,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     },
     drainTimeoutMs: integerSetting(env, "DRAIN_TIMEOUT_MS", 10_000, 0, 600_000),
     socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, defaultSocketDriver),
+    store: storeConfig(env),
     logLevel,
   };
 }

@@ -12,10 +12,9 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { befriend } from "./support/social.js";
 
 let counter = 0;
@@ -160,7 +159,7 @@ describe("AgentService.DeleteMyAgent cut short by a crash", () => {
     const dataDir = server.dataDir;
     await server.stop();
     // What a crash right after the status write leaves behind.
-    const store = await openSqliteStore(dataDir);
+    const store = await openServerStore(server);
     await store.agents.updateAgent(agentId, { status: 2, updatedAt: Date.now() });
     expect(await store.agents.listDeletedInGroups(10)).to.deep.equal([agentId]);
     await store.close();

@@ -2,14 +2,13 @@ import { randomBytes } from "node:crypto";
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
 import { hashToken } from "../engine/credentials.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { device, signInAnotherDevice, signInWithCode } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { createAgent } from "./support/social.js";
 
 const minutes = (n: number) => n * 60_000;
@@ -385,7 +384,7 @@ for (const mode of wireModes) {
         const agentToken = legacy("ply_a_");
         const agentTokenAsUser = legacy("ply_u_");
         // Stored as such a server stored them: hashes of the whole token.
-        const store = await openSqliteStore(server.dataDir);
+        const store = await openServerStore(server);
         try {
           const now = server.clock.now();
           const swapped = await store.sessions.rotateTokens(user.userId, user.deviceId, hashToken(user.refreshToken), {
@@ -407,7 +406,7 @@ for (const mode of wireModes) {
         expect(renewed.refreshToken).to.match(/^nxr_/);
         expect((await profileOf(renewed.accessToken)).profile?.userId).to.equal(user.userId);
         // A prefix still names the kind: an agent's token hash presented as a user token finds nothing.
-        const store2 = await openSqliteStore(server.dataDir);
+        const store2 = await openServerStore(server);
         try {
           await store2.agents.updateAgent(agent.userId, { tokenHash: hashToken(agentTokenAsUser) });
         } finally {

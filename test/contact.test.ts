@@ -8,11 +8,10 @@ import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { AgentStatus, AgentVisibility } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { befriend, createAgent } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
 
@@ -252,7 +251,7 @@ for (const mode of wireModes) {
         const [owner, searcher] = [await fresh(), await fresh()];
         const agents = [];
         for (let i = 0; i < 12; i++) agents.push(await createAgent(server, owner, mode));
-        const store = await openSqliteStore(server.dataDir);
+        const store = await openServerStore(server);
         try {
           for (const agent of agents.slice(0, 11)) await store.agents.updateAgent(agent.userId, { visibility: AgentVisibility.public });
           await store.agents.updateAgent(agents[10].userId, { status: AgentStatus.deleted });
@@ -286,13 +285,13 @@ for (const mode of wireModes) {
         expect(event.case === "contactAdded" && event.value.peerUserId).to.equal(agent.userId);
         await expectError(contacts(other).addContact({ targetUserId: agent.userId }), Errors.privateAgent);
         const publicAgent = await createAgent(server, owner, mode);
-        const publishing = await openSqliteStore(server.dataDir);
+        const publishing = await openServerStore(server);
         await publishing.agents.updateAgent(publicAgent.userId, { visibility: AgentVisibility.public }).finally(() => publishing.close());
         await contacts(other).addContact({ targetUserId: publicAgent.userId });
         expect((await contacts(other).listContacts({})).contacts.map((c) => c.user?.userId)).to.include(publicAgent.userId);
         await expectError(contacts(other).addContact({ targetUserId: owner.userId }), Errors.targetIsRegularUser);
         await expectError(contacts(other).addContact({ targetUserId: 99_999_999 }), Errors.userNotFound);
-        const store = await openSqliteStore(server.dataDir);
+        const store = await openServerStore(server);
         try {
           await store.agents.updateAgent(agent.userId, { status: AgentStatus.deleted });
         } finally {

@@ -53,7 +53,10 @@ for (const mode of wireModes) {
       expect(listed.every((c) => c.lastMessageId === 0n && c.lastMessageTime > 0n)).to.equal(true);
     });
 
-    it("never splits a run of equal lastMessageTime values between two pages", async () => {
+    it("never splits a run of equal lastMessageTime values between two pages", async function () {
+      // Equal times cannot be made through the API (the clock only moves forward): they are written
+      // into the SQLite file. The tie rule itself is in the store conformance suite, for every adapter.
+      if (server.config.store.kind !== "sqlite") this.skip();
       const owner = await signInWithCode(server, mode);
       const agents = [];
       for (let i = 0; i < 5; i++) agents.push(await createAgent(server, owner, mode));

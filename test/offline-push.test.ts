@@ -11,10 +11,9 @@ import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
 import { PresenceActions } from "../shared/presence.js";
 import type { PushNotification, PushNotifier } from "../engine/push-notifier/push-notifier.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import type { PushTokenRecord, Store } from "../engine/store/store.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startTestServer, startTwoNodes, wireModes, type TestServer, type TwoNodes } from "./support/harness.js";
+import { client, openServerStore, startTestServer, startTwoNodes, wireModes, type TestServer, type TwoNodes } from "./support/harness.js";
 import { eventually, nextClientMessageId, streamStartBody, textBody, type BodyInit } from "./support/messaging.js";
 import { befriend, createAgent, type TestAgent } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
@@ -60,7 +59,7 @@ for (const mode of wireModes) {
     const sockets: GatewayClient[] = [];
     before(async () => {
       server = await startTestServer({ adapters: { pushNotifier: notifier } });
-      store = await openSqliteStore(server.dataDir);
+      store = await openServerStore(server);
     });
     afterEach(() => {
       notifier.behaviour = "answer";

@@ -18,11 +18,10 @@ import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../engine/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/fan-out.js";
 import { Ownership, OwnershipPolicy, conversationKey } from "../engine/ownership.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import type { Store } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { eventually, nextClientMessageId, pushedEnvelopes, streamOf, streamStartBody, textBody } from "./support/messaging.js";
 import { createAgent, type TestAgent } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
@@ -51,7 +50,7 @@ for (const mode of wireModes) {
 
     /** Node B: the same engine code on its own store connection, clock and leases; its deliveries go through the server's broker. */
     async function nodeB() {
-      storeB = await openSqliteStore(server.dataDir);
+      storeB = await openServerStore(server);
       const clock = new AdjustableClock();
       clock.advance(2 * OwnershipPolicy.leaseMs);
       ownershipB = new Ownership(storeB.leases, clock, "node-b");

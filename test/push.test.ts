@@ -5,11 +5,10 @@ import { Errors } from "../shared/errors.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import type { PushNotification, PushNotifier } from "../engine/push-notifier/push-notifier.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import type { PushTokenRecord, Store } from "../engine/store/store.js";
 import { device, signInAnotherDevice, signInWithCode } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, freshEmail, lastCode, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 
 for (const mode of wireModes) {
   describe(`PushService (${mode})`, () => {
@@ -23,7 +22,7 @@ for (const mode of wireModes) {
     };
     before(async () => {
       server = await startTestServer({ adapters: { pushNotifier: recordingNotifier } });
-      store = await openSqliteStore(server.dataDir);
+      store = await openServerStore(server);
     });
     after(async () => {
       await store.close();

@@ -6,10 +6,9 @@ import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { MessageBodySchema, MessageEntityType, MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { Errors } from "../shared/errors.js";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
-import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { createAgent, type TestAgent } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
 
@@ -88,7 +87,7 @@ for (const mode of wireModes) {
       expect(streamOf(mid.message)).to.deep.include({ phase: StreamPhase.DELTA, accumulatedText: "Hello world" });
 
       // Deltas never reach the database: the stored body is still the bare START.
-      const store = await openSqliteStore(server.dataDir);
+      const store = await openServerStore(server);
       try {
         const stored = await store.messages.getMessage(conversationId(), messageId);
         const body = fromBinary(MessageBodySchema, stored!.body);

@@ -9,7 +9,6 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
-import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
 import { snUpdateOf } from "../engine/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
 import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
@@ -25,7 +24,7 @@ import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { UpdateSchema, type Update } from "../shared/gen/api/v1/updates_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";
 import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, type Responder } from "./support/https-receiver.js";
 import { createAgent, type TestAgent } from "./support/social.js";
 import { GatewayClient } from "./support/ws-client.js";
@@ -134,7 +133,7 @@ describe("agent event delivery by webhook", () => {
   const receivers: HttpsReceiver[] = [];
   before(async () => {
     server = await webhookServer();
-    inspect = await openSqliteStore(server.dataDir);
+    inspect = await openServerStore(server);
     owner = await signInWithCode(server);
     other = await signInWithCode(server);
   });
@@ -360,7 +359,7 @@ describe("webhook targets that are refused at send time", () => {
   /** Queues one delivery to `target` and waits until its first attempt has failed. */
   async function refusedDelivery(allowPrivate: boolean, target: string): Promise<void> {
     const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: String(allowPrivate) }, webhooks: { retryBaseMs, pollIntervalMs: 25 } });
-    const store = await openSqliteStore(server.dataDir);
+    const store = await openServerStore(server);
     try {
       const owner = await signInWithCode(server);
       const agent = await createAgent(server, owner);
@@ -416,7 +415,7 @@ describe("agent event delivery by webhook across a restart", () => {
     const owner = await signInWithCode(server);
     const agent = await createAgent(server, owner);
     const jobs = async () => {
-      const store = await openSqliteStore(server.dataDir);
+      const store = await openServerStore(server);
       try {
         return await store.webhookJobs.pending(agent.userId);
       } finally {
@@ -430,7 +429,7 @@ describe("agent event delivery by webhook across a restart", () => {
       server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" }, webhooks: { retryBaseMs, timeoutMs, pollIntervalMs: 25 }, dataDir: server.dataDir, clock: server.clock });
       return queued;
     };
-    const store = await openSqliteStore(server.dataDir);
+    const store = await openServerStore(server);
     await configureAgent(server, store, agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: receiver.url });
     await store.close();
     await client(server, MessageService, "json", owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: clientIds++, body: text("survive") });
@@ -457,7 +456,7 @@ describe("agent event delivery across a delivery mode switch", () => {
   const receivers: HttpsReceiver[] = [];
   before(async () => {
     server = await webhookServer();
-    inspect = await openSqliteStore(server.dataDir);
+    inspect = await openServerStore(server);
     owner = await signInWithCode(server);
   });
   after(async () => {
@@ -664,7 +663,7 @@ for (const mode of wireModes) {
     let agent: TestAgent;
     before(async () => {
       server = await startTestServer();
-      inspect = await openSqliteStore(server.dataDir);
+      inspect = await openServerStore(server);
       owner = await signInWithCode(server, mode);
       agent = await createAgent(server, owner, mode);
     });

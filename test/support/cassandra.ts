@@ -1,6 +1,8 @@
 // One real Cassandra for the whole test run, started when a test first needs it (it stays running
 // when it was already running before the run), and emptied between tests by truncating what they wrote.
+import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
+import cassandra from "cassandra-driver";
 import { join } from "node:path";
 import { ensureCassandra } from "../../scripts/services/cassandra.js";
 import { openCassandraStore, type CassandraStore } from "../../engine/store/cassandra/cassandra-store.js";
@@ -17,6 +19,7 @@ export async function testCassandra(): Promise<string> {
 
 /** Stops the test Cassandra if this run started it (the services test needs the ports to itself). */
 export async function releaseTestCassandra(): Promise<void> {
+  await closeTestKeyspaces();
   const instance = running;
   running = undefined;
   if (instance) await (await instance).stop();
@@ -45,4 +48,49 @@ export async function openTestCassandraStore(keyspace: string, options: { fresh:
 async function allTables(store: CassandraStore, keyspace: string): Promise<Set<string>> {
   const rows = await store.cql.client.execute("SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?", [keyspace]);
   return new Set(rows.rows.map((row) => row.table_name as string).filter((table) => table !== "schema_version"));
+}
+
+/**
+ * Black-box servers on Cassandra (PARLEY_TEST_STORE=cassandra): each data directory gets a keyspace
+ * of a pool, emptied when taken. A keyspace is free again once its data directory is gone (tests
+ * remove theirs when done), so a run needs as many keyspaces as servers alive at once.
+ */
+const keyspaceOfDataDir = new Map<string, string>();
+let pooled = 0;
+
+export async function testKeyspaceFor(dataDir: string): Promise<string> {
+  const known = keyspaceOfDataDir.get(dataDir);
+  if (known) return known;
+  for (const [dir, keyspace] of keyspaceOfDataDir) {
+    if (existsSync(dir)) continue;
+    keyspaceOfDataDir.delete(dir);
+    keyspaceOfDataDir.set(dataDir, keyspace);
+    await emptyKeyspace(keyspace);
+    return keyspace;
+  }
+  const keyspace = `parley_bb_${pooled++}`;
+  keyspaceOfDataDir.set(dataDir, keyspace);
+  await emptyKeyspace(keyspace);
+  return keyspace;
+}
+
+let admin: Promise<cassandra.Client> | undefined;
+
+/** Truncates every table but the schema's version of a keyspace left by an earlier test or run. */
+async function emptyKeyspace(keyspace: string): Promise<void> {
+  admin ??= testCassandra().then(async (contactPoint) => {
+    const client = new cassandra.Client({ contactPoints: [contactPoint], localDataCenter: "datacenter1" });
+    await client.connect();
+    return client;
+  });
+  const client = await admin;
+  const tables = await client.execute("SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?", [keyspace]);
+  await Promise.all(tables.rows.filter((row) => row.table_name !== "schema_version").map((row) => client.execute(`TRUNCATE ${keyspace}.${row.table_name as string}`)));
+}
+
+/** Closes the pool's session (the run's end). */
+export async function closeTestKeyspaces(): Promise<void> {
+  const client = admin;
+  admin = undefined;
+  if (client) await (await client).shutdown();
 }

@@ -9,7 +9,10 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
+import { openStore } from "../../engine/store/open-store.js";
+import type { Store } from "../../engine/store/store.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
+import { testCassandra, testKeyspaceFor } from "./cassandra.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
@@ -23,6 +26,27 @@ export const testSocketDriver: SocketDriver = (() => {
   if (!(socketDrivers as readonly string[]).includes(chosen)) throw new Error(`PARLEY_TEST_SOCKET_DRIVER must be one of ${socketDrivers.join(", ")}; got ${chosen}`);
   return chosen as SocketDriver;
 })();
+
+/**
+ * The store test servers keep their data in: PARLEY_TEST_STORE=cassandra runs every black-box test
+ * against a real Cassandra (a keyspace per data directory); the embedded SQLite otherwise.
+ */
+export const testStore = (() => {
+  const chosen = process.env.PARLEY_TEST_STORE || "sqlite";
+  if (chosen !== "sqlite" && chosen !== "cassandra") throw new Error(`PARLEY_TEST_STORE must be sqlite or cassandra; got ${chosen}`);
+  return chosen;
+})();
+
+/** The settings that put a server of this data directory on the test store. */
+export async function testStoreEnv(dataDir: string): Promise<Record<string, string>> {
+  if (testStore === "sqlite") return {};
+  return { STORE: "cassandra", CASSANDRA_CONTACT_POINTS: await testCassandra(), CASSANDRA_KEYSPACE: await testKeyspaceFor(dataDir) };
+}
+
+/** A second handle on a test server's data, as another process would open it (the caller closes it). */
+export function openServerStore(server: { config: ParleyConfig; dataDir: string }): Promise<Store> {
+  return openStore(server.config.store, server.dataDir);
+}
 
 /** Every socket driver, for the tests that run on each of them whatever the default. */
 export { socketDrivers };
@@ -59,6 +83,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
     LOG_LEVEL: "warn",
     SOCKET_DRIVER: testSocketDriver,
     ...generousAbuseLimits,
+    ...(await testStoreEnv(dataDir)),
     ...overrides.env,
   });
   const clock = (overrides.clock as AdjustableClock | undefined) ?? new AdjustableClock();
@@ -149,7 +174,16 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const ports = new Map<K, number>();
   for (const key of keys) ports.set(key, await freePort());
   const urls = keys.map((key) => `127.0.0.1:${ports.get(key)}/${name}-${key}`);
-  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", SOCKET_DRIVER: testSocketDriver, ...generousAbuseLimits });
+  const config = loadConfig({
+    HOST: "127.0.0.1",
+    PORT: "0",
+    DATA_DIR: dataDir,
+    CODE_DELIVERY: `file:${codesFile}`,
+    LOG_LEVEL: "warn",
+    SOCKET_DRIVER: testSocketDriver,
+    ...generousAbuseLimits,
+    ...(await testStoreEnv(dataDir)),
+  });
   const clock = new AdjustableClock();
   const started = await Promise.all(
     keys.map((key) =>

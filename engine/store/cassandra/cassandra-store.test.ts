@@ -1,7 +1,6 @@
-import { after } from "mocha";
 import { describeStoreConformance } from "../store-conformance.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+import { openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 // Its own keyspace per worker when several runs share the test server (PARLEY_TEST_KEYSPACE).
 const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
@@ -27,5 +26,3 @@ describeStoreConformance("cassandra", async () => {
     },
   };
 });
-
-after(releaseTestCassandra);
