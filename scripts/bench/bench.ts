@@ -8,6 +8,8 @@ import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type WebSocket from "ws";
+import cassandra from "cassandra-driver";
+import { releaseTestCassandra, testCassandra } from "../../test/support/cassandra.js";
 import { freePort, generousAbuseLimits } from "../../test/support/harness.js";
 import { buildFixture } from "./fixture.js";
 import { startNode, stop, waitHealthy } from "./processes.js";
@@ -25,6 +27,8 @@ const usage = `npm run bench -- [options]
   --pairs 50 --group-size 200              befriended pairs; members of the group
   --idle-sockets 5000        authenticated idle sockets for the memory row
   --socket-driver ws|uws     SOCKET_DRIVER of the server the benchmark starts
+  --store sqlite,cassandra   the store(s) of the servers the benchmark starts, one after the other
+                             (cassandra: a real server, started if none runs, on a keyspace of its own)
   --url http://host:port     use a running server instead (needs --codes-file; its abuse
                              limits must be off); --server-pids 12,34 to read its CPU and RSS
   --codes-file <path>        the server's CODE_DELIVERY=file: path (with --url)
@@ -47,6 +51,7 @@ const { values } = parseArgs({
     "group-size": { type: "string" },
     "idle-sockets": { type: "string" },
     "socket-driver": { type: "string" },
+    store: { type: "string", default: "sqlite" },
     url: { type: "string" },
     "server-pids": { type: "string" },
     "codes-file": { type: "string" },
@@ -82,10 +87,33 @@ if (shape.pairs < 1 || shape.groupSize < 2 || concurrency < 1) throw new Error("
 if (values.url && !values["codes-file"]) throw new Error("--url needs --codes-file (the server's CODE_DELIVERY=file: path) to sign users in");
 if (values.url && rows.includes("rss") && !values["server-pids"]) throw new Error("the rss row reads the server's memory: with --url, give --server-pids");
 
+const stores = values.store.split(",").map((name) => name.trim());
+for (const store of stores) if (store !== "sqlite" && store !== "cassandra") throw new Error(`--store takes sqlite and/or cassandra, not ${store}`);
+if (values.url && values.store !== "sqlite") throw new Error("--store chooses the store of a server the benchmark starts; not with --url");
+
 const children: ChildProcess[] = [];
 let dataDir: string | undefined;
+const benchKeyspace = `parley_bench_${process.pid}`;
+let keyspaceCreated = false;
 
-async function startServer(): Promise<{ url: string; codesFile: string; pids: number[]; collectGarbage?: () => void }> {
+/** The settings that put the benchmark's server on `store`. */
+async function storeEnv(store: string): Promise<Record<string, string>> {
+  if (store === "sqlite") return {};
+  keyspaceCreated = true;
+  return { STORE: "cassandra", CASSANDRA_CONTACT_POINTS: await testCassandra(), CASSANDRA_KEYSPACE: benchKeyspace };
+}
+
+async function dropBenchKeyspace(): Promise<void> {
+  if (!keyspaceCreated) return;
+  const client = new cassandra.Client({ contactPoints: [await testCassandra()], localDataCenter: "datacenter1" });
+  try {
+    await client.execute(`DROP KEYSPACE IF EXISTS ${benchKeyspace}`);
+  } finally {
+    await client.shutdown();
+  }
+}
+
+async function startServer(store: string): Promise<{ url: string; codesFile: string; pids: number[]; collectGarbage?: () => void }> {
   if (values.url) {
     const pids = (values["server-pids"] ?? "").split(",").filter(Boolean).map(Number);
     return { url: values.url.replace(/\/$/, ""), codesFile: values["codes-file"]!, pids };
@@ -95,7 +123,7 @@ async function startServer(): Promise<{ url: string; codesFile: string; pids: nu
   const port = await freePort();
   const profile = process.env.BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
   const driver: Record<string, string> = values["socket-driver"] ? { SOCKET_DRIVER: values["socket-driver"] } : {};
-  const env = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver };
+  const env = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver, ...(await storeEnv(store)) };
   const server = await startNode(["--expose-gc", ...profile], ["scripts/bench/server.ts"], env);
   children.push(server);
   const url = `http://127.0.0.1:${port}`;
@@ -106,8 +134,8 @@ async function startServer(): Promise<{ url: string; codesFile: string; pids: nu
   return { url, codesFile, pids: [server.pid!], collectGarbage: () => server.kill("SIGUSR2") };
 }
 
-async function main(): Promise<number> {
-  const server = await startServer();
+async function main(store: string): Promise<number> {
+  const server = await startServer(store);
   const relayPort = await freePort();
   const relay = await startNode([], ["scripts/bench/baseline-servers.ts", "relay", String(relayPort)], {}, "ready");
   children.push(relay);
@@ -173,7 +201,7 @@ async function main(): Promise<number> {
   const results = Object.fromEntries([...perRow].map(([row, figures]) => [row, medians(figures)]));
   const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
   const heading = [
-    `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? "started by the benchmark"}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
+    `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? `started by the benchmark on ${store}`}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
     `closed loops ${closed.measureMs / 1000} s after ${closed.warmupMs / 1000} s warm-up, open loops ${open.measureMs / 1000} s after ${open.warmupMs / 1000} s warm-up;`,
     `${fixture.users.length} users, each with one gateway socket and one relay socket. The load generator shares the machine:`,
     `it used ${(((clientCpu.user + clientCpu.system) / 1000 / (elapsedS * 1000)) * 100).toFixed(0)} % of one core over the whole run (per phase: column "client CPU").`,
@@ -191,11 +219,18 @@ async function main(): Promise<number> {
   return 0;
 }
 
-let exitCode: number;
+let exitCode = 0;
 try {
-  exitCode = await main();
+  for (const store of stores) {
+    try {
+      exitCode = Math.max(exitCode, await main(store));
+    } finally {
+      await Promise.all(children.splice(0).map(stop));
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
 } finally {
-  await Promise.all(children.map(stop));
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  await dropBenchKeyspace();
+  await releaseTestCassandra();
 }
 process.exit(exitCode);
