@@ -196,7 +196,8 @@ export async function migrateKeyspace(cql: Cql, options: KeyspaceOptions = {}): 
   }
 
   // The keyspace and the version table come before the lock (which lives in that table); both are
-  // IF NOT EXISTS, so runners starting together on a new keyspace agree.
+  // IF NOT EXISTS, which one coordinator serialises. Several nodes creating one table at once can
+  // leave a cluster disagreeing on it, so a new cluster's first migration is one command.
   await applyDdl(cql, `CREATE KEYSPACE IF NOT EXISTS ${cql.keyspace} WITH replication = ${options.replication ?? singleNodeReplication}`);
   await cql.useKeyspace();
   await applyDdl(
