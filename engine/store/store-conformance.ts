@@ -609,6 +609,29 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect((await store.media.listExpiredSessions(3000, 10)).map((s) => s.sessionId)).to.deep.equal(["e1"]);
       });
 
+      it("completing with a file id taken already stores nothing and keeps the session", async () => {
+        await store.media.insertFiles([file("taken")]);
+        await store.media.createSession(session("s3", { uploaded: 5000 }));
+        let refused = false;
+        await store.media.completeSession("s3", [file("thumb3"), file("taken", { ownerId: 9 })]).catch(() => (refused = true));
+        expect(refused).to.equal(true);
+        expect(await store.media.getFile("thumb3")).to.equal(undefined);
+        expect((await store.media.getFile("taken"))?.ownerId).to.equal(7);
+        expect(await store.media.getSession("s3")).to.deep.equal(session("s3", { uploaded: 5000 }));
+        expect(await store.media.completeSession("s3", [file("done3")])).to.equal(true);
+      });
+
+      it("lists sessions expired by a clock days ahead of today's, only once they expire", async () => {
+        const day = 86_400_000;
+        const today = Date.now();
+        await store.media.createSession(session("tomorrow", { createdAt: today, expiresAt: today + day }));
+        await store.media.createSession(session("in-ten-days", { createdAt: today, expiresAt: today + 10 * day }));
+        const expired = async (now: number) => (await store.media.listExpiredSessions(now, 10)).map((s) => s.sessionId);
+        expect(await expired(today + day - 1)).to.deep.equal([]);
+        expect(await expired(today + day)).to.deep.equal(["tomorrow"]);
+        expect(await expired(today + 11 * day)).to.deep.equal(["tomorrow", "in-ten-days"]);
+      });
+
       it("keeps the first candidate of a secret", async () => {
         expect(await store.media.ensureSecret("signing", "first", 1)).to.equal("first");
         expect(await store.media.ensureSecret("signing", "second", 2)).to.equal("first");

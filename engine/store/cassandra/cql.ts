@@ -154,3 +154,13 @@ export const bigintOf = (value: unknown): bigint => (value === null || value ===
 export const numberOf = (value: unknown): number => (value === null || value === undefined ? 0 : Number(value));
 /** A `blob` column as plain bytes (a Uint8Array, not the driver's Buffer, as the port's other adapter answers). */
 export const bytesOf = (value: unknown): Uint8Array => (value === null || value === undefined ? new Uint8Array(0) : new Uint8Array(value as Buffer));
+
+/**
+ * Whether a lightweight transaction failed without telling its outcome (a write timeout, or the
+ * driver stopped waiting): it may or may not have applied, so the caller reads at LOCAL_SERIAL,
+ * which also finishes a proposal left in flight, to learn which (DATA-MODEL.md §1.4).
+ */
+export function isUnknownLwtOutcome(err: unknown): boolean {
+  if (err instanceof cassandra.errors.OperationTimedOutError) return true;
+  return err instanceof cassandra.errors.ResponseError && err.code === cassandra.types.responseErrorCodes.writeTimeout;
+}

@@ -1,5 +1,7 @@
 // Versioned schema of the Cassandra/ScyllaDB store (DATA-MODEL.md lists each table with its queries).
 // Migrations are append-only; every statement is idempotent, so one cut short is simply run again.
+import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Cql } from "./cql.js";
 
 export interface CassandraMigration {
@@ -130,60 +132,149 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
 
 export const cassandraSchemaVersion = cassandraMigrations[cassandraMigrations.length - 1].version;
 
+/** Why `name` cannot be this store's keyspace, or undefined when it can (an unquoted CQL identifier, kept lowercase). */
+export function keyspaceNameProblem(name: string): string | undefined {
+  if (/^[a-z][a-z0-9_]{0,47}$/.test(name)) return undefined;
+  return `keyspace name ${JSON.stringify(name)} must be lowercase letters, digits and _ (at most 48), starting with a letter`;
+}
+
 export interface KeyspaceOptions {
-  /** Replication of a keyspace this call creates; a single-node server's is SimpleStrategy RF 1. */
+  /** Replication of a keyspace this call creates (a CQL map literal); a single-node server's is SimpleStrategy RF 1. */
   replication?: string;
   /** Apply what is missing (default); false refuses a keyspace behind this build instead (a separate `migrate` command applies it). */
   migrateIfBehind?: boolean;
-  now?: () => number;
 }
 
 const singleNodeReplication = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+/** The lock row lives this long unless its holder renews it, so a runner that died frees it. */
 const lockTtlSeconds = 300;
+const lockRenewMs = 60_000;
+/** How long a runner waits for another one's migrations before giving up. */
+const lockWaitMs = 15 * 60_000;
+const lockPollMs = 250;
+/** How long DDL may take to reach every node (the driver itself waits 10 s first). */
+const schemaAgreementWaitMs = 60_000;
+
+/**
+ * The store migrations recorded in the keyspace, read without creating anything: undefined when
+ * the keyspace or its version table does not exist.
+ */
+export async function appliedVersions(cql: Cql): Promise<number[] | undefined> {
+  const table = await cql.row("SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'schema_version'", [cql.keyspace]);
+  if (!table) return undefined;
+  const rows = await cql.rows(`SELECT version FROM ${cql.keyspace}.schema_version WHERE component = 'store'`, [], { serial: true });
+  return rows.map((row) => row.version as number);
+}
+
+/** The build's migrations the keyspace lacks; refuses a keyspace a newer build migrated. */
+function missingMigrations(keyspace: string, applied: readonly number[]): CassandraMigration[] {
+  const newest = Math.max(0, ...applied);
+  if (newest > cassandraSchemaVersion) {
+    throw new Error(`the Cassandra keyspace ${keyspace} has schema version ${newest}, newer than this build's ${cassandraSchemaVersion}: refusing it (run a build that knows it)`);
+  }
+  return cassandraMigrations.filter((migration) => !applied.includes(migration.version));
+}
 
 /**
  * Creates the keyspace when missing and applies the migrations it has not seen, one runner at a
- * time (an LWT lock row that expires if its holder dies). Refuses a keyspace from a newer build.
- * Answers the versions it applied.
+ * time (an LWT lock row that expires if its holder dies, renewed while it works). Refuses a
+ * keyspace from a newer build, and with `migrateIfBehind: false` one that lacks migrations (then
+ * nothing is created). Leaves the session using the keyspace. Answers the versions it applied.
  */
 export async function migrateKeyspace(cql: Cql, options: KeyspaceOptions = {}): Promise<number[]> {
-  const now = options.now ?? Date.now;
-  if (!/^[a-z][a-z0-9_]{0,47}$/.test(cql.keyspace)) throw new Error(`CASSANDRA_KEYSPACE "${cql.keyspace}" must be lowercase letters, digits and _ (at most 48), starting with a letter`);
-  await cql.client.execute(`CREATE KEYSPACE IF NOT EXISTS ${cql.keyspace} WITH replication = ${options.replication ?? singleNodeReplication}`);
-  await cql.useKeyspace();
-  await cql.client.execute(
-    `CREATE TABLE IF NOT EXISTS ${cql.keyspace}.schema_version (component text, version int, applied_at bigint, PRIMARY KEY ((component), version))`,
-  );
-  const applied = async () => (await cql.rows(`SELECT version FROM schema_version WHERE component = 'store'`, [], { serial: true })).map((row) => row.version as number);
-  const newestKnown = cassandraSchemaVersion;
-  const check = (versions: number[]) => {
-    const newest = Math.max(0, ...versions);
-    if (newest > newestKnown) throw new Error(`the Cassandra keyspace ${cql.keyspace} has schema version ${newest}, newer than this build (${newestKnown}): refusing to start`);
-    return new Set(versions);
-  };
-  if (check(await applied()).size === cassandraMigrations.length) return [];
-  if (options.migrateIfBehind === false) throw new Error(`the Cassandra keyspace ${cql.keyspace} lacks schema migrations of this build: run \`npm run store -- migrate\` first`);
-
-  for (let attempt = 0; ; attempt++) {
-    const lock = await cql.lwt(`INSERT INTO schema_version (component, version, applied_at) VALUES ('lock', 0, ?) IF NOT EXISTS USING TTL ${lockTtlSeconds}`, [
-      BigInt(now()),
-    ]);
-    if (lock.applied) break;
-    if (attempt > 600) throw new Error(`another process has held the schema lock of ${cql.keyspace} for over ${lockTtlSeconds / 2} s`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-    if (check(await applied()).size === cassandraMigrations.length) return [];
+  const problem = keyspaceNameProblem(cql.keyspace);
+  if (problem) throw new Error(problem);
+  const before = await appliedVersions(cql);
+  const missing = missingMigrations(cql.keyspace, before ?? []);
+  if (before && missing.length === 0) {
+    await cql.useKeyspace();
+    return [];
   }
+  if (options.migrateIfBehind === false) {
+    const lacking = before ? `lacks schema versions ${missing.map((migration) => migration.version).join(", ")} of this build` : "does not exist";
+    throw new Error(`the Cassandra keyspace ${cql.keyspace} ${lacking}: run \`npm run store -- migrate\` first`);
+  }
+
+  // The keyspace and the version table come before the lock (which lives in that table); both are
+  // IF NOT EXISTS, which one coordinator serialises. Several nodes creating one table at once can
+  // leave a cluster disagreeing on it, so a new cluster's first migration is one command.
+  await applyDdl(cql, `CREATE KEYSPACE IF NOT EXISTS ${cql.keyspace} WITH replication = ${options.replication ?? singleNodeReplication}`);
+  await cql.useKeyspace();
+  await applyDdl(
+    cql,
+    `CREATE TABLE IF NOT EXISTS ${cql.keyspace}.schema_version (component text, version int, applied_at bigint, holder text, PRIMARY KEY ((component), version))`,
+  );
+  const lock = await SchemaLock.take(cql);
+  if (!lock) return [];
   try {
-    const done = check(await applied());
     const ran: number[] = [];
-    for (const migration of cassandraMigrations) {
-      if (done.has(migration.version)) continue;
-      for (const statement of migration.statements) await cql.client.execute(statement);
-      await cql.write(`INSERT INTO schema_version (component, version, applied_at) VALUES ('store', ?, ?)`, [migration.version, BigInt(now())]);
+    for (const migration of missingMigrations(cql.keyspace, (await appliedVersions(cql)) ?? [])) {
+      for (const statement of migration.statements) {
+        await lock.keep();
+        await applyDdl(cql, statement);
+      }
+      await cql.write("INSERT INTO schema_version (component, version, applied_at) VALUES ('store', ?, ?)", [migration.version, BigInt(Date.now())]);
       ran.push(migration.version);
     }
     return ran;
   } finally {
-    await cql.lwt(`DELETE FROM schema_version WHERE component = 'lock' AND version = 0 IF EXISTS`);
+    await lock.release();
+  }
+}
+
+/** Runs one schema change and waits until every node has it, so the next statement may rely on it. */
+async function applyDdl(cql: Cql, statement: string): Promise<void> {
+  // The driver has both (it waits up to 10 s itself, then tells), but its typings omit them.
+  const result = await cql.client.execute(statement);
+  if ((result.info as { isSchemaInAgreement?: boolean }).isSchemaInAgreement !== false) return;
+  const metadata = cql.client.metadata as unknown as { checkSchemaAgreement(): Promise<boolean> };
+  const deadline = Date.now() + schemaAgreementWaitMs;
+  while (!(await metadata.checkSchemaAgreement())) {
+    if (Date.now() > deadline) throw new Error(`the Cassandra nodes did not agree on the schema within ${schemaAgreementWaitMs / 1000} s after: ${statement.split("(")[0].trim()}`);
+    await sleep(500);
+  }
+}
+
+/** The one-runner-at-a-time lock of a keyspace's migrations: a row of schema_version naming its holder. */
+class SchemaLock {
+  private renewedAt = Date.now();
+
+  private constructor(
+    private readonly cql: Cql,
+    private readonly holder: string,
+  ) {}
+
+  /** Takes the lock, waiting for another holder; undefined when, meanwhile, another runner applied everything. */
+  static async take(cql: Cql): Promise<SchemaLock | undefined> {
+    const holder = randomUUID();
+    const deadline = Date.now() + lockWaitMs;
+    for (;;) {
+      const outcome = await cql.lwt(
+        `INSERT INTO schema_version (component, version, applied_at, holder) VALUES ('lock', 0, ?, ?) IF NOT EXISTS USING TTL ${lockTtlSeconds}`,
+        [BigInt(Date.now()), holder],
+      );
+      if (outcome.applied) return new SchemaLock(cql, holder);
+      if (missingMigrations(cql.keyspace, (await appliedVersions(cql)) ?? []).length === 0) return undefined;
+      if (Date.now() > deadline) {
+        throw new Error(`another runner (${String(outcome.row?.holder)}) has held the schema lock of ${cql.keyspace} for over ${lockWaitMs / 60_000} min; it is freed ${lockTtlSeconds} s after its holder stops`);
+      }
+      await sleep(lockPollMs);
+    }
+  }
+
+  /** Renews the lock when due; throws when it was lost (it expired and another runner took it). */
+  async keep(): Promise<void> {
+    if (Date.now() - this.renewedAt < lockRenewMs) return;
+    const outcome = await this.cql.lwt(`UPDATE schema_version USING TTL ${lockTtlSeconds} SET holder = ? WHERE component = 'lock' AND version = 0 IF holder = ?`, [
+      this.holder,
+      this.holder,
+    ]);
+    if (!outcome.applied) throw new Error(`lost the schema lock of ${this.cql.keyspace} (it expired, another runner holds it): run the migration again`);
+    this.renewedAt = Date.now();
+  }
+
+  /** Frees the lock for the next runner. A failure is not the migration's: the lock expires by itself. */
+  async release(): Promise<void> {
+    await this.cql.lwt("DELETE FROM schema_version WHERE component = 'lock' AND version = 0 IF holder = ?", [this.holder]).catch(() => undefined);
   }
 }

@@ -41,11 +41,11 @@ export class SweepIndex {
 
   /**
    * Every indexed item of the kind, oldest hour first. The walk starts at each slot's mark; when the
-   * store is new the first walk starts at the current hour (nothing older can exist).
+   * store is new the first walk starts at the current hour (nothing older can exist). It ends at the
+   * current hour, or at `throughHour` when later (a kind that indexes work at the hour it falls due).
    */
-  async items(kind: SweepKind): Promise<SweepItem[]> {
-    const now = this.wallClock();
-    const current = hourOf(now);
+  async items(kind: SweepKind, throughHour?: number): Promise<SweepItem[]> {
+    const current = Math.max(hourOf(this.wallClock()), throughHour ?? -Infinity);
     const marks = new Map<number, number>();
     for (const row of await this.cql.rows("SELECT slot, hour FROM sweep_marks WHERE kind = ?", [kind])) marks.set(row.slot as number, row.hour as number);
     const firstHour = await this.firstHour();
