@@ -13,6 +13,9 @@ export const conversationOfScope = (scope: string): bigint | undefined => (/^\d{
 /** The sweep index item of a system message's conversation (the outbox kind, beside fan-out scopes). */
 export const systemMessagesItem = (conversationId: bigint) => `system:${conversationId}`;
 
+/** The conversation a sweep index item of system messages names, or undefined for a fan-out scope. */
+export const conversationOfSystemMessagesItem = (item: string): bigint | undefined => (/^system:\d{1,20}$/.test(item) ? BigInt(item.slice("system:".length)) : undefined);
+
 export function fanOutStatements(record: FanOutRecord, wallClockMs?: number): Statement[] {
   const conversationId = conversationOfScope(record.scope);
   const row =

@@ -1,7 +1,141 @@
-import type { OutboxStore } from "../store.js";
+// The outbox as the engine reads and finishes it (DATA-MODEL.md §5.5); outbox-rows.ts records it.
+// A conversation's fan-outs are one partition of `conversation_outbox`, an account's one of
+// `account_outbox`, a conversation's pending system messages clustering rows of its head. Sweeps
+// find those partitions through the sweep index (kind "outbox"), never by a scan.
+import type { FanOutRecord, OutboxStore, SystemMessageRecord } from "../store.js";
+import { bytesOf, numberOf, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
-import { unbuilt } from "./unbuilt.js";
+import { conversationHeads } from "./conversation-head.js";
+import { conversationOfScope, conversationOfSystemMessagesItem } from "./outbox-rows.js";
+import type { SweepItem } from "./sweep-index.js";
 
-export function outboxStore(_ctx: CassandraContext): OutboxStore {
-  return unbuilt<OutboxStore>("outboxStore");
+/**
+ * Finished fan-outs are deleted a few milliseconds later, many in one round: a conversation's by one
+ * range delete up to the highest finished id (one tombstone however many were finished), an
+ * account's row by row. A crash before the write only makes the sweep deliver them again, which
+ * every stream refuses as a repeat. Reads of the outbox write what is waiting first.
+ */
+const finishBatch = { size: 256, delayMs: 20 };
+
+const byId = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
+
+export function outboxStore(ctx: CassandraContext): OutboxStore {
+  const { cql } = ctx;
+  const heads = conversationHeads(ctx);
+
+  const fanOutOf = (scope: string, row: Row): FanOutRecord => ({
+    fanOutId: row.fan_out_id as bigint,
+    scope,
+    recipients: (row.recipients as number[] | null) ?? [],
+    entry: bytesOf(row.entry),
+    related: row.related as string,
+    createdAt: numberOf(row.created_at),
+  });
+
+  /** One scope's fan-outs, oldest first; a conversation's head write is rolled forward first so its fan-out is among them. */
+  const pendingOf = async (scope: string, limit: number): Promise<FanOutRecord[]> => {
+    const conversationId = conversationOfScope(scope);
+    if (conversationId === undefined) {
+      const rows = await cql.rows("SELECT fan_out_id, recipients, entry, related, created_at, tentative FROM account_outbox WHERE scope = ? LIMIT ?", [scope, limit]);
+      // A tentative record's change is not decided yet (DATA-MODEL.md §1.6 P4): it is not an event until confirmed.
+      return rows.filter((row) => row.tentative !== true).map((row) => fanOutOf(scope, row));
+    }
+    await heads.settle(conversationId);
+    const rows = await cql.rows("SELECT fan_out_id, recipients, entry, related, created_at FROM conversation_outbox WHERE conversation_id = ? LIMIT ?", [conversationId, limit]);
+    return rows.map((row) => fanOutOf(scope, row));
+  };
+
+  const systemMessagesOf = async (conversationId: bigint): Promise<SystemMessageRecord[]> => {
+    const rows = await cql.rows("SELECT system_message_id, body, extra_recipients, recorded_at FROM conversations WHERE conversation_id = ?", [conversationId]);
+    return rows
+      .filter((row) => row.system_message_id !== null)
+      .map((row) => ({
+        systemMessageId: row.system_message_id as bigint,
+        conversationId,
+        body: bytesOf(row.body),
+        extraRecipients: (row.extra_recipients as number[] | null) ?? [],
+        createdAt: numberOf(row.recorded_at),
+      }));
+  };
+
+  /**
+   * Reads the queue of every indexed item of the outbox that `wanted` selects, drops the index
+   * entries of those found empty, and answers what was found, ordered by `idOf`, at most `limit`.
+   */
+  const sweep = async <T>(wanted: (item: string) => boolean, read: (item: string) => Promise<T[]>, idOf: (record: T) => bigint, limit: number): Promise<T[]> => {
+    const found = (await ctx.sweeps.items("outbox")).filter((entry) => wanted(entry.item));
+    const entriesOf = new Map<string, SweepItem[]>();
+    for (const entry of found) entriesOf.set(entry.item, [...(entriesOf.get(entry.item) ?? []), entry]);
+    const emptied: SweepItem[] = [];
+    const records = await Promise.all(
+      [...entriesOf].map(async ([item, entries]) => {
+        const listed = await read(item);
+        if (listed.length === 0) emptied.push(...entries);
+        return listed;
+      }),
+    );
+    await ctx.sweeps.drop("outbox", found, emptied);
+    return records
+      .flat()
+      .sort((a, b) => byId(idOf(a), idOf(b)))
+      .slice(0, limit);
+  };
+
+  const finishedUpTo = new Map<bigint, bigint>();
+  const finishedRows: { scope: string; fanOutId: bigint }[] = [];
+  let flushTimer: NodeJS.Timeout | undefined;
+  let flushing: Promise<void> = Promise.resolve();
+  const flush = (): Promise<void> => {
+    clearTimeout(flushTimer);
+    flushTimer = undefined;
+    const deletes: Statement[] = [
+      ...[...finishedUpTo].map(([conversationId, upTo]) => ({ query: "DELETE FROM conversation_outbox WHERE conversation_id = ? AND fan_out_id <= ?", params: [conversationId, upTo] })),
+      ...finishedRows.map(({ scope, fanOutId }) => ({ query: "DELETE FROM account_outbox WHERE scope = ? AND fan_out_id = ?", params: [scope, fanOutId] })),
+    ];
+    finishedUpTo.clear();
+    finishedRows.length = 0;
+    // Flushes run one after another, so a read that waits for the last one sees every finish before it.
+    flushing = flushing.catch(() => undefined).then(() => (deletes.length > 0 ? cql.writeAll(deletes) : undefined));
+    return flushing;
+  };
+  ctx.onClose(flush);
+
+  return {
+    async pending(limit, scope) {
+      await flush();
+      if (scope !== undefined) return pendingOf(scope, limit);
+      return sweep(
+        (item) => conversationOfSystemMessagesItem(item) === undefined,
+        (item) => pendingOf(item, limit),
+        (record) => record.fanOutId,
+        limit,
+      );
+    },
+
+    async finish({ fanOutId, scope }) {
+      const conversationId = conversationOfScope(scope);
+      // A conversation's fan-outs are finished in the order they were recorded (fan-out.ts; a new
+      // owner finishes the recorded ones before writing): finishing one finishes every earlier one.
+      if (conversationId === undefined) finishedRows.push({ scope, fanOutId });
+      else if ((finishedUpTo.get(conversationId) ?? -1n) < fanOutId) finishedUpTo.set(conversationId, fanOutId);
+      if (finishedUpTo.size + finishedRows.length >= finishBatch.size) await flush();
+      else if (!flushTimer) {
+        flushTimer = setTimeout(() => void flush().catch(() => undefined), finishBatch.delayMs);
+        flushTimer.unref();
+      }
+    },
+
+    async pendingSystemMessages(limit) {
+      return sweep(
+        (item) => conversationOfSystemMessagesItem(item) !== undefined,
+        (item) => systemMessagesOf(conversationOfSystemMessagesItem(item)!),
+        (record) => record.systemMessageId,
+        limit,
+      );
+    },
+
+    async isSystemMessagePending(conversationId, systemMessageId) {
+      return (await cql.row("SELECT system_message_id FROM conversations WHERE conversation_id = ? AND system_message_id = ?", [conversationId, systemMessageId])) !== undefined;
+    },
+  };
 }

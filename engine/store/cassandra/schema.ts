@@ -41,7 +41,7 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
       // Conversations: the head partition, per-user state and list order (§5.3, §6.1).
       `CREATE TABLE IF NOT EXISTS conversations (conversation_id bigint, system_message_id bigint,
         type tinyint STATIC, created_at bigint STATIC, last_message_id bigint STATIC, last_message_time bigint STATIC,
-        owner_epoch int STATIC, pending_write blob STATIC,
+        latest_message_id bigint STATIC, owner_epoch int STATIC, pending_write blob STATIC,
         body blob, extra_recipients list<int>, recorded_at bigint,
         PRIMARY KEY ((conversation_id), system_message_id))`,
       `CREATE TABLE IF NOT EXISTS conversation_outbox (conversation_id bigint, fan_out_id bigint,
