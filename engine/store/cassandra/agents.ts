@@ -191,10 +191,12 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
       const found: number[] = [];
       for (const agentUserId of marked) {
         if (found.length >= limit) break;
-        if (await inNormalGroup(agentUserId)) {
+        const agent = await readAgent(agentUserId);
+        if (agent?.status === AgentStatus.deleted && (await inNormalGroup(agentUserId))) {
           found.push(agentUserId);
         } else {
-          // Its repair is done (or never needed): the marker goes. A deleted agent joins no group again.
+          // Its repair is done (or never needed): the marker goes. A deleted agent joins no group again
+          // and is never made active again, so the marker cannot be needed later.
           await cql.write("DELETE FROM deleted_agents_in_groups WHERE bucket = ? AND agent_user_id = ?", [agentUserId % directoryBuckets, agentUserId]);
         }
       }
