@@ -70,6 +70,18 @@ describe("cassandra store: accounts", () => {
       expect(await users.setCustomUsername((await newUser("other@x.io")).userId, `u_${owner.userId}`)).to.equal("taken");
     });
 
+    it("keeps the username claim of an existing account when its creation is repeated", async () => {
+      await store.agents.createAgent(
+        { accountType: AccountType.agent, username: "system_bot", nickname: "Bot", signature: "", createdAt: 1, userId: 10_000 },
+        (await newAgent(store.agents, "template_bot")).agent,
+      );
+      const again = await store.agents
+        .createAgent({ accountType: AccountType.agent, username: "system_bot", nickname: "Bot", signature: "", createdAt: 1, userId: 10_000 }, (await store.agents.getAgent(10_000))!)
+        .catch(() => "refused");
+      expect(again).to.equal("refused");
+      expect((await store.users.findByUsername("system_bot"))?.userId).to.equal(10_000);
+    });
+
     it("releases the claims of a refused account and takes its id again", async () => {
       const first = await store.users.createUser({ accountType: AccountType.user, email: "p@x.io", phone: "+1555", nickname: "n", createdAt: 1 });
       const refused = await store.users.createUser({ accountType: AccountType.user, email: "q@x.io", phone: "+1555", nickname: "n", createdAt: 1 }).catch(() => "refused");

@@ -132,10 +132,12 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
         if (!reserved) ctx.ids.user.giveBack(userId);
       };
       // A claim that fails with an unknown outcome keeps its id taken; the claim ages out as an orphan.
-      if (!(await claims.claim("username", account.username, userId))) {
+      const claimed = await claims.claim("username", account.username, userId);
+      if (claimed === "refused") {
         giveBackId();
         throw new Error(`the username ${account.username} is taken`);
       }
+      if (claimed === "own" && !reserved) throw new Error(`the account ${userId} exists already`);
       const user: UserRecord = {
         userId,
         accountType: AccountType.agent,
@@ -160,7 +162,8 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
         // A reserved id is claimed by its account row itself; the id blocks never hand it out.
         const inserted = await cql.lwt(userInsert(user, true).query, userInsert(user, true).params);
         if (!inserted.applied) {
-          await claims.release("username", account.username, userId);
+          // "own": the existing account names this username; its claim stays.
+          if (claimed === "claimed") await claims.release("username", account.username, userId);
           throw new Error(`the account ${userId} exists already`);
         }
         await cql.batch(rows);

@@ -8,6 +8,12 @@ import { numberOf, type Cql } from "./cql.js";
 
 export type ClaimKind = "username" | "email" | "phone";
 
+/**
+ * "claimed": the account holds the value now and its row does not name it yet (release it if the
+ * account is not written); "own": its row names it already (nothing to release); "refused".
+ */
+export type ClaimOutcome = "claimed" | "own" | "refused";
+
 /** The lookup table of each kind; its key column is also the owner row's column in `users`. */
 const tables: Record<ClaimKind, { table: string; column: ClaimKind }> = {
   username: { table: "usernames", column: "username" },
@@ -32,24 +38,21 @@ export class UniqueClaims {
   }
 
   /**
-   * Claims the value for the account: true when the account holds it now (claimed, already its
-   * own, or taken over from an orphan), false when a live account holds it or a young claim of
-   * another may still become one.
+   * Claims the value for the account: refused when another live account holds it or another's
+   * young claim may still become one; an orphan, or a leftover of this account's own, is taken.
    */
-  async claim(kind: ClaimKind, value: string, userId: number): Promise<boolean> {
+  async claim(kind: ClaimKind, value: string, userId: number): Promise<ClaimOutcome> {
     const { table, column } = tables[kind];
     for (let attempt = 0; attempt < 3; attempt++) {
       const stamp = BigInt(this.now());
       const inserted = await this.cql.lwt(`INSERT INTO ${table} (${column}, user_id, claimed_at) VALUES (?, ?, ?) IF NOT EXISTS`, [value, userId, stamp]);
-      if (inserted.applied) return true;
+      if (inserted.applied) return "claimed";
       const holder = inserted.row?.user_id as number | undefined;
       const claimedAt = (inserted.row?.claimed_at as bigint | null | undefined) ?? null;
       if (holder === undefined) continue; // released between our insert and its answer
-      // Restamped even when it is our own leftover, so nobody ages it out while we write the owner row.
-      if (holder !== userId) {
-        if (await this.isLive(kind, value, holder)) return false;
-        if (this.now() - numberOf(claimedAt) < orphanClaimAgeMs) return false;
-      }
+      if (await this.isLive(kind, value, holder)) return holder === userId ? "own" : "refused";
+      // A leftover of our own is restamped like an orphan is taken, so nobody ages it out while we write the owner row.
+      if (holder !== userId && this.now() - numberOf(claimedAt) < orphanClaimAgeMs) return "refused";
       const taken = await this.cql.lwt(`UPDATE ${table} SET user_id = ?, claimed_at = ? WHERE ${column} = ? IF user_id = ? AND claimed_at = ?`, [
         userId,
         stamp,
@@ -57,9 +60,9 @@ export class UniqueClaims {
         holder,
         claimedAt,
       ]);
-      if (taken.applied) return true;
+      if (taken.applied) return "claimed";
     }
-    return false;
+    return "refused";
   }
 
   /** Gives a claim back (compensation): only while it is still this account's. */

@@ -8,7 +8,7 @@ import { directoryStatement, isListed, matchesText, searchDirectory } from "./ag
 import type { CassandraContext } from "./context.js";
 import { numberOf, type Row, type Statement } from "./cql.js";
 import { commitWithEvents, outboxStatements } from "./outbox-rows.js";
-import { orphanClaimAgeMs, UniqueClaims, type ClaimKind } from "./unique-claims.js";
+import { orphanClaimAgeMs, UniqueClaims, type ClaimKind, type ClaimOutcome } from "./unique-claims.js";
 
 export const defaultUsername = (userId: number) => `u_${userId}`;
 
@@ -142,7 +142,7 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
       };
       for (const [kind, value] of [["email", user.email], ["phone", user.phone]] as const) {
         if (value === null) continue;
-        let claimed: boolean;
+        let claimed: ClaimOutcome;
         try {
           claimed = await claims.claim(kind, value, userId);
         } catch (err) {
@@ -150,7 +150,8 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
           for (const [madeKind, madeValue] of made.reverse()) await claims.release(madeKind, madeValue, userId);
           throw err;
         }
-        if (!claimed) {
+        // "own" cannot happen to a fresh id but for a bug; it is refused without releasing what the row names.
+        if (claimed !== "claimed") {
           await compensate();
           throw new Error(`another account already has this ${kind}`);
         }
@@ -214,14 +215,14 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
     async setCustomUsername(userId, username, events) {
       const lock = await lockRename(userId);
       if (lock === "already-set") return commitWithEvents(cql, "already-set" as const, [], events);
-      let claimed: boolean;
+      let claimed: ClaimOutcome;
       try {
         claimed = await claims.claim("username", username, userId);
       } catch (err) {
         await unlockRename(userId, lock.token);
         throw err;
       }
-      if (!claimed) {
+      if (claimed === "refused") {
         await unlockRename(userId, lock.token);
         return commitWithEvents(cql, "taken" as const, [], events);
       }
@@ -238,7 +239,7 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
           ...outbox,
         ];
       } catch (err) {
-        await claims.release("username", username, userId);
+        if (claimed === "claimed") await claims.release("username", username, userId);
         await unlockRename(userId, lock.token);
         throw err;
       }
