@@ -132,21 +132,33 @@ export function sessionStore(ctx: CassandraContext, options: SessionStoreOptions
       ];
       await cql.writeAll(fresh);
       // The condition is what makes two refreshes with one token answer true once.
-      const outcome = await cql.lwt(
-        `UPDATE sessions SET access_token_hash = ?, access_expires_at = ?, refresh_token_hash = ?, refresh_expires_at = ?, last_active_at = ?
-          WHERE user_id = ? AND device_id = ? IF refresh_token_hash = ?`,
-        [
-          next.accessTokenHash,
-          BigInt(next.accessExpiresAt),
-          next.refreshTokenHash,
-          BigInt(next.refreshExpiresAt),
-          BigInt(next.lastActiveAt),
-          userId,
-          deviceId,
-          expectedRefreshHash,
-        ],
-      );
-      if (!outcome.applied) {
+      const swap = (): Promise<{ applied: boolean }> =>
+        cql.lwt(
+          `UPDATE sessions SET access_token_hash = ?, access_expires_at = ?, refresh_token_hash = ?, refresh_expires_at = ?, last_active_at = ?
+            WHERE user_id = ? AND device_id = ? IF refresh_token_hash = ?`,
+          [
+            next.accessTokenHash,
+            BigInt(next.accessExpiresAt),
+            next.refreshTokenHash,
+            BigInt(next.refreshExpiresAt),
+            BigInt(next.lastActiveAt),
+            userId,
+            deviceId,
+            expectedRefreshHash,
+          ],
+        );
+      let applied: boolean;
+      try {
+        applied = (await swap()).applied;
+      } catch (err) {
+        // A swap that timed out may still have applied: a serial read settles it (it completes or ends
+        // a proposal still in flight), so a client whose refresh went through is not logged out for it.
+        const settled = await cql.row("SELECT refresh_token_hash FROM sessions WHERE user_id = ? AND device_id = ?", [userId, deviceId], { serial: true }).catch(() => undefined);
+        if (settled?.refresh_token_hash === next.refreshTokenHash) applied = true;
+        else if (settled?.refresh_token_hash === expectedRefreshHash) applied = false;
+        else throw err;
+      }
+      if (!applied) {
         await cql.writeAll([lookupDelete("access", next.accessTokenHash), lookupDelete("refresh", next.refreshTokenHash)]);
         return false;
       }
