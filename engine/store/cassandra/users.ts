@@ -150,8 +150,9 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
           for (const [madeKind, madeValue] of made.reverse()) await claims.release(madeKind, madeValue, userId);
           throw err;
         }
-        // "own" cannot happen to a fresh id but for a bug; it is refused without releasing what the row names.
-        if (claimed !== "claimed") {
+        // An account row naming the value already under a fresh id: the id sequence is behind the accounts.
+        if (claimed === "own") throw new Error(`user ${userId} exists already: the user id sequence is behind`);
+        if (claimed === "refused") {
           await compensate();
           throw new Error(`another account already has this ${kind}`);
         }
