@@ -518,6 +518,25 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect((await store.agents.sampleFeatured(10)).map((a) => a.agentUserId).sort()).to.deep.equal(shown.sort());
         expect(await store.agents.sampleFeatured(2)).to.have.length(2);
       });
+
+      it("finds public, active agents by nickname, username or description, by id, following their changes", async () => {
+        const listed = { visibility: AgentVisibility.public };
+        const search = async (text: string, limit = 10) => (await store.users.searchAgents(text, limit)).map((u) => u.userId);
+        const forecaster = (await store.agents.createAgent({ ...account("alpha_bot"), nickname: "Weather Helper", signature: "Daily Forecasts" }, record(7, listed))).agent.agentUserId;
+        const named = (await store.agents.createAgent(account("beta_weather"), record(7, listed))).agent.agentUserId;
+        await store.agents.createAgent(account("weather_private"), record(7));
+        await store.agents.createAgent(account("weather_gone"), record(7, { ...listed, status: AgentStatus.deleted }));
+        await newUser("weather@x.io");
+        expect(await search("WEATHER")).to.deep.equal([forecaster, named]);
+        expect(await search("weather", 1)).to.deep.equal([forecaster]);
+        expect(await search("forecast")).to.deep.equal([forecaster]);
+        await store.agents.updateAgent(named, { visibility: AgentVisibility.private });
+        await store.users.updateProfile(forecaster, { nickname: "Rain", signature: "" });
+        expect(await search("weather")).to.deep.equal([]);
+        expect(await search("rain")).to.deep.equal([forecaster]);
+        await store.agents.updateAgent(named, { visibility: AgentVisibility.public });
+        expect(await search("weather")).to.deep.equal([named]);
+      });
     });
 
     describe("media", () => {

@@ -25,7 +25,8 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
 
       // Users, sessions, push tokens (§5.1, §5.2).
       `CREATE TABLE IF NOT EXISTS users (user_id int PRIMARY KEY, account_type tinyint, username text, username_custom boolean,
-        phone text, email text, nickname text, avatar_url text, signature text, password_hash text, created_at bigint)`,
+        phone text, email text, nickname text, avatar_url text, signature text, password_hash text, created_at bigint,
+        username_pending text, username_pending_at bigint)`,
       `CREATE TABLE IF NOT EXISTS usernames (username text PRIMARY KEY, user_id int, claimed_at bigint)`,
       `CREATE TABLE IF NOT EXISTS user_emails (email text PRIMARY KEY, user_id int, claimed_at bigint)`,
       `CREATE TABLE IF NOT EXISTS user_phones (phone text PRIMARY KEY, user_id int, claimed_at bigint)`,
