@@ -44,13 +44,9 @@ export async function createHead(cql: Cql, conversationId: bigint, type: Convers
   );
   if (created.applied) return at;
   const existing = created.row!;
-  const untyped = (existing.type as number | null) ?? null;
-  if (!untyped) {
-    const typed = await cql.lwt("UPDATE conversations SET type = ?, created_at = ? WHERE conversation_id = ? IF type = ?", [type, BigInt(at), conversationId, untyped]);
-    if (typed.applied) return numberOf(existing.last_message_time ?? at);
-  }
-  return headOf(await cql.row("SELECT type, created_at, last_message_id, last_message_time FROM conversations WHERE conversation_id = ? LIMIT 1", [conversationId], { serial: true }))!
-    .lastMessageTime;
+  const existingType = (existing.type as number | null) ?? null;
+  if (!existingType) await cql.lwt("UPDATE conversations SET type = ?, created_at = ? WHERE conversation_id = ? IF type = ?", [type, BigInt(at), conversationId, existingType]);
+  return numberOf(existing.last_message_time ?? at);
 }
 
 /**
