@@ -136,7 +136,7 @@ export function conversationStore(ctx: CassandraContext): ConversationStore {
     async mutedAmong(conversationId, userIds) {
       if (userIds.length === 0) return [];
       const muted = new Set((await cql.rows("SELECT user_id FROM conversation_mutes WHERE conversation_id = ?", [conversationId])).map((row) => row.user_id as number));
-      return userIds.filter((userId) => muted.has(userId));
+      return [...new Set(userIds)].filter((userId) => muted.has(userId));
     },
     async setMuted(userId, conversationId, muted, events) {
       await commitWithEvents(
