@@ -90,7 +90,7 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
 
       // Social (§5.8).
       `CREATE TABLE IF NOT EXISTS friend_requests (request_id int PRIMARY KEY, from_user_id int, to_user_id int, message text,
-        status tinyint, created_at bigint, handled_at bigint)`,
+        status tinyint, created_at bigint, handled_at bigint, resolution text)`,
       `CREATE TABLE IF NOT EXISTS pending_requests_to (to_user_id int, created_at bigint, request_id int,
         PRIMARY KEY ((to_user_id), created_at, request_id)) WITH CLUSTERING ORDER BY (created_at DESC, request_id DESC)`,
       `CREATE TABLE IF NOT EXISTS pending_requests_between (low_user_id int, high_user_id int, request_id int,
