@@ -5,10 +5,24 @@ import { tmpdir } from "node:os";
 import cassandra from "cassandra-driver";
 import { join } from "node:path";
 import { ensureCassandra } from "../../scripts/services/cassandra.js";
+import { createHash } from "node:crypto";
 import { openCassandraStore, type CassandraStore } from "../../engine/store/cassandra/cassandra-store.js";
+import { cassandraMigrations } from "../../engine/store/cassandra/schema.js";
 
 /** Where the test Cassandra keeps its data: outlives runs, so a second run starts warm. */
 export const testServicesDir = join(tmpdir(), "parley-test-services");
+
+/**
+ * Test keyspaces carry a digest of the schema in their names: the test server outlives runs and
+ * branches, and a keyspace made by a build with another schema would not match this one.
+ */
+export const schemaDigest = createHash("sha256").update(JSON.stringify(cassandraMigrations)).digest("hex").slice(0, 8);
+
+/** The name of a test keyspace for `purpose` (letters and digits), on this build's schema. */
+export const testKeyspace = (purpose: string) => `t${schemaDigest}_${purpose}`;
+
+/** The keyspace of the adapter's own tests; PARLEY_TEST_KEYSPACE gives a run its own when several share the server. */
+export const adapterTestKeyspace = testKeyspace(process.env.PARLEY_TEST_KEYSPACE ?? "conformance");
 
 let running: Promise<{ contactPoint: string; stop: () => Promise<void> }> | undefined;
 
@@ -68,7 +82,7 @@ export async function testKeyspaceFor(dataDir: string): Promise<string> {
     await emptyKeyspace(keyspace);
     return keyspace;
   }
-  const keyspace = `parley_bb_${pooled++}`;
+  const keyspace = testKeyspace(`bb${pooled++}`);
   keyspaceOfDataDir.set(dataDir, keyspace);
   await emptyKeyspace(keyspace);
   return keyspace;

@@ -2,15 +2,14 @@
 // left by a process that died, and index rows (the agent directory, deleted-agent markers) that
 // readers must confirm against the rows they point at.
 import { expect } from "chai";
-import { after } from "mocha";
 import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, GroupStatus, type AgentStore } from "../store.js";
-import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 import { agentStore } from "./agents.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
 import { userStore } from "./users.js";
 
-const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+const keyspace = adapterTestKeyspace;
 const minute = 60_000;
 
 describe("cassandra store: accounts", () => {
@@ -164,4 +163,3 @@ describe("cassandra store: accounts", () => {
   });
 });
 
-after(releaseTestCassandra);

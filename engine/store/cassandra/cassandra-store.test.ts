@@ -1,9 +1,8 @@
 import { describeStoreConformance } from "../store-conformance.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
-// Its own keyspace per worker when several runs share the test server (PARLEY_TEST_KEYSPACE).
-const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+const keyspace = adapterTestKeyspace;
 
 describeStoreConformance("cassandra", async () => {
   let current: CassandraStore = await openTestCassandraStore(keyspace, { fresh: true });

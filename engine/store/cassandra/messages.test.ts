@@ -2,12 +2,11 @@
 // head LWT applied is complete even if its rows were lost, handles condition on the head they saw,
 // messages span bucket partitions, and a head raised by a newer owner refuses an older fence.
 import { expect } from "chai";
-import { after } from "mocha";
 import { OwnershipLostError, type MessageRecord } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
-const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+const keyspace = adapterTestKeyspace;
 
 describe("cassandra message path", () => {
   let store: CassandraStore;
@@ -113,4 +112,3 @@ describe("cassandra message path", () => {
   });
 });
 
-after(releaseTestCassandra);

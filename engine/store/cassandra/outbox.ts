@@ -7,7 +7,9 @@ import { bytesOf, numberOf, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
 import { conversationHeads } from "./conversation-head.js";
 import { conversationOfScope, conversationOfSystemMessagesItem } from "./outbox-rows.js";
+import { settleTentative } from "./social.js";
 import type { SweepItem } from "./sweep-index.js";
+import { tentativeSettleAfterMs } from "./tentative-outbox.js";
 
 /**
  * Finished fan-outs are deleted a few milliseconds later, many in one round: a conversation's by one
@@ -32,17 +34,32 @@ export function outboxStore(ctx: CassandraContext): OutboxStore {
     createdAt: numberOf(row.created_at),
   });
 
-  /** One scope's fan-outs, oldest first; a conversation's head write is rolled forward first so its fan-out is among them. */
-  const pendingOf = async (scope: string, limit: number): Promise<FanOutRecord[]> => {
+  /**
+   * One scope's fan-outs, oldest first; a conversation's head write is rolled forward first so its
+   * fan-out is among them. A tentative record (DATA-MODEL.md §1.6 P4) is not an event until its change
+   * is decided: a sweep settles those old enough (their writer died or stalled past any retry), which
+   * keeps the partition indexed while any stays undecided.
+   */
+  const pendingOf = async (scope: string, limit: number, settleOld = false): Promise<{ records: FanOutRecord[]; undecided: number }> => {
     const conversationId = conversationOfScope(scope);
     if (conversationId === undefined) {
-      const rows = await cql.rows("SELECT fan_out_id, recipients, entry, related, created_at, tentative FROM account_outbox WHERE scope = ? LIMIT ?", [scope, limit]);
-      // A tentative record's change is not decided yet (DATA-MODEL.md §1.6 P4): it is not an event until confirmed.
-      return rows.filter((row) => row.tentative !== true).map((row) => fanOutOf(scope, row));
+      const rows = await cql.rows(
+        "SELECT fan_out_id, recipients, entry, related, created_at, tentative, guard, WRITETIME(tentative) AS tentative_at FROM account_outbox WHERE scope = ? LIMIT ?",
+        [scope, limit],
+      );
+      const records: FanOutRecord[] = [];
+      let undecided = 0;
+      for (const row of rows) {
+        if (row.tentative !== true) records.push(fanOutOf(scope, row));
+        else if (settleOld && Date.now() - numberOf(row.tentative_at) / 1000 > tentativeSettleAfterMs) {
+          if (await settleTentative(cql, { scope, fanOutId: row.fan_out_id as bigint }, row.guard as string)) records.push(fanOutOf(scope, row));
+        } else undecided++;
+      }
+      return { records, undecided };
     }
     await heads.settle(conversationId);
     const rows = await cql.rows("SELECT fan_out_id, recipients, entry, related, created_at FROM conversation_outbox WHERE conversation_id = ? LIMIT ?", [conversationId, limit]);
-    return rows.map((row) => fanOutOf(scope, row));
+    return { records: rows.map((row) => fanOutOf(scope, row)), undecided: 0 };
   };
 
   const systemMessagesOf = async (conversationId: bigint): Promise<SystemMessageRecord[]> => {
@@ -62,16 +79,21 @@ export function outboxStore(ctx: CassandraContext): OutboxStore {
    * Reads the queue of every indexed item of the outbox that `wanted` selects, drops the index
    * entries of those found empty, and answers what was found, ordered by `idOf`, at most `limit`.
    */
-  const sweep = async <T>(wanted: (item: string) => boolean, read: (item: string) => Promise<T[]>, idOf: (record: T) => bigint, limit: number): Promise<T[]> => {
+  const sweep = async <T>(
+    wanted: (item: string) => boolean,
+    read: (item: string) => Promise<{ records: T[]; undecided: number }>,
+    idOf: (record: T) => bigint,
+    limit: number,
+  ): Promise<T[]> => {
     const found = (await ctx.sweeps.items("outbox")).filter((entry) => wanted(entry.item));
     const entriesOf = new Map<string, SweepItem[]>();
     for (const entry of found) entriesOf.set(entry.item, [...(entriesOf.get(entry.item) ?? []), entry]);
     const emptied: SweepItem[] = [];
     const records = await Promise.all(
       [...entriesOf].map(async ([item, entries]) => {
-        const listed = await read(item);
-        if (listed.length === 0) emptied.push(...entries);
-        return listed;
+        const { records, undecided } = await read(item);
+        if (records.length === 0 && undecided === 0) emptied.push(...entries);
+        return records;
       }),
     );
     await ctx.sweeps.drop("outbox", found, emptied);
@@ -103,10 +125,10 @@ export function outboxStore(ctx: CassandraContext): OutboxStore {
   return {
     async pending(limit, scope) {
       await flush();
-      if (scope !== undefined) return pendingOf(scope, limit);
+      if (scope !== undefined) return (await pendingOf(scope, limit)).records;
       return sweep(
         (item) => conversationOfSystemMessagesItem(item) === undefined,
-        (item) => pendingOf(item, limit),
+        (item) => pendingOf(item, limit, true),
         (record) => record.fanOutId,
         limit,
       );
@@ -128,7 +150,7 @@ export function outboxStore(ctx: CassandraContext): OutboxStore {
     async pendingSystemMessages(limit) {
       return sweep(
         (item) => conversationOfSystemMessagesItem(item) !== undefined,
-        (item) => systemMessagesOf(conversationOfSystemMessagesItem(item)!),
+        async (item) => ({ records: await systemMessagesOf(conversationOfSystemMessagesItem(item)!), undecided: 0 }),
         (record) => record.systemMessageId,
         limit,
       );

@@ -1,8 +1,8 @@
 import { expect } from "chai";
 import { spawn } from "node:child_process";
 import { resolve } from "node:path";
-import { after, before, describe, it } from "mocha";
-import { releaseTestCassandra, testCassandra } from "../../../test/support/cassandra.js";
+import { before, describe, it } from "mocha";
+import { testCassandra } from "../../../test/support/cassandra.js";
 import { Cql } from "./cql.js";
 import { appliedVersions, cassandraSchemaVersion, migrateKeyspace } from "./schema.js";
 import { cassandraSettingsFromEnv } from "./settings.js";
@@ -147,7 +147,6 @@ describe("Cassandra schema migrations", function () {
   });
 });
 
-after(releaseTestCassandra);
 
 describe("cassandraSettingsFromEnv", () => {
   it("answers the single-node defaults when nothing is set", () => {

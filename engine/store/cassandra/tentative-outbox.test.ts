@@ -1,12 +1,12 @@
 import { expect } from "chai";
-import { after, afterEach, beforeEach, describe, it } from "mocha";
+import { afterEach, beforeEach, describe, it } from "mocha";
 import { FriendRequestStatus } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { settleTentative } from "./social.js";
 import { tentativeEvents } from "./tentative-outbox.js";
-import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
-const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+const keyspace = adapterTestKeyspace;
 
 describe("cassandra store: tentative events of a friend request's resolution", () => {
   let store: CassandraStore;
@@ -64,4 +64,3 @@ describe("cassandra store: tentative events of a friend request's resolution", (
   });
 });
 
-after(releaseTestCassandra);
