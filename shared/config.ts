@@ -36,47 +36,68 @@ export type SocketDriver = (typeof socketDrivers)[number];
 /** Chosen by measurement: uWS costs less CPU per push and per RPC and a fifth of the memory per socket (scripts/bench/socket-drivers.ts; see the README). */
 export const defaultSocketDriver: SocketDriver = "uws";
 
-export type StoreConfig =
-  | { kind: "sqlite" }
-  | {
-      kind: "cassandra";
-      /** host:port of the nodes the driver first contacts. */
-      contactPoints: string[];
-      keyspace: string;
-      /** The datacenter this process runs in: LOCAL_QUORUM and LOCAL_SERIAL are counted there. */
-      localDataCenter: string;
-      /** Replication of the keyspace when start-up creates it (a CQL map). */
-      replication: string;
-      /** Apply missing schema migrations at start-up; false refuses a keyspace behind the build (`npm run store -- migrate` applies them). */
-      migrate: boolean;
-    };
+/** Where the Cassandra store is and how it is opened (CASSANDRA_*). */
+export interface CassandraSettings {
+  /** host:port of the nodes the driver first contacts. */
+  contactPoints: string[];
+  keyspace: string;
+  /** The datacenter this process runs in: LOCAL_QUORUM and LOCAL_SERIAL are counted there. */
+  localDataCenter: string;
+  /** Replication of the keyspace when a migration creates it (a CQL map); SimpleStrategy RF 1 when unset. */
+  replication?: string;
+  /** Apply missing schema migrations at start-up; false refuses a keyspace behind the build (`npm run store -- migrate` applies them). */
+  migrate: boolean;
+}
+
+export type StoreConfig = { kind: "sqlite" } | ({ kind: "cassandra" } & CassandraSettings);
 
 export const storeKinds = ["sqlite", "cassandra"] as const;
 
-/** STORE and the CASSANDRA_* settings (README, "Backing services and the Cassandra store"). */
+/** Why a keyspace name cannot be used, or undefined: unquoted CQL identifiers are case-insensitive and at most 48 characters. */
+export function keyspaceNameProblem(name: string): string | undefined {
+  if (/^[a-z][a-z0-9_]{0,47}$/.test(name)) return undefined;
+  return `keyspace name ${JSON.stringify(name)} must be lowercase letters, digits and _ (at most 48), starting with a letter`;
+}
+
+// host:port, the host a name or IPv4 address, or an IPv6 address in brackets.
+const contactPointPattern = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/;
+
+/**
+ * CASSANDRA_CONTACT_POINTS (comma-separated host:port), CASSANDRA_KEYSPACE, CASSANDRA_LOCAL_DC,
+ * CASSANDRA_REPLICATION and CASSANDRA_MIGRATE, with one line per bad value (the settings must not
+ * be used then). Read the same way by the server and `npm run store`.
+ */
+export function cassandraSettingsFromEnv(env: NodeJS.ProcessEnv): { settings: CassandraSettings; problems: string[] } {
+  const problems: string[] = [];
+  const value = (name: string) => {
+    const raw = env[name]?.trim();
+    return raw === "" ? undefined : raw;
+  };
+  const contactPoints = (value("CASSANDRA_CONTACT_POINTS") ?? "127.0.0.1:9042").split(",").map((point) => point.trim());
+  for (const point of contactPoints) {
+    const port = contactPointPattern.exec(point)?.[1];
+    if (port === undefined) problems.push(`CASSANDRA_CONTACT_POINTS: ${JSON.stringify(point)} is not host:port (e.g. 127.0.0.1:9042, [::1]:9042)`);
+    else if (Number(port) < 1 || Number(port) > 65535) problems.push(`CASSANDRA_CONTACT_POINTS: port ${port} of ${JSON.stringify(point)} is not 1..65535`);
+  }
+  const keyspace = value("CASSANDRA_KEYSPACE") ?? "parley";
+  const keyspaceProblem = keyspaceNameProblem(keyspace);
+  if (keyspaceProblem) problems.push(`CASSANDRA_KEYSPACE: ${keyspaceProblem}`);
+  const replication = value("CASSANDRA_REPLICATION");
+  if (replication !== undefined && !/^\{.*'class'\s*:.*\}$/s.test(replication)) {
+    problems.push(`CASSANDRA_REPLICATION: ${JSON.stringify(replication)} is not a CQL replication map, e.g. {'class': 'NetworkTopologyStrategy', 'datacenter1': 3}`);
+  }
+  const migrate = value("CASSANDRA_MIGRATE") ?? "true";
+  if (migrate !== "true" && migrate !== "false") problems.push(`CASSANDRA_MIGRATE: must be true or false; got ${JSON.stringify(migrate)}`);
+  return { settings: { contactPoints, keyspace, localDataCenter: value("CASSANDRA_LOCAL_DC") ?? "datacenter1", replication, migrate: migrate !== "false" }, problems };
+}
+
+/** STORE and, for Cassandra, its settings; a bad value stops start-up. */
 export function storeConfig(env: NodeJS.ProcessEnv): StoreConfig {
   const kind = choiceSetting(env, "STORE", storeKinds, "sqlite");
   if (kind === "sqlite") return { kind };
-  const contactPoints = (env.CASSANDRA_CONTACT_POINTS || "127.0.0.1:9042").split(",").map((point) => point.trim());
-  for (const point of contactPoints) {
-    const port = /^[^\s:]+:(\d{1,5})$/.exec(point)?.[1];
-    if (port === undefined || Number(port) < 1 || Number(port) > 65535) {
-      throw new Error(`CASSANDRA_CONTACT_POINTS must list host:port pairs separated by commas; got ${JSON.stringify(point)}`);
-    }
-  }
-  const keyspace = env.CASSANDRA_KEYSPACE || "parley";
-  // Unquoted CQL identifiers are case-insensitive and at most 48 characters.
-  if (!/^[a-z][a-z0-9_]{0,47}$/.test(keyspace)) throw new Error(`CASSANDRA_KEYSPACE must be lowercase letters, digits and _ (at most 48), starting with a letter; got ${JSON.stringify(keyspace)}`);
-  const replication = env.CASSANDRA_REPLICATION || "{'class': 'SimpleStrategy', 'replication_factor': 1}";
-  if (!/^\{[^;]*\}$/.test(replication.trim())) throw new Error(`CASSANDRA_REPLICATION must be a CQL replication map such as {'class': 'NetworkTopologyStrategy', 'dc1': 3}; got ${JSON.stringify(replication)}`);
-  return {
-    kind,
-    contactPoints,
-    keyspace,
-    localDataCenter: env.CASSANDRA_LOCAL_DC || "datacenter1",
-    replication,
-    migrate: choiceSetting(env, "CASSANDRA_MIGRATE", ["true", "false"], "true") === "true",
-  };
+  const { settings, problems } = cassandraSettingsFromEnv(env);
+  if (problems.length > 0) throw new Error(problems.join("; "));
+  return { kind, ...settings };
 }
 
 export interface AbuseLimitsConfig {

@@ -6,11 +6,5 @@ import type { Store } from "./store.js";
 
 export async function openStore(store: StoreConfig, dataDir: string): Promise<Store> {
   if (store.kind === "sqlite") return openSqliteStore(dataDir);
-  return openCassandraStore({
-    contactPoints: store.contactPoints,
-    keyspace: store.keyspace,
-    localDataCenter: store.localDataCenter,
-    replication: store.replication,
-    migrate: store.migrate,
-  });
+  return openCassandraStore(store);
 }

@@ -5,7 +5,7 @@ import { before, describe, it } from "mocha";
 import { testCassandra } from "../../../test/support/cassandra.js";
 import { Cql } from "./cql.js";
 import { appliedVersions, cassandraSchemaVersion, migrateKeyspace } from "./schema.js";
-import { cassandraSettingsFromEnv } from "./settings.js";
+import { cassandraSettingsFromEnv } from "../../../shared/config.js";
 
 // Each fresh keyspace costs seconds (every table of the store is created), so there are three.
 const keyspaces = { reused: "h_media_mig_1", concurrent: "h_media_mig_2", command: "h_media_mig_3", absent: "h_media_mig_absent" };

@@ -2,6 +2,7 @@
 // Migrations are append-only; every statement is idempotent, so one cut short is simply run again.
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
+import { keyspaceNameProblem } from "../../../shared/config.js";
 import type { Cql } from "./cql.js";
 
 export interface CassandraMigration {
@@ -134,11 +135,6 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
 export const cassandraSchemaVersion = cassandraMigrations[cassandraMigrations.length - 1].version;
 
 /** Why `name` cannot be this store's keyspace, or undefined when it can (an unquoted CQL identifier, kept lowercase). */
-export function keyspaceNameProblem(name: string): string | undefined {
-  if (/^[a-z][a-z0-9_]{0,47}$/.test(name)) return undefined;
-  return `keyspace name ${JSON.stringify(name)} must be lowercase letters, digits and _ (at most 48), starting with a letter`;
-}
-
 export interface KeyspaceOptions {
   /** Replication of a keyspace this call creates (a CQL map literal); a single-node server's is SimpleStrategy RF 1. */
   replication?: string;
