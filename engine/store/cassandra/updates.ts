@@ -340,8 +340,9 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         const firstSn = buckets[index];
         const next = buckets[index + 1];
         if (firstSn > upToSn) break;
-        if (next !== undefined && next - 1 <= upToSn) {
-          // Entirely pruned and not the newest: one partition tombstone, then its listing.
+        // Entirely pruned: one partition tombstone, then its listing. Not the newest two: the one
+        // before the newest keeps its static head for a newest bucket listed but not yet opened.
+        if (index + 2 < buckets.length && next - 1 <= upToSn) {
           note(await cql.rows("SELECT sn, event_id FROM stream_entries WHERE user_id = ? AND first_sn = ? AND sn >= ?", [userId, firstSn, firstSn]));
           await cql.write("DELETE FROM stream_entries WHERE user_id = ? AND first_sn = ?", [userId, firstSn]);
           await cql.write("DELETE FROM stream_buckets WHERE user_id = ? AND first_sn = ?", [userId, firstSn]);

@@ -155,7 +155,7 @@ export class AgentDelivery {
     }
     remember(this.tails, agentUserId, (this.tails.get(agentUserId) ?? 0n) > last ? this.tails.get(agentUserId)! : last);
     if (trims) {
-      this.floors.set(agentUserId, (this.floors.get(agentUserId) ?? 0n) > trimThrough ? this.floors.get(agentUserId)! : trimThrough + 1n);
+      remember(this.floors, agentUserId, (this.floors.get(agentUserId) ?? 0n) > trimThrough ? this.floors.get(agentUserId)! : trimThrough + 1n);
       this.heads.set(agentUserId, undefined);
     } else if (!this.heads.get(agentUserId)) {
       this.heads.set(agentUserId, undefined);
@@ -164,7 +164,7 @@ export class AgentDelivery {
 
   /** Marks the agent's queue as written: a head read in flight since is stale. */
   touched(agentUserId: number): void {
-    this.writes.set(agentUserId, (this.writes.get(agentUserId) ?? 0) + 1);
+    remember(this.writes, agentUserId, (this.writes.get(agentUserId) ?? 0) + 1);
   }
 
   /** Reads the agent's head into the cache (unless a write raced the read) and answers it. */
@@ -178,7 +178,7 @@ export class AgentDelivery {
     if (this.writes.get(agentUserId) === before) {
       this.heads.set(agentUserId, head);
       // Ids only grow: nothing below a head will exist again.
-      if (head) this.floors.set(agentUserId, BigInt(head.jobId));
+      if (head) remember(this.floors, agentUserId, BigInt(head.jobId));
     }
     return head;
   }
@@ -311,7 +311,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       delivery.touched(agentUserId);
       await cql.write("DELETE FROM webhook_jobs WHERE agent_user_id = ? AND job_id = ?", [agentUserId, BigInt(jobId)]);
       // The head gone, the next one is past it: its read skips the tombstone.
-      if (delivery.heads.get(agentUserId)?.jobId === jobId) delivery.floors.set(agentUserId, BigInt(jobId) + 1n);
+      if (delivery.heads.get(agentUserId)?.jobId === jobId) remember(delivery.floors, agentUserId, BigInt(jobId) + 1n);
       delivery.heads.set(agentUserId, undefined);
     },
 
@@ -345,7 +345,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       delivery.touched(agentUserId);
       // One range tombstone for the whole queue; the static tail stays, so ids keep growing.
       await cql.write("DELETE FROM webhook_jobs WHERE agent_user_id = ? AND job_id <= ?", [agentUserId, last]);
-      delivery.floors.set(agentUserId, last + 1n);
+      remember(delivery.floors, agentUserId, last + 1n);
       delivery.heads.set(agentUserId, null);
       return ids.length;
     },
