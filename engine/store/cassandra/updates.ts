@@ -65,19 +65,18 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     heads.set(userId, head);
   };
 
-  const staticsOf = (userId: number, firstSn: number) =>
-    cql.row("SELECT latest_sn, owner_epoch, sealed, pending_handoffs FROM stream_entries WHERE user_id = ? AND first_sn = ? LIMIT 1", [userId, firstSn]);
-
   /** The user's bucket first_sn values, oldest first (a stream keeps ~retained/bucketSize of them). */
   async function bucketsOf(userId: number): Promise<number[]> {
     return (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [userId])).map((row) => row.first_sn as number).reverse();
   }
 
   /** The stream's head as stored, and the hand-off the newest bucket still holds. */
-  async function readHead(userId: number): Promise<{ head: StreamHead; handoff?: PendingHandoff }> {
+  async function readHead(userId: number, options: { serial?: boolean } = {}): Promise<{ head: StreamHead; handoff?: PendingHandoff }> {
+    const staticsOf = (firstSn: number) =>
+      cql.row("SELECT latest_sn, owner_epoch, sealed, pending_handoffs FROM stream_entries WHERE user_id = ? AND first_sn = ? LIMIT 1", [userId, firstSn], options);
     const listed = (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ? LIMIT 2", [userId])).map((row) => row.first_sn as number);
     if (listed.length === 0) return { head: { firstSn: 1, latestSn: 0, ownerEpoch: 0, opened: false, listed: false } };
-    const newest = await staticsOf(userId, listed[0]);
+    const newest = await staticsOf(listed[0]);
     if (newest && newest.latest_sn !== null) {
       const latestSn = newest.latest_sn as number;
       const ownerEpoch = (newest.owner_epoch as number | null) ?? 0;
@@ -87,7 +86,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       return { head: { firstSn: listed[0], latestSn, ownerEpoch, opened: true, listed: true }, handoff };
     }
     // Listed but never written: a writer stopped between listing a bucket and opening it.
-    const previous = listed.length > 1 ? await staticsOf(userId, listed[1]) : undefined;
+    const previous = listed.length > 1 ? await staticsOf(listed[1]) : undefined;
     const latestSn = (previous?.latest_sn as number | null | undefined) ?? 0;
     return { head: { firstSn: listed[0], latestSn, ownerEpoch: (previous?.owner_epoch as number | null | undefined) ?? 0, opened: false, listed: true } };
   }
@@ -263,14 +262,17 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
               },
         ),
       );
+      const settled = await Promise.allSettled(writes.map((userWrite) => appendFor(userWrite, headOf.get(userWrite.userId)!)));
+      // An LWT that failed (a timeout) may have applied: its head, read at LOCAL_SERIAL, tells (§1.4).
       const outcomes = await Promise.all(
-        writes.map((userWrite) =>
-          appendFor(userWrite, headOf.get(userWrite.userId)!).catch((err: unknown) => {
-            heads.delete(userWrite.userId);
-            throw err;
-          }),
-        ),
+        settled.map(async (outcome, index): Promise<UserOutcome> => {
+          if (outcome.status === "fulfilled") return outcome.value;
+          const { userId, sns } = writes[index];
+          const { head } = await readHead(userId, { serial: true });
+          return head.latestSn >= sns[sns.length - 1] ? "applied" : "conflict";
+        }),
       );
+      const failure = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === "rejected");
 
       const refused = writes.filter((_userWrite, index) => outcomes[index] !== "applied");
       for (const { userId } of refused) heads.delete(userId);
@@ -290,6 +292,11 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
           .filter(([agentUserId]) => applied.has(agentUserId) || (!byUser.has(agentUserId) && refused.length === 0))
           .map(([agentUserId, handoff]) => delivery.handOff(agentUserId, handoff)),
       );
+      if (failure) {
+        // The caller learns the append failed; every head it touched is read again next time.
+        for (const { userId } of writes) heads.delete(userId);
+        throw failure.reason;
+      }
       const lost = outcomes.find((outcome): outcome is { lost: Fence } => typeof outcome === "object");
       if (lost) throw new OwnershipLostError(lost.lost);
       const conflicted = refused.map(({ userId }) => userId);

@@ -72,7 +72,7 @@ export class AgentDelivery {
   /** The highest job id handed out per agent (written or not: a failed write leaves a gap). */
   private readonly tails = new Map<number, bigint>();
   private readonly loadingTails = new Map<number, Promise<bigint>>();
-  /** The wall-clock hour of the sweep index row last written per agent (the row is idempotent: once an hour is enough). */
+  /** The wall-clock hour of the sweep index row last written per agent. */
   private readonly indexedHours = new Map<number, number>();
   /** Hand-offs whose entries are stored but whose jobs or position a failed write of this process left out. */
   private readonly unsettled = new Map<number, PendingHandoff>();
@@ -90,7 +90,9 @@ export class AgentDelivery {
    * hand-off its stream left unwritten, so the ids never collide with one).
    */
   async reserve(agentUserId: number, count: number): Promise<bigint> {
-    const tail = await this.tailOf(agentUserId);
+    const loaded = await this.tailOf(agentUserId);
+    // Read again after the wait: callers that waited on one load take their ids in turn.
+    const tail = this.tails.get(agentUserId) ?? loaded;
     remember(this.tails, agentUserId, tail + BigInt(count));
     return tail + 1n;
   }
@@ -143,7 +145,8 @@ export class AgentDelivery {
     const trimmedBefore = firstJobId - 1n - cap;
     const trims = trimThrough > 0n && (trimmedBefore < 0n || trimThrough / trimEvery > trimmedBefore / trimEvery);
     if (trims) statements.push({ query: "DELETE FROM webhook_jobs WHERE agent_user_id = ? AND job_id <= ?", params: [agentUserId, trimThrough] });
-    const index = this.indexStatements(agentUserId);
+    const hour = hourOf(Date.now());
+    const index = this.indexedHours.get(agentUserId) === hour ? [] : [sweepEntry("webhooks", String(agentUserId))];
     this.touched(agentUserId);
     if (extra.length > 0) {
       // Several partitions already (a hand-over's position): one logged batch for all of it.
@@ -153,6 +156,8 @@ export class AgentDelivery {
       await this.cql.writeAll(index);
       await this.cql.batch(statements);
     }
+    // The index row is idempotent: once an hour per agent is enough.
+    remember(this.indexedHours, agentUserId, hour);
     remember(this.tails, agentUserId, (this.tails.get(agentUserId) ?? 0n) > last ? this.tails.get(agentUserId)! : last);
     if (trims) {
       remember(this.floors, agentUserId, (this.floors.get(agentUserId) ?? 0n) > trimThrough ? this.floors.get(agentUserId)! : trimThrough + 1n);
@@ -181,13 +186,6 @@ export class AgentDelivery {
       if (head) remember(this.floors, agentUserId, BigInt(head.jobId));
     }
     return head;
-  }
-
-  private indexStatements(agentUserId: number): Statement[] {
-    const hour = hourOf(Date.now());
-    if (this.indexedHours.get(agentUserId) === hour) return [];
-    remember(this.indexedHours, agentUserId, hour);
-    return [sweepEntry("webhooks", String(agentUserId))];
   }
 
   private async tailOf(agentUserId: number): Promise<bigint> {
