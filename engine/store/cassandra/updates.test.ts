@@ -9,6 +9,7 @@ import type { UpdateLogStore, WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
 import { updateLogStore } from "./updates.js";
+import { hourOf, slotOf } from "./sweep-index.js";
 import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
 import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
 
@@ -146,6 +147,23 @@ describe("cassandra update streams and webhook queue", () => {
     // Rescheduling a job that is gone does not bring it back.
     await dispatcher.jobs.reschedule(head, 2, 600);
     expect((await engine.jobs.pending(22)).map((job) => job.body)).to.deep.equal(["b2"]);
+  });
+
+  it("moves the index row of a queue that stays busy to the current hour, so walks stay short", async () => {
+    const engine = await parts();
+    await engine.jobs.enqueue(32, "a1", 100);
+    const item = "32";
+    const slot = slotOf(item);
+    const now = hourOf(Date.now());
+    // As if it had been queued two hours ago and never emptied since.
+    await store.cql.write("DELETE FROM sweep_index WHERE kind = 'webhooks' AND slot = ? AND hour = ? AND item = ?", [slot, now, item]);
+    await store.cql.write("INSERT INTO sweep_index (kind, slot, hour, item) VALUES ('webhooks', ?, ?, ?)", [slot, now - 2, item]);
+    await store.cql.write("INSERT INTO sweep_marks (kind, slot, hour) VALUES ('webhooks', ?, ?)", [slot, now - 2]);
+    const dispatcher = await parts();
+    expect((await dispatcher.jobs.due(100, [], 10)).map((job) => job.body)).to.deep.equal(["a1"]);
+    const indexed = async (hour: number) => (await store.cql.row("SELECT item FROM sweep_index WHERE kind = 'webhooks' AND slot = ? AND hour = ? AND item = ?", [slot, hour, item])) !== undefined;
+    expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
+    expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
   });
 });
 

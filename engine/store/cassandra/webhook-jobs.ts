@@ -258,11 +258,13 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
     for (const item of found) delivery.heads.set(Number(item.item), undefined);
     for (const agentUserId of delivery.heads.keys()) delivery.heads.set(agentUserId, undefined);
     await readUnknownHeads();
-    await ctx.sweeps.drop(
-      "webhooks",
-      found,
-      found.filter((item) => delivery.heads.get(Number(item.item)) === null),
-    );
+    // A queue that stays busy for days would keep its first hour's row, and every walk would read
+    // all hours since: its row moves to the current hour instead (written before the old one goes).
+    const current = hourOf(Date.now());
+    const moved = found.filter((item) => item.hour < current && delivery.heads.get(Number(item.item)));
+    await cql.writeAll([...new Set(moved.map((item) => item.item))].map((item) => sweepEntry("webhooks", item)));
+    const emptied = found.filter((item) => delivery.heads.get(Number(item.item)) === null);
+    await ctx.sweeps.drop("webhooks", found, [...emptied, ...moved]);
   }
 
   async function readUnknownHeads(): Promise<void> {
