@@ -60,7 +60,8 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
         WITH CLUSTERING ORDER BY (order_minute DESC, conversation_id DESC) AND ${queueTable}`,
 
       // Update streams (§5.4).
-      `CREATE TABLE IF NOT EXISTS update_events (event_id bigint PRIMARY KEY, entry blob, created_at bigint, holders set<int>)`,
+      // holders: the (user, sn) stream entries that reference the event; it goes when none is left.
+      `CREATE TABLE IF NOT EXISTS update_events (event_id bigint PRIMARY KEY, entry blob, created_at bigint, holders set<frozen<tuple<int, int>>>)`,
       `CREATE TABLE IF NOT EXISTS stream_entries (user_id int, first_sn int, sn int, event_id bigint,
         latest_sn int STATIC, owner_epoch int STATIC, sealed boolean STATIC, pending_handoffs blob STATIC,
         PRIMARY KEY ((user_id, first_sn), sn))`,

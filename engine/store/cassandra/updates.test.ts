@@ -1,0 +1,170 @@
+// What the Cassandra update streams and webhook queue add to the port's promises (DATA-MODEL.md
+// §5.4, §5.6): streams span bucket partitions (a small bucket size keeps it fast), a handle whose
+// cached head went stale meets a conflict, not a gap or a double sn, a hand-off left unwritten by
+// a stopped process is rolled forward by the next append, and jobs queued through another handle
+// are found through the sweep index.
+import { expect } from "chai";
+import { after } from "mocha";
+import type { UpdateLogStore, WebhookJobStore } from "../store.js";
+import type { CassandraStore } from "./cassandra-store.js";
+import { cassandraContext } from "./context.js";
+import { updateLogStore } from "./updates.js";
+import { hourOf, slotOf } from "./sweep-index.js";
+import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
+import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+
+const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+
+describe("cassandra update streams and webhook queue", () => {
+  let store: CassandraStore;
+  const handles: CassandraStore[] = [];
+  beforeEach(async () => {
+    store = await openTestCassandraStore(keyspace, { fresh: true });
+  });
+  afterEach(async () => {
+    for (const handle of handles.splice(0)) await handle.close();
+    await store.close();
+  });
+
+  /** The parts on a handle of their own (a node's), with 4-entry buckets. */
+  const parts = async (): Promise<{ updates: UpdateLogStore; jobs: WebhookJobStore; handle: CassandraStore }> => {
+    const handle = await openTestCassandraStore(keyspace, { fresh: false });
+    handles.push(handle);
+    const ctx = cassandraContext(handle.cql);
+    return { updates: updateLogStore(ctx, { bucketSize: 4 }), jobs: webhookJobStore(ctx, { indexWalkMs: 0 }), handle };
+  };
+  const event = (eventId: number) => ({ eventId: BigInt(eventId), entry: new Uint8Array([eventId % 256]) });
+  const append = (updates: UpdateLogStore, entries: [number, number, number][]) =>
+    updates.append({
+      events: [...new Set(entries.map(([, , eventId]) => eventId))].map(event),
+      entries: entries.map(([userId, sn, eventId]) => ({ userId, sn, eventId: BigInt(eventId) })),
+      createdAt: 1,
+    });
+  const sns = async (updates: UpdateLogStore, userId: number, afterSn = 0, limit = 100) => (await updates.readUpdates(userId, afterSn, limit)).map((row) => row.sn);
+  const buckets = async (userId: number) => (await store.cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [userId])).map((row) => row.first_sn as number);
+
+  it("appends across bucket boundaries, never splitting one append's entries, and reads and prunes across them", async () => {
+    const { updates } = await parts();
+    for (let sn = 1; sn <= 5; sn++) expect(await append(updates, [[7, sn, 100 + sn]])).to.deep.equal({ ok: true });
+    // Bucket 5 holds one entry: three more fit in one bucket whatever its size.
+    expect(await append(updates, [[7, 6, 106], [7, 7, 107], [7, 8, 108], [7, 9, 109], [8, 1, 109]])).to.deep.equal({ ok: true });
+    expect(await append(updates, [[7, 10, 110], [7, 11, 110]])).to.deep.equal({ ok: true });
+    expect(await buckets(7)).to.deep.equal([10, 5, 1]);
+    expect(await updates.latestSn(7)).to.equal(11);
+    expect(await sns(updates, 7)).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    expect(await sns(updates, 7, 3, 4)).to.deep.equal([4, 5, 6, 7]);
+    expect(await sns(updates, 7, 9, 10)).to.deep.equal([10, 11]);
+    expect((await updates.readUpdates(7, 10, 1))[0].entry).to.deep.equal(new Uint8Array([110]));
+
+    await updates.pruneUpdates(7, 6);
+    expect(await buckets(7)).to.deep.equal([10, 5]);
+    expect(await updates.oldestRetainedSn(7)).to.equal(7);
+    expect(await sns(updates, 7)).to.deep.equal([7, 8, 9, 10, 11]);
+    expect(await updates.holders(109n, [7, 8])).to.deep.equal([7, 8]);
+    // Event 110 is held twice by user 7: pruning one entry keeps it held.
+    await updates.pruneUpdates(7, 10);
+    // The bucket before the newest is emptied by a range, not dropped: its head stays readable.
+    expect(await buckets(7)).to.deep.equal([10, 5]);
+    expect(await updates.holders(110n, [7])).to.deep.equal([7]);
+    expect(await updates.holders(109n, [7, 8])).to.deep.equal([8]);
+    expect(await store.cql.row("SELECT entry FROM update_events WHERE event_id = 101")).to.equal(undefined);
+    // Everything pruned: the position stays, so no sn is handed out twice.
+    await updates.pruneUpdates(7, 11);
+    expect(await updates.oldestRetainedSn(7)).to.equal(undefined);
+    expect(await updates.holders(110n, [7])).to.deep.equal([]);
+    expect(await updates.latestSn(7)).to.equal(11);
+    expect(await append(updates, [[7, 11, 200]])).to.deep.equal({ ok: false, conflicts: [7] });
+    expect(await append(updates, [[7, 12, 200]])).to.deep.equal({ ok: true });
+    expect(await sns(updates, 7)).to.deep.equal([12]);
+  });
+
+  it("refuses the append of a handle whose cached head another handle moved, then appends after the reload", async () => {
+    const first = await parts();
+    const second = await parts();
+    expect(await append(first.updates, [[9, 1, 1], [9, 2, 2], [9, 3, 3], [9, 4, 4]])).to.deep.equal({ ok: true });
+    expect(await append(second.updates, [[9, 5, 5]])).to.deep.equal({ ok: true });
+    // The first handle still believes 4 is the latest and the full bucket is the newest: its rollover is refused.
+    expect(await append(first.updates, [[9, 5, 6]])).to.deep.equal({ ok: false, conflicts: [9] });
+    expect(await append(first.updates, [[9, 6, 6]])).to.deep.equal({ ok: true });
+    expect(await append(second.updates, [[9, 6, 7]])).to.deep.equal({ ok: false, conflicts: [9] });
+    expect(await append(second.updates, [[9, 7, 7]])).to.deep.equal({ ok: true });
+    expect(await sns(first.updates, 9)).to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
+    expect((await first.updates.readUpdates(9, 4, 3)).map((row) => row.entry[0])).to.deep.equal([5, 6, 7]);
+    // The refused event was released: nothing holds it but the entry written later.
+    expect(await first.updates.holders(6n, [9])).to.deep.equal([9]);
+    expect(await first.updates.holders(5n, [9])).to.deep.equal([9]);
+  });
+
+  it("rolls forward a hand-off whose append stored its entries but not its jobs and position", async () => {
+    const writer = await parts();
+    expect(await append(writer.updates, [[11, 1, 1]])).to.deep.equal({ ok: true });
+    // As a process stopped right after the agent's LWT leaves it.
+    const handoff = { firstJobId: 1n, bodies: ["m1", "m2"], queuedAt: 40, deliveredSn: 1, generation: 0 };
+    await store.cql.write("UPDATE stream_entries SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [encodePendingHandoff(handoff), 11, 1]);
+    const next = await parts();
+    expect(await next.jobs.deliveredSn(11)).to.equal(0);
+    expect(await append(next.updates, [[11, 2, 2]])).to.deep.equal({ ok: true });
+    expect((await next.jobs.pending(11)).map((job) => [job.jobId, job.body])).to.deep.equal([[1, "m1"], [2, "m2"]]);
+    expect(await next.jobs.deliveredSn(11)).to.equal(1);
+    // The ids it took are not given again, and rolling forward once more changes nothing.
+    await next.jobs.enqueue(11, "m3", 50);
+    const again = await parts();
+    await again.jobs.enqueue(11, "m4", 50);
+    expect((await again.jobs.pending(11)).map((job) => [job.jobId, job.body])).to.deep.equal([[1, "m1"], [2, "m2"], [3, "m3"], [4, "m4"]]);
+  });
+
+  it("a rolled-forward position loses to a rewind made after its append", async () => {
+    const writer = await parts();
+    expect(await append(writer.updates, [[12, 1, 1], [12, 2, 2]])).to.deep.equal({ ok: true });
+    await writer.jobs.advanceDelivered(12, 2);
+    await writer.jobs.rewindDelivered(12, 0);
+    await store.cql.write("UPDATE stream_entries SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [
+      encodePendingHandoff({ firstJobId: 1n, bodies: [], queuedAt: 40, deliveredSn: 2, generation: 0 }),
+      12,
+      1,
+    ]);
+    const next = await parts();
+    expect(await append(next.updates, [[12, 3, 3]])).to.deep.equal({ ok: true });
+    expect(await next.jobs.deliveredSn(12)).to.equal(0);
+  });
+
+  it("finds the due heads of queues written through another handle, and forgets emptied ones", async () => {
+    const dispatcher = await parts();
+    const engine = await parts();
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    await engine.jobs.enqueue(21, "a1", 100);
+    await engine.jobs.handOver(22, ["b1", "b2"], 90, 4);
+    expect((await dispatcher.jobs.due(100, [], 10)).map((job) => [job.agentUserId, job.body])).to.deep.equal([[22, "b1"], [21, "a1"]]);
+    const [head] = await dispatcher.jobs.due(100, [21], 10);
+    await dispatcher.jobs.remove(head);
+    expect((await dispatcher.jobs.due(100, [21], 10)).map((job) => job.body)).to.deep.equal(["b2"]);
+    await engine.jobs.clearAgent(21);
+    expect((await dispatcher.jobs.due(100, [], 10)).map((job) => job.body)).to.deep.equal(["b2"]);
+    // A reschedule through one handle is seen by the other's next walk.
+    await engine.jobs.reschedule({ agentUserId: 22, jobId: head.jobId + 1 }, 1, 500);
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    expect(await dispatcher.jobs.due(500, [], 10)).to.deep.equal([{ jobId: head.jobId + 1, agentUserId: 22, body: "b2", attempts: 1, nextAttemptAt: 500 }]);
+    // Rescheduling a job that is gone does not bring it back.
+    await dispatcher.jobs.reschedule(head, 2, 600);
+    expect((await engine.jobs.pending(22)).map((job) => job.body)).to.deep.equal(["b2"]);
+  });
+
+  it("moves the index row of a queue that stays busy to the current hour, so walks stay short", async () => {
+    const engine = await parts();
+    await engine.jobs.enqueue(32, "a1", 100);
+    const item = "32";
+    const slot = slotOf(item);
+    const now = hourOf(Date.now());
+    // As if it had been queued two hours ago and never emptied since.
+    await store.cql.write("DELETE FROM sweep_index WHERE kind = 'webhooks' AND slot = ? AND hour = ? AND item = ?", [slot, now, item]);
+    await store.cql.write("INSERT INTO sweep_index (kind, slot, hour, item) VALUES ('webhooks', ?, ?, ?)", [slot, now - 2, item]);
+    await store.cql.write("INSERT INTO sweep_marks (kind, slot, hour) VALUES ('webhooks', ?, ?)", [slot, now - 2]);
+    const dispatcher = await parts();
+    expect((await dispatcher.jobs.due(100, [], 10)).map((job) => job.body)).to.deep.equal(["a1"]);
+    const indexed = async (hour: number) => (await store.cql.row("SELECT item FROM sweep_index WHERE kind = 'webhooks' AND slot = ? AND hour = ? AND item = ?", [slot, hour, item])) !== undefined;
+    expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
+    expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
+  });
+});
+
+after(releaseTestCassandra);
