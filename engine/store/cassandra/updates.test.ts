@@ -4,16 +4,15 @@
 // a stopped process is rolled forward by the next append, and jobs queued through another handle
 // are found through the sweep index.
 import { expect } from "chai";
-import { after } from "mocha";
 import type { UpdateLogStore, WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
 import { updateLogStore } from "./updates.js";
 import { hourOf, slotOf } from "./sweep-index.js";
 import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
-import { openTestCassandraStore, releaseTestCassandra } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
-const keyspace = process.env.PARLEY_TEST_KEYSPACE ?? "parley_conformance";
+const keyspace = adapterTestKeyspace;
 
 describe("cassandra update streams and webhook queue", () => {
   let store: CassandraStore;
@@ -167,4 +166,3 @@ describe("cassandra update streams and webhook queue", () => {
   });
 });
 
-after(releaseTestCassandra);
