@@ -13,14 +13,13 @@ import { expect } from "chai";
 import { AdjustableClock } from "../engine/clock.js";
 import type { Store } from "../engine/store/store.js";
 import { startParley, type Parley } from "../server.js";
-import { loadConfig } from "../shared/config.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { AuthService, RequestVerifyCodeRequestSchema } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { GetMessageHistoryRequestSchema, GetMessageRequestSchema, MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { BatchGetUserInfoRequestSchema, UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, freePort, generousAbuseLimits, testStoreEnv } from "./support/harness.js";
+import { client, freePort, testConfig } from "./support/harness.js";
 import { nextClientMessageId, textBody } from "./support/messaging.js";
 import { exchange, openRaw, type RawAnswer } from "./support/raw-http.js";
 import { befriend } from "./support/social.js";
@@ -61,7 +60,7 @@ async function startCluster(faults: FailingContacts): Promise<Cluster> {
   const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
   // The byte-for-byte comparison runs on the node:http front, where Connect-ES ran before; the
   // uWS front is compared by status, content type and body (its framing headers differ).
-  const config = loadConfig({ HOST: "127.0.0.1", PORT: "0", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "error", SOCKET_DRIVER: "ws", ...generousAbuseLimits, ...(await testStoreEnv(dataDir)) });
+  const config = await testConfig(dataDir, { LOG_LEVEL: "error", SOCKET_DRIVER: "ws" });
   const uwsConfig = { ...config, socketDriver: "uws" as const };
   const clock = new AdjustableClock();
   // A connection left with a request it will never finish ends soon, so a test can watch it end.

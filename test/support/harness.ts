@@ -72,20 +72,28 @@ export const generousAbuseLimits = {
   SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE: "100000",
 };
 
-export async function startTestServer(overrides: Partial<ParleyOptions> & { env?: Record<string, string>; dataDir?: string } = {}): Promise<TestServer> {
-  const dataDir = overrides.dataDir ?? mkdtempSync(join(tmpdir(), "parley-test-"));
-  const codesFile = join(dataDir, "codes.jsonl");
-  const config = loadConfig({
+/**
+ * A test server's configuration: loopback on an ephemeral port, codes to `<dataDir>/codes.jsonl`,
+ * the suite's socket driver and store, abuse limits out of reach; `env` adds or overrides.
+ */
+export async function testConfig(dataDir: string, env: Record<string, string> = {}): Promise<ParleyConfig> {
+  return loadConfig({
     HOST: "127.0.0.1",
     PORT: "0",
     DATA_DIR: dataDir,
-    CODE_DELIVERY: `file:${codesFile}`,
+    CODE_DELIVERY: `file:${join(dataDir, "codes.jsonl")}`,
     LOG_LEVEL: "warn",
     SOCKET_DRIVER: testSocketDriver,
     ...generousAbuseLimits,
     ...(await testStoreEnv(dataDir)),
-    ...overrides.env,
+    ...env,
   });
+}
+
+export async function startTestServer(overrides: Partial<ParleyOptions> & { env?: Record<string, string>; dataDir?: string } = {}): Promise<TestServer> {
+  const dataDir = overrides.dataDir ?? mkdtempSync(join(tmpdir(), "parley-test-"));
+  const codesFile = join(dataDir, "codes.jsonl");
+  const config = await testConfig(dataDir, overrides.env);
   const clock = (overrides.clock as AdjustableClock | undefined) ?? new AdjustableClock();
   const parley = await startParley({ ...overrides, config, clock });
   const server: TestServer = {
@@ -174,16 +182,7 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const ports = new Map<K, number>();
   for (const key of keys) ports.set(key, await freePort());
   const urls = keys.map((key) => `127.0.0.1:${ports.get(key)}/${name}-${key}`);
-  const config = loadConfig({
-    HOST: "127.0.0.1",
-    PORT: "0",
-    DATA_DIR: dataDir,
-    CODE_DELIVERY: `file:${codesFile}`,
-    LOG_LEVEL: "warn",
-    SOCKET_DRIVER: testSocketDriver,
-    ...generousAbuseLimits,
-    ...(await testStoreEnv(dataDir)),
-  });
+  const config = await testConfig(dataDir);
   const clock = new AdjustableClock();
   const started = await Promise.all(
     keys.map((key) =>
