@@ -2,7 +2,6 @@
 import Mocha from "mocha";
 import { readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { releaseTestCassandra } from "../test/support/cassandra.js";
 
 function collectTestFiles(dir: string): string[] {
   const found: string[] = [];
@@ -22,11 +21,9 @@ const files = only.length > 0 ? only.map((f) => resolve(f)) : collectTestFiles(r
 const mocha = new Mocha({ reporter: "spec", timeout: 30_000 });
 for (const file of files) mocha.addFile(file);
 await mocha.loadFilesAsync();
-const runner = mocha.run(async (failures) => {
+const runner = mocha.run((failures) => {
   const passed = runner.stats?.passes ?? 0;
   const failed = Math.max(runner.stats?.failures ?? 0, failures);
-  // A Cassandra that tests started is stopped with the run (one already running stays).
-  await releaseTestCassandra().catch((err: unknown) => console.error(`stopping the test Cassandra failed: ${String(err)}`));
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed > 0 ? 1 : 0);
 });

@@ -39,6 +39,11 @@ export async function releaseTestCassandra(): Promise<void> {
   if (instance) await (await instance).stop();
 }
 
+// In a mocha run the end of the run stops what the run started. Registered here, by the module the
+// tests themselves load: mocha loads test files through require, so a module imported by the
+// runner script would be a second instance that never saw the server start.
+if (typeof after === "function") after(releaseTestCassandra);
+
 /** Per keyspace, the tables handles wrote since it was last emptied; undefined: never emptied in this run. */
 const dirty = new Map<string, Set<string>>();
 
