@@ -12,7 +12,7 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, freePort, generousAbuseLimits } from "./support/harness.js";
+import { client, freePort, generousAbuseLimits, testStoreEnv } from "./support/harness.js";
 import { textBody } from "./support/messaging.js";
 import { befriend } from "./support/social.js";
 
@@ -28,7 +28,8 @@ async function startServerProcess(dataDir: string, port: number): Promise<Server
   const codesFile = join(dataDir, "codes.jsonl");
   const child = spawn(process.execPath, ["--import", "tsx", "main.ts"], {
     cwd: root,
-    env: { ...process.env, ...generousAbuseLimits, HOST: "127.0.0.1", PORT: String(port), DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "error" },
+    // On the suite's store: with PARLEY_TEST_STORE=cassandra, `npm start` with the Cassandra settings is killed.
+    env: { ...process.env, ...generousAbuseLimits, ...(await testStoreEnv(dataDir)), HOST: "127.0.0.1", PORT: String(port), DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "error" },
     stdio: ["ignore", "ignore", "inherit"],
   });
   const url = `http://127.0.0.1:${port}`;

@@ -22,7 +22,7 @@ import { loadConfig } from "../shared/config.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, freePort, socketDrivers, startTestServer, testSocketDriver } from "./support/harness.js";
+import { client, freePort, socketDrivers, startTestServer, testSocketDriver, testStoreEnv } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..");
@@ -64,12 +64,23 @@ class ParleyProcess {
   }
 
   static async start(env: Record<string, string> = {}): Promise<ParleyProcess> {
-    const dataDir = mkdtempSync(join(tmpdir(), "parley-shutdown-"));
+    // A restart passes the stopped server's DATA_DIR (and so, on Cassandra, gets its keyspace).
+    const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), "parley-shutdown-"));
     const codesFile = join(dataDir, "codes.jsonl");
     const port = await freePort();
     const child = spawn(process.execPath, ["--import", "tsx", "main.ts"], {
       cwd: repositoryRoot,
-      env: { ...process.env, HOST: "127.0.0.1", PORT: String(port), DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", SOCKET_DRIVER: testSocketDriver, ...env },
+      env: {
+        ...process.env,
+        HOST: "127.0.0.1",
+        PORT: String(port),
+        DATA_DIR: dataDir,
+        CODE_DELIVERY: `file:${codesFile}`,
+        LOG_LEVEL: "warn",
+        SOCKET_DRIVER: testSocketDriver,
+        ...(await testStoreEnv(dataDir)),
+        ...env,
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const parley = new ParleyProcess(child, port, dataDir, codesFile);

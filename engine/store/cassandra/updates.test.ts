@@ -3,6 +3,7 @@
 // cached head went stale meets a conflict, not a gap or a double sn, a hand-off left unwritten by
 // a stopped process is rolled forward by the next append, and jobs queued through another handle
 // are found through the sweep index.
+import cassandra from "cassandra-driver";
 import { expect } from "chai";
 import type { UpdateLogStore, WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
@@ -13,6 +14,7 @@ import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
 import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+const { Tuple } = cassandra.types;
 
 describe("cassandra update streams and webhook queue", () => {
   let store: CassandraStore;
@@ -163,6 +165,15 @@ describe("cassandra update streams and webhook queue", () => {
     const indexed = async (hour: number) => (await store.cql.row("SELECT item FROM sweep_index WHERE kind = 'webhooks' AND slot = ? AND hour = ? AND item = ?", [slot, hour, item])) !== undefined;
     expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
     expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
+  });
+  it("counts as holders only the streams that took the entry: a writer that died after naming them in the event did not append", async () => {
+    const { updates, handle } = await parts();
+    expect(await append(updates, [[21, 1, 700]])).to.deep.equal({ ok: true });
+    // As a kill -9 between the event row (which names every recipient) and user 22's LWT leaves it.
+    await handle.cql.write("UPDATE update_events SET holders = holders + ? WHERE event_id = ?", [new Set([new Tuple(22, 1)]), 700n]);
+    expect(await updates.holders(700n, [21, 22])).to.deep.equal([21]);
+    expect(await append(updates, [[22, 1, 700]])).to.deep.equal({ ok: true });
+    expect((await updates.holders(700n, [21, 22])).sort()).to.deep.equal([21, 22]);
   });
 });
 

@@ -52,6 +52,7 @@ const rememberedHeads = 100_000;
 
 const holderOf = (userId: number, sn: number) => new Tuple(userId, sn);
 const holderUser = (holder: unknown) => (holder as InstanceType<typeof Tuple>).get(0) as number;
+const holderSn = (holder: unknown) => (holder as InstanceType<typeof Tuple>).get(1) as number;
 const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
 
 export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions = {}): UpdateLogStore {
@@ -68,6 +69,14 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
   /** The user's bucket first_sn values, oldest first (a stream keeps ~retained/bucketSize of them). */
   async function bucketsOf(userId: number): Promise<number[]> {
     return (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [userId])).map((row) => row.first_sn as number).reverse();
+  }
+
+  /** The event the user's stream holds at `sn`, or undefined (never written, or pruned). */
+  async function entryAt(userId: number, sn: number): Promise<bigint | undefined> {
+    const bucket = (await bucketsOf(userId)).filter((firstSn) => firstSn <= sn).pop();
+    if (bucket === undefined) return undefined;
+    const row = await cql.row("SELECT event_id FROM stream_entries WHERE user_id = ? AND first_sn = ? AND sn = ?", [userId, bucket, sn]);
+    return row?.event_id as bigint | undefined;
   }
 
   /** The stream's head as stored, and the hand-off the newest bucket still holds. */
@@ -306,8 +315,13 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     async holders(eventId, userIds) {
       if (userIds.length === 0) return [];
       const row = await cql.row("SELECT holders FROM update_events WHERE event_id = ?", [eventId]);
-      const holding = new Set([...((row?.holders as Set<unknown> | null | undefined) ?? [])].map(holderUser));
-      return userIds.filter((userId) => holding.has(userId));
+      const wanted = new Set(userIds);
+      const claimed = [...((row?.holders as Set<unknown> | null | undefined) ?? [])].filter((holder) => wanted.has(holderUser(holder)));
+      // The pairs are added before the streams' LWTs, so a writer that died in between left pairs
+      // whose stream never took the entry: only the stream itself says it holds it. This runs when
+      // a fan-out is delivered again, not on the way of a first delivery.
+      const held = await Promise.all(claimed.map(async (holder) => ((await entryAt(holderUser(holder), holderSn(holder))) === eventId ? holderUser(holder) : undefined)));
+      return [...new Set(held.filter((userId): userId is number => userId !== undefined))];
     },
 
     async readUpdates(userId, afterSn, limit) {
