@@ -72,16 +72,30 @@ async function allTables(store: CassandraStore, keyspace: string): Promise<Set<s
 /**
  * Black-box servers on Cassandra (PARLEY_TEST_STORE=cassandra): each data directory gets a keyspace
  * of a pool, emptied when taken. A keyspace is free again once its data directory is gone (tests
- * remove theirs when done), so a run needs as many keyspaces as servers alive at once.
+ * remove theirs when done) and no server of this process still runs on it (two servers on one
+ * keyspace would take each other's shard leases), so a run needs as many keyspaces as servers
+ * alive at once.
  */
 const keyspaceOfDataDir = new Map<string, string>();
+const serversOn = new Map<string, number>();
 let pooled = 0;
+
+/** The harness counts the servers it starts on a data directory, until each stops. */
+export function serverStarted(dataDir: string): void {
+  serversOn.set(dataDir, (serversOn.get(dataDir) ?? 0) + 1);
+}
+
+export function serverStopped(dataDir: string): void {
+  const left = (serversOn.get(dataDir) ?? 1) - 1;
+  if (left > 0) serversOn.set(dataDir, left);
+  else serversOn.delete(dataDir);
+}
 
 export async function testKeyspaceFor(dataDir: string): Promise<string> {
   const known = keyspaceOfDataDir.get(dataDir);
   if (known) return known;
   for (const [dir, keyspace] of keyspaceOfDataDir) {
-    if (existsSync(dir)) continue;
+    if (existsSync(dir) || serversOn.has(dir)) continue;
     keyspaceOfDataDir.delete(dir);
     keyspaceOfDataDir.set(dataDir, keyspace);
     await emptyKeyspace(keyspace);

@@ -12,7 +12,7 @@ import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type
 import { openStore } from "../../engine/store/open-store.js";
 import type { Store } from "../../engine/store/store.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
-import { testCassandra, testKeyspaceFor } from "./cassandra.js";
+import { serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
@@ -72,6 +72,19 @@ export const generousAbuseLimits = {
   SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE: "100000",
 };
 
+/** The server, counted as using its data directory (and so its test keyspace) until it stops. */
+function whileRunning(parley: Parley, dataDir: string): Parley {
+  serverStarted(dataDir);
+  let stopped: Promise<void> | undefined;
+  return {
+    ...parley,
+    stop() {
+      stopped ??= parley.stop().finally(() => serverStopped(dataDir));
+      return stopped;
+    },
+  };
+}
+
 /**
  * A test server's configuration: loopback on an ephemeral port, codes to `<dataDir>/codes.jsonl`,
  * the suite's socket driver and store, abuse limits out of reach; `env` adds or overrides.
@@ -95,7 +108,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
   const codesFile = join(dataDir, "codes.jsonl");
   const config = await testConfig(dataDir, overrides.env);
   const clock = (overrides.clock as AdjustableClock | undefined) ?? new AdjustableClock();
-  const parley = await startParley({ ...overrides, config, clock });
+  const parley = whileRunning(await startParley({ ...overrides, config, clock }), dataDir);
   const server: TestServer = {
     ...parley,
     dataDir,
@@ -186,7 +199,9 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const clock = new AdjustableClock();
   const started = await Promise.all(
     keys.map((key) =>
-      startParley({ config, clock, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }),
+      startParley({ config, clock, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }).then(
+        (node) => whileRunning(node, dataDir),
+      ),
     ),
   );
   const nodes = Object.fromEntries(keys.map((key, index) => [key, started[index]])) as Record<K, Parley>;
