@@ -164,3 +164,17 @@ export function isUnknownLwtOutcome(err: unknown): boolean {
   if (err instanceof cassandra.errors.OperationTimedOutError) return true;
   return err instanceof cassandra.errors.ResponseError && err.code === cassandra.types.responseErrorCodes.writeTimeout;
 }
+
+/** `read` of every key, at most `width` at a time, in the keys' order. */
+export async function readAll<Key, Value>(keys: readonly Key[], width: number, read: (key: Key) => Promise<Value>): Promise<Value[]> {
+  const values: Value[] = new Array<Value>(keys.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < keys.length) {
+      const index = next++;
+      values[index] = await read(keys[index]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, keys.length) }, worker));
+  return values;
+}

@@ -5,7 +5,7 @@
 // through the sweep index, indexed at the wall-clock hour they fall due.
 import type { MediaFileRecord, MediaStore, UploadSessionRecord } from "../store.js";
 import type { CassandraContext } from "./context.js";
-import { isUnknownLwtOutcome, numberOf, type Cql, type LwtOutcome, type Params, type Row } from "./cql.js";
+import { isUnknownLwtOutcome, numberOf, readAll, type Cql, type LwtOutcome, type Params, type Row } from "./cql.js";
 import { hourOf, sweepEntry } from "./sweep-index.js";
 
 const hourMs = 3_600_000;
@@ -112,20 +112,6 @@ async function settledLwt(cql: Cql, query: string, params: Params, judge: () => 
       if (applied !== undefined) return { applied, row: undefined, judged: true };
     }
   }
-}
-
-/** `read` of every key, at most `width` at a time, in the keys' order. */
-async function readAll<Key, Value>(keys: readonly Key[], width: number, read: (key: Key) => Promise<Value>): Promise<Value[]> {
-  const values: Value[] = new Array<Value>(keys.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < keys.length) {
-      const index = next++;
-      values[index] = await read(keys[index]);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(width, keys.length) }, worker));
-  return values;
 }
 
 export function mediaStore(ctx: CassandraContext): MediaStore {

@@ -1,9 +1,8 @@
 // Messages (DATA-MODEL.md §5.10): one LWT on the conversation head per write, then its rows
 // (conversation-head.ts). Messages are kept in partitions of 4,096 ids; a user's deletions in one
 // partition per (user, conversation).
-import cassandra from "cassandra-driver";
 import { OwnershipLostError, type Fence, type MessageRecord, type MessageStore, type OpenStreamRecord } from "../store.js";
-import type { Row, Statement } from "./cql.js";
+import { isUnknownLwtOutcome, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
 import { bucketOf, conversationHeads, encodePendingWrite, messageColumns, messageOf, readMessage, type HeadSnapshot, type PendingWrite } from "./conversation-head.js";
 import { commitWithEvents } from "./outbox-rows.js";
@@ -45,7 +44,7 @@ export function messageStore(ctx: CassandraContext): MessageStore {
       try {
         ({ applied, row: met } = await cql.lwtBatch(statements(head)));
       } catch (err) {
-        if (!isCasTimeout(err)) throw err;
+        if (!isUnknownLwtOutcome(err)) throw err;
         // Whether it applied is learned from the head itself (DATA-MODEL.md §1.4).
         const reloaded = await heads.reload(conversationId);
         if (isOurs(reloaded.pending)) return head;
@@ -280,8 +279,3 @@ export function messageStore(ctx: CassandraContext): MessageStore {
 const committedInsert = (head: HeadSnapshot, messageId: bigint) => (head.pending?.kind === "insert" && head.pending.message.messageId === messageId ? head.pending.message : undefined);
 
 const compareIds = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
-
-function isCasTimeout(err: unknown): boolean {
-  const { code, writeType } = err as { code?: number; writeType?: string };
-  return code === cassandra.types.responseErrorCodes.writeTimeout && writeType === "CAS";
-}

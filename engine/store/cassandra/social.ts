@@ -5,11 +5,10 @@
 // change with its events in one logged batch (P2): two identical calls racing may both answer that
 // they did it, and both record their (identical) events; the rows they write are the same.
 import { randomBytes } from "node:crypto";
-import cassandra from "cassandra-driver";
 import { ConversationKind, FriendRequestStatus, type BlockRecord, type ContactRecord, type FanOutRecord, type FriendRequestRecord, type FriendRequestStatusValue, type SocialStore } from "../store.js";
 import { privateConversationId } from "../../../shared/ids.js";
 import type { CassandraContext } from "./context.js";
-import { numberOf, type Cql, type Row, type Statement } from "./cql.js";
+import { isUnknownLwtOutcome, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import { createHead } from "./conversations.js";
 import { orderRowStatements } from "./conversation-order.js";
 import { commitWithEvents, outboxStatements } from "./outbox-rows.js";
@@ -100,7 +99,7 @@ export function socialStore(ctx: CassandraContext): SocialStore {
           (outcome) => outcome.applied,
           // An LWT whose outcome is unknown (a CAS timeout) is learnt at LOCAL_SERIAL, which settles it if still in flight.
           async (err: unknown) => {
-            if ((err as { code?: number }).code !== cassandra.types.responseErrorCodes.writeTimeout) throw err;
+            if (!isUnknownLwtOutcome(err)) throw err;
             return (await readRequestRow(cql, requestId, true))?.resolution === token;
           },
         );

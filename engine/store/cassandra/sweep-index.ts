@@ -5,7 +5,7 @@
 // low-water mark to now: a bounded number of known keys, never a token range. Index rows are
 // idempotent (the same partition written twice is one row), so a busy queue costs one row an hour.
 import { shardOf } from "../../ownership.js";
-import type { Cql, Statement } from "./cql.js";
+import { readAll, type Cql, type Statement } from "./cql.js";
 
 export type SweepKind = "outbox" | "open_streams" | "webhooks" | "uploads";
 
@@ -14,6 +14,9 @@ export const sweepSlots = 16;
 const hourMs = 3_600_000;
 /** An hour is only let go once writers' clocks are surely past it (clock skew between nodes). */
 const settleMs = 5 * 60_000;
+
+/** Index partitions a sweep reads at once. */
+const sweepReadWidth = 32;
 
 export const hourOf = (ms: number) => Math.floor(ms / hourMs);
 export const slotOf = (item: string) => shardOf(item, sweepSlots);
@@ -49,17 +52,17 @@ export class SweepIndex {
     const marks = new Map<number, number>();
     for (const row of await this.cql.rows("SELECT slot, hour FROM sweep_marks WHERE kind = ?", [kind])) marks.set(row.slot as number, row.hour as number);
     const firstHour = await this.firstHour();
-    const reads: Promise<SweepItem[]>[] = [];
+    const partitions: { slot: number; hour: number }[] = [];
     for (let slot = 0; slot < sweepSlots; slot++) {
-      for (let hour = marks.get(slot) ?? firstHour; hour <= current; hour++) {
-        reads.push(
-          this.cql
-            .rows("SELECT item FROM sweep_index WHERE kind = ? AND slot = ? AND hour = ?", [kind, slot, hour])
-            .then((rows) => rows.map((row) => ({ item: row.item as string, slot, hour }))),
-        );
-      }
+      for (let hour = marks.get(slot) ?? firstHour; hour <= current; hour++) partitions.push({ slot, hour });
     }
-    return (await Promise.all(reads)).flat().sort((a, b) => a.hour - b.hour);
+    // Bounded: after a long outage the walk spans many hours, and it must not flood the cluster.
+    const found = await readAll(partitions, sweepReadWidth, ({ slot, hour }) =>
+      this.cql
+        .rows("SELECT item FROM sweep_index WHERE kind = ? AND slot = ? AND hour = ?", [kind, slot, hour])
+        .then((rows) => rows.map((row) => ({ item: row.item as string, slot, hour }))),
+    );
+    return found.flat().sort((a, b) => a.hour - b.hour);
   }
 
   /**
