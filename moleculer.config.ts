@@ -25,8 +25,10 @@ export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {
       strategy: "RoundRobin",
     },
     requestTimeout: 30_000,
-    heartbeatInterval: 5,
-    heartbeatTimeout: 15,
+    // A killed engine's shards move once the others stop hearing it (ownership.ts takes them over
+    // then), so the timeout bounds how long its conversations are unavailable.
+    heartbeatInterval: 2,
+    heartbeatTimeout: 10,
     metrics: false,
     tracing: false,
     // The process owner (main.ts) decides when to stop: Moleculer's own SIGTERM/SIGINT handler

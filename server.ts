@@ -1,7 +1,7 @@
 // The composition root: picks the adapters behind every port once, builds the services of the
-// requested roles into one Moleculer broker, and serves HTTP (Connect, /ws, health, metrics) on
-// one port, through the edge front SOCKET_DRIVER picks (edge/). `npm start` runs all roles in one
-// process; tests and multi-node setups pick roles.
+// requested roles into one Moleculer broker, and serves HTTP on one port through the edge front
+// SOCKET_DRIVER picks (edge/): the Connect API on an api node, /ws on a gateway node, /healthz and
+// /metrics on every node. `npm start` runs all roles in one process; ROLES picks some.
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
@@ -21,7 +21,8 @@ import type { EngineDeps } from "./engine/deps.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
-import { Ownership } from "./engine/ownership.js";
+import { Ownership, userStreamKey } from "./engine/ownership.js";
+import { ClusterPlacement, keysByOwner } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -39,16 +40,16 @@ import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
 import { uwsFront } from "./edge/uws-front.js";
 import { loadNativeUws } from "./edge/uws-native.js";
 import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
-import type { ParleyConfig } from "./shared/config.js";
+import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config.js";
 import { addressList } from "./shared/ip.js";
 import { openSockets } from "./shared/metrics.js";
 
-/** "edge" serves clients (Connect API and WebSocket gateway); "engine" owns state. */
-export type Role = "edge" | "engine";
+export type { Role } from "./shared/config.js";
 
 export interface ParleyOptions {
   config: ParleyConfig;
-  roles?: Role[];
+  /** Instead of the configuration's (ROLES). */
+  roles?: readonly Role[];
   clock?: Clock;
   broker?: BrokerSettings;
   /**
@@ -70,9 +71,9 @@ export interface ParleyOptions {
 
 export interface Parley {
   broker: ServiceBroker;
-  /** The bound port of the edge role (0 when this process has no edge). */
+  /** The bound HTTP port. */
   port: number;
-  /** Base URL of the edge, e.g. http://127.0.0.1:8080. */
+  /** Base URL of the node's HTTP port, e.g. http://127.0.0.1:8080. */
   url: string;
   /**
    * Stops gracefully: /healthz answers 503, new connections are refused, requests in flight get
@@ -82,30 +83,48 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
+/** What the api and gateway roles call; they answer requests only once these are reachable. */
 const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
-  const roles = options.roles ?? ["edge", "engine"];
+  const roles = options.roles ?? config.cluster.roles;
   const clock = options.clock ?? systemClock;
+  const servesClients = roles.includes("api") || roles.includes("gateway");
   // Before anything opens: a server asked for uWS refuses to start when only its JS fallback
   // would load (edge/uws-native.ts).
-  const uws = roles.includes("edge") && config.socketDriver === "uws" ? loadNativeUws() : undefined;
-  const broker = new moleculer.ServiceBroker(brokerOptions({ logLevel: config.logLevel, ...options.broker }));
+  const uws = servesClients && config.socketDriver === "uws" ? loadNativeUws() : undefined;
+  const everyRole = allRoles.every((role) => roles.includes(role));
+  const brokerSettings = brokerOptions({
+      logLevel: config.logLevel,
+      nodeID: config.cluster.transporter || !everyRole ? config.cluster.nodeId : undefined,
+      transporter: config.cluster.transporter,
+      ...options.broker,
+  });
+  const broker = new moleculer.ServiceBroker(brokerSettings);
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
-
-  if (roles.includes("engine")) {
-    const logger = broker.getLogger("engine");
+  let store: Store | undefined;
+  if (roles.includes("engine") || roles.includes("webhooks")) {
     const opened = await openStore(config.store, config.dataDir);
-    const store = options.adapters?.store ? options.adapters.store(opened) : opened;
+    store = options.adapters?.store ? options.adapters.store(opened) : opened;
+    cleanups.push(() => store!.close());
+  }
+
+  if (roles.includes("engine") && store) {
+    const logger = broker.getLogger("engine");
     const ephemeral = new MemoryEphemeralState(clock);
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
-    cleanups.push(() => codeSender.close(), () => ephemeral.close(), () => store.close());
-    fanOuts = new FanOuts(store, clock);
+    cleanups.push(() => codeSender.close(), () => ephemeral.close());
+    const placement = new ClusterPlacement(broker, (brokerSettings.heartbeatTimeout ?? 15) * 1000);
+    fanOuts = new FanOuts(store, clock, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
-    const ownership = new Ownership(store.leases, clock, options.broker?.nodeID ?? "embedded");
+    const ownership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
     ownership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
+    // Shards placed on a node that joined are given up at once, so it takes them without waiting.
+    const rebalance = () => void ownership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));
+    broker.localBus.on("$node.**", rebalance);
+    broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
     cleanups.push(() => ownership.stop());
     const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership };
@@ -120,13 +139,17 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(conversationsService(deps));
     broker.createService(groupsService(deps));
     broker.createService(mediaService(deps, await LocalDiskBlobStore.open(config.dataDir)));
-    broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
     broker.createService(systemAgentService(deps));
+  }
+
+  if (roles.includes("webhooks") && store) {
+    const { agents, webhookJobs } = store;
+    broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
     broker.createService(
       webhookDispatcherService({
-        queue: store.webhookJobs,
+        queue: webhookJobs,
         // Read at send time, so a regenerated key or a mode switch applies to jobs already queued.
-        resolveTarget: async (agentUserId) => webhookTarget(await store.agents.getAgent(agentUserId)),
+        resolveTarget: async (agentUserId) => webhookTarget(await agents.getAgent(agentUserId)),
         now: () => clock.now(),
         allowPrivateNetworks: config.webhookAllowPrivateNetworks,
         policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
@@ -134,19 +157,23 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     );
   }
 
-  let front: EdgeFront | undefined;
+  // Every node serves /healthz and /metrics (an orchestrator probes each process); only an api
+  // node answers the API and media downloads, only a gateway node accepts /ws.
   let ready = false;
-  if (roles.includes("edge")) {
-    let api: ApiHandle | undefined;
-    let wholeRequests: WholeRequestApi | undefined;
-    const logger = broker.getLogger("http");
-    const routes: EdgeRoutes = { ready: () => ready, downloads: mediaDownloadHandler(broker, broker.getLogger("media-http")), logger };
-    const timeouts = { ...defaultHttpTimeouts, ...options.http };
-    const trustedProxies = config.trustedProxies.length ? addressList(config.trustedProxies) : undefined;
-    front = uws
-      ? uwsFront({ uws, routes, timeouts, trustedProxies, api: () => wholeRequests, logger })
-      : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger });
-    broker.createService(identityCacheService(clock));
+  let api: ApiHandle | undefined;
+  let wholeRequests: WholeRequestApi | undefined;
+  const routes: EdgeRoutes = {
+    ready: () => ready,
+    downloads: roles.includes("api") ? mediaDownloadHandler(broker, broker.getLogger("media-http")) : (_req, reply) => void reply.send(404, { "content-type": "text/plain" }, "not found\n"),
+    logger: broker.getLogger("http"),
+  };
+  const timeouts = { ...defaultHttpTimeouts, ...options.http };
+  const trustedProxies = config.trustedProxies.length ? addressList(config.trustedProxies) : undefined;
+  const front: EdgeFront = uws
+    ? uwsFront({ uws, routes, timeouts, trustedProxies, api: () => wholeRequests, logger: routes.logger })
+    : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger: routes.logger });
+  if (servesClients) broker.createService(identityCacheService(clock));
+  if (roles.includes("api")) {
     broker.createService(
       apiService(
         (handle) => {
@@ -156,6 +183,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         { ...options.api, trustedProxies: config.trustedProxies },
       ),
     );
+  }
+  if (roles.includes("gateway")) {
     broker.createService(
       gatewayService({
         ...options.gateway,
@@ -175,12 +204,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const posted = await fanOuts.postRecordedSystemMessages(broker);
     if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
   }
-  let port = 0;
-  if (front) {
-    await broker.waitForServices(engineServices, 30_000);
-    port = await front.listen(config.host, config.port);
-    ready = true;
-  }
+  if (servesClients) await broker.waitForServices(engineServices, 30_000);
+  const port = await front.listen(config.host, config.port);
+  ready = true;
 
   let stopping: Promise<void> | undefined;
   let cutDrain = () => {};
@@ -196,7 +222,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       stopping = (async () => {
         ready = false;
         const cut = new Promise<void>((resolve) => (cutDrain = resolve));
-        if (front) {
+        {
           let timer: NodeJS.Timeout | undefined;
           if (options.healthGraceMs) await Promise.race([cut, new Promise((resolve) => (timer = setTimeout(resolve, options.healthGraceMs)))]);
           clearTimeout(timer);
@@ -205,7 +231,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         }
         // Services stop only once no request can reach them; the gateway closes its sockets here.
         await broker.stop();
-        await front?.close();
+        await front.close();
         for (const cleanup of cleanups.reverse()) await cleanup();
       })();
       return stopping;

@@ -73,6 +73,7 @@ import {
   type ForgetParams,
 } from "./membership.js";
 import { conversationKey, shardOf } from "./ownership.js";
+import { routeToOwner } from "./shard-owners.js";
 import {
   checkEntities,
   checkOutgoingBody,
@@ -672,9 +673,11 @@ export class ConversationActor {
    */
   async endAbandonedStreams(ctx: Context): Promise<number> {
     const cutoff = this.deps.clock.now() - MessagePolicy.streamIdleTimeoutMs;
-    // Streams whose owner restarted are in no node's memory. Their owners take them in now, as if
-    // just active, so they end one idle period from now unless their agent comes back.
-    for (const open of await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep)) {
+    // Streams whose owner restarted or died are in no node's memory. Their owners take them in
+    // now, as if just active, so they end one idle period from now unless their agent comes back.
+    // One node looks for them (they are listed across conversations); each owner ends its own.
+    const adopting = (await this.deps.ownership.leads("open-stream-sweep")) ? await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep) : [];
+    for (const open of adopting) {
       if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
       const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };
       await ctx.call("conversation.adoptStream", params).catch(() => undefined);
@@ -788,7 +791,7 @@ interface Admitted {
   replyTo: Uint8Array | null;
 }
 
-const shardByConversation = { strategy: "Shard", strategyOptions: { shardKey: "request.conversationId" } };
+const shardByConversation = routeToOwner("request.conversationId", (conversationId) => conversationKey(BigInt(conversationId)));
 
 export function conversationService(deps: EngineDeps): ServiceSchema {
   const actor = new ConversationActor(deps);
@@ -805,7 +808,9 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       }, MessagePolicy.streamSweepIntervalMs);
       sweep.unref();
       fanOutSweep = setInterval(() => {
-        deps.fanOuts.sweep(broker).catch((err: unknown) => broker.logger.warn(`finishing recorded fan-outs failed: ${String(err)}`));
+        void (async () => {
+          if (await deps.ownership.leads("fan-out-sweep")) await deps.fanOuts.sweep(broker);
+        })().catch((err: unknown) => broker.logger.warn(`finishing recorded fan-outs failed: ${String(err)}`));
       }, FanOutPolicy.sweepIntervalMs);
       fanOutSweep.unref();
     },

@@ -71,12 +71,13 @@ interface RelatedJson {
 }
 
 /**
- * The recipients in groups, one per node owning their streams, each group appended by one call.
- * Embedded, one node owns every stream: one group. Cluster routing splits here.
+ * The recipients in groups by the engine node that owns their streams (shard-owners.ts), each
+ * group appended by one call to that node; a group without a node goes to whichever engine the
+ * broker picks. Embedded, one node owns every stream: one group.
  */
-export function recipientsByOwner(recipients: readonly number[]): number[][] {
-  return recipients.length === 0 ? [] : [[...recipients]];
-}
+export type RecipientsByOwner = (recipients: readonly number[]) => Map<string | undefined, number[]>;
+
+const oneOwner: RecipientsByOwner = (recipients) => new Map(recipients.length === 0 ? [] : [[undefined, [...recipients]]]);
 
 /** A fan-out as the inbox owning `recipients` appends it. */
 function appendOf(fanOut: PreparedFanOut, recipients: number[], again: boolean): FanOutAppend {
@@ -144,6 +145,7 @@ export class FanOuts {
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
+    private readonly recipientsByOwner: RecipientsByOwner = oneOwner,
   ) {}
 
   private nextId(): bigint {
@@ -235,7 +237,9 @@ export class FanOuts {
     const { scope, recipients } = fanOut.record;
     try {
       await Promise.all(
-        recipientsByOwner(recipients).map((owned) => ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, again)] } satisfies AppendFanOutsParams)),
+        [...this.recipientsByOwner(recipients)].map(([nodeID, owned]) =>
+          ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, again)] } satisfies AppendFanOutsParams, nodeID === undefined ? undefined : { nodeID }),
+        ),
       );
       await this.store.outbox.finish(fanOut.record);
     } catch (err) {

@@ -40,6 +40,7 @@ import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { userStreamKey } from "./ownership.js";
+import { routeToOwner } from "./shard-owners.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
 import { snUpdateOf, type EncodedEntry } from "./stream-entry.js";
@@ -328,10 +329,10 @@ export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId:
   await ctx.call("inbox.deliverCardAction", params);
 }
 
-const shardByUser = { strategy: "Shard", strategyOptions: { shardKey: "userId" } };
+const shardByUser = routeToOwner("userId", (userId) => userStreamKey(Number(userId)));
 /** "inbox.x" → "x": the shared action names are full, the service declares them unqualified. */
 const actionName = (fullName: string) => fullName.slice(fullName.indexOf(".") + 1);
-const shardByCaller = { strategy: "Shard", strategyOptions: { shardKey: "caller.userId" } };
+const shardByCaller = routeToOwner("caller.userId", (userId) => userStreamKey(Number(userId)));
 
 export function inboxService(deps: EngineDeps): ServiceSchema {
   let inbox: Inbox;

@@ -36,6 +36,7 @@ import type { BlobStore, ByteRange } from "./blob-store/blob-store.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
+import { routeToOwner } from "./shard-owners.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
 import type { MediaFileRecord, UploadSessionRecord } from "./store/store.js";
 
@@ -89,8 +90,12 @@ class MediaService {
     // Every engine node must sign and verify with the same key, so it lives in the shared store.
     const key = await this.deps.store.media.ensureSecret(signingSecretName, randomBytes(32).toString("base64url"), this.deps.clock.now());
     this.signingKey = Buffer.from(key, "base64url");
-    await this.sweep();
-    this.sweeper = setInterval(() => void this.sweep().catch((err: unknown) => logger.warn("could not remove expired upload sessions", err)), MediaLimits.sweepIntervalMs);
+    // One node of a cluster sweeps at a time (the sessions are listed across the whole store).
+    const sweepIfLeading = async () => {
+      if (await this.deps.ownership.leads("upload-sweep")) await this.sweep();
+    };
+    await sweepIfLeading();
+    this.sweeper = setInterval(() => void sweepIfLeading().catch((err: unknown) => logger.warn("could not remove expired upload sessions", err)), MediaLimits.sweepIntervalMs);
     this.sweeper.unref();
   }
 
@@ -388,7 +393,8 @@ function resolveRange(range: RequestedRange, size: number): ByteRange {
   return { start: range.start, end: Math.min(range.end ?? size - 1, size - 1) };
 }
 
-const shardBySession = { strategy: "Shard", strategyOptions: { shardKey: "request.sessionId" } };
+// An upload session's calls run in its mailbox on one node; the key moves only when that node leaves.
+const shardBySession = routeToOwner("request.sessionId", (sessionId) => `upload:${sessionId}`);
 
 export function mediaService(deps: EngineDeps, blobs: BlobStore): ServiceSchema {
   const media = new MediaService(deps, blobs);

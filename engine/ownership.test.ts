@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { AdjustableClock } from "./clock.js";
-import { Ownership, OwnershipPolicy, conversationKey, shardOf, userStreamKey } from "./ownership.js";
+import { Ownership, OwnershipPolicy, conversationKey, shardOf, userStreamKey, type Placement } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -78,5 +78,65 @@ describe("Ownership", () => {
     expect(taken.epoch).to.equal(fence.epoch + 1);
     const restartedB = new Ownership(store.leases, clock, "b");
     expect((await restartedB.fence("u:7")).epoch).to.equal(taken.epoch + 1);
+  });
+  describe("placed over a cluster", () => {
+    /** A placement where `mine` says which shards the node should own and `gone` lists departed nodes. */
+    const placement = (mine: (shard: number) => boolean, gone: string[] = []): Placement => ({ isMine: mine, isGone: (node) => gone.includes(node) });
+    const key = conversationKey(7n);
+    const shard = shardOf(key);
+
+    it("rebalancing gives up the shards placed elsewhere, telling listeners, so their new owner takes them at once with the next epoch", async () => {
+      const a = new Ownership(store.leases, clock, "a");
+      const b = new Ownership(store.leases, clock, "b");
+      const before = await a.fence(key);
+      const lost: number[] = [];
+      a.onLost((s) => lost.push(s));
+      await a.place(placement((s) => s !== shard));
+      expect(lost).to.deep.equal([shard]);
+      expect(a.holds(before)).to.equal(false);
+      expect(await b.fence(key)).to.deep.equal({ shard, epoch: before.epoch + 1 });
+    });
+
+    it("a shard placed here whose live holder has not let go yet is waited for; never taken from it", async () => {
+      const a = new Ownership(store.leases, clock, "a");
+      const b = new Ownership(store.leases, clock, "b");
+      await b.place(placement(() => true));
+      const held = await a.fence(key);
+      const refused = await refusal(b.fence(key));
+      expect(refused?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
+      expect(a.holds(held)).to.equal(true);
+      // a lets go while b waits: b takes it with the next epoch.
+      const waiting = b.fence(key);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await a.place(placement(() => false));
+      expect(await waiting).to.deep.equal({ shard, epoch: held.epoch + 1 });
+    });
+
+    it("a shard placed here is taken from a holder known to be gone at once, with the next epoch: its writes are refused from then on", async () => {
+      const a = new Ownership(store.leases, clock, "a");
+      const b = new Ownership(store.leases, clock, "b");
+      const held = await a.fence(key);
+      await b.place(placement(() => true, ["a"]));
+      const taken = await b.fence(key);
+      expect(taken).to.deep.equal({ shard, epoch: held.epoch + 1 });
+      // a still believes it holds the shard; its renewal finds out otherwise.
+      await a.renew();
+      expect(a.holds(held)).to.equal(false);
+    });
+
+    it("a background task leads on the one node its key is placed on, which holds the key's lease", async () => {
+      const a = new Ownership(store.leases, clock, "a");
+      const b = new Ownership(store.leases, clock, "b");
+      const taskShard = shardOf("task:sweep");
+      await a.place(placement((s) => s === taskShard));
+      await b.place(placement((s) => s !== taskShard));
+      expect(await a.leads("sweep")).to.equal(true);
+      expect(await b.leads("sweep")).to.equal(false);
+      // Placed on b while a still holds it: b does not lead until a lets go.
+      await b.place(placement(() => true));
+      expect(await b.leads("sweep")).to.equal(false);
+      await a.place(placement(() => false));
+      expect(await b.leads("sweep")).to.equal(true);
+    });
   });
 });

@@ -16,6 +16,13 @@
 // clock runs late or that paused may still write after that, and the fence is what stops it. A
 // node that restarts (same node name, new instance) takes its leases back at once, with a new
 // epoch; stopping releases them, so another node takes them at once.
+//
+// In a cluster, a Placement says which shards this node should own (shard-owners.ts) and which
+// nodes are gone. A node gives up the leases of shards placed elsewhere (rebalance, on every
+// membership change and renewal), waits briefly for a live holder to do the same, and takes a
+// shard from a holder the cluster saw leave at once, with a new epoch, instead of waiting for its
+// lease to run out: should the holder be alive after all (a partition, a pause), the fence refuses
+// its writes.
 import { randomBytes } from "node:crypto";
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { Clock } from "./clock.js";
@@ -48,6 +55,20 @@ export function shardOf(key: string, shards: number = OwnershipPolicy.shards): n
   return hash % shards;
 }
 
+/** Where shards belong, as this node sees the cluster; embedded, every shard is its own. */
+export interface Placement {
+  /** Whether this node should own the shard. */
+  isMine(shard: number): boolean;
+  /** Whether the node is known to have left the cluster (its leases may be taken over at once). */
+  isGone(node: string): boolean;
+}
+
+const everythingMine: Placement = { isMine: () => true, isGone: () => false };
+
+/** How long a node waits for a live holder to release a shard placed here, polling. */
+const handOverWaitMs = 3_000;
+const handOverPollMs = 50;
+
 interface HeldLease {
   fence: Fence;
   /** This node's clock time until which it writes under the lease without renewing it first. */
@@ -60,6 +81,7 @@ export class Ownership {
   private readonly acquiring = new Map<number, Promise<Fence>>();
   private readonly lostListeners: ((shard: number) => void)[] = [];
   private renewal: NodeJS.Timeout | undefined;
+  private placement: Placement = everythingMine;
 
   constructor(
     private readonly leases: LeaseStore,
@@ -95,9 +117,55 @@ export class Ownership {
     return this.held.get(fence.shard)?.fence.epoch === fence.epoch;
   }
 
+  /**
+   * Whether this node runs the cluster-wide background task now (a sweep): the task is a key like
+   * any other, placed on one node, which holds its shard's lease while it runs it; another node
+   * holding the lease, or a failure to take it, means not here.
+   */
+  async leads(task: string): Promise<boolean> {
+    const key = `task:${task}`;
+    if (!this.placement.isMine(this.shardOf(key))) return false;
+    try {
+      await this.fence(key);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Sets how shards are placed over the cluster, and gives up what is now placed elsewhere. */
+  place(placement: Placement): Promise<void> {
+    this.placement = placement;
+    return this.rebalance();
+  }
+
+  /** Releases the leases of the shards placed on other nodes, so their new owners take them at once. */
+  async rebalance(): Promise<void> {
+    const moving = [...this.held.values()].filter((held) => !this.placement.isMine(held.fence.shard)).map((held) => held.fence);
+    if (moving.length === 0) return;
+    for (const fence of moving) this.forget(fence.shard);
+    await this.leases.release(this.holder, moving);
+  }
+
   private async take(shard: number): Promise<Fence> {
-    const now = this.clock.now();
-    const lease = await this.leases.acquire(shard, this.holder, now, this.policy.leaseMs);
+    // The lease's time counts from before the call that granted it.
+    let askedAt = this.clock.now();
+    let lease = await this.leases.acquire(shard, this.holder, askedAt, this.policy.leaseMs);
+    const waitUntil = performance.now() + handOverWaitMs;
+    // Embedded (never placed), nobody else is leaving the shard: no point waiting.
+    while (this.placement !== everythingMine && lease.instance !== this.holder.instance && lease.instance !== "" && this.placement.isMine(shard)) {
+      // The shard is placed here: its holder is leaving it (rebalance) or gone.
+      if (this.placement.isGone(lease.node)) {
+        askedAt = this.clock.now();
+        lease = await this.leases.takeOver(shard, this.holder, lease, askedAt, this.policy.leaseMs);
+        continue;
+      }
+      if (performance.now() >= waitUntil) break;
+      await new Promise((resolve) => setTimeout(resolve, handOverPollMs));
+      askedAt = this.clock.now();
+      lease = await this.leases.acquire(shard, this.holder, askedAt, this.policy.leaseMs);
+    }
+    const now = askedAt;
     const before = this.held.get(shard);
     if (lease.instance !== this.holder.instance) {
       if (before) this.forget(shard);
@@ -139,9 +207,9 @@ export class Ownership {
     }
   }
 
-  /** Starts renewing in the background. */
+  /** Starts renewing (and giving up what is placed elsewhere) in the background. */
   start(onError: (err: unknown) => void): void {
-    this.renewal = setInterval(() => this.renew().catch(onError), this.policy.renewEveryMs);
+    this.renewal = setInterval(() => this.rebalance().then(() => this.renew()).catch(onError), this.policy.renewEveryMs);
     this.renewal.unref();
   }
 

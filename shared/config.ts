@@ -1,4 +1,5 @@
 // The operator-facing configuration: every environment variable the server reads, parsed once.
+import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { invalidAddressRule } from "./ip.js";
 
@@ -29,6 +30,100 @@ export interface ParleyConfig {
   store: StoreConfig;
   /** Log level for the broker; tests turn it down. */
   logLevel: "fatal" | "error" | "warn" | "info" | "debug";
+  /** Which roles this process serves and how it reaches the other processes of a cluster. */
+  cluster: ClusterConfig;
+}
+
+/**
+ * What a process does: `api` serves the Connect API and media downloads, `engine` owns state (the
+ * conversation and inbox actors, the domain services), `gateway` holds WebSocket connections,
+ * `webhooks` sends agents' webhook deliveries. `npm start` runs all four in one process.
+ */
+export const roles = ["api", "engine", "gateway", "webhooks"] as const;
+export type Role = (typeof roles)[number];
+
+export interface ClusterConfig {
+  roles: Role[];
+  /** This process's name among the cluster's nodes; an engine's leases are held under it, so a restart under the same name takes them back at once. */
+  nodeId: string;
+  /** The Moleculer transporter (e.g. "redis://127.0.0.1:6379", "nats://…", "TCP"); none when the process runs every role alone. */
+  transporter: string | undefined;
+  /** Redis holding shared short-lived state (verification sessions, rate limits, lockouts, card actions) and presence; memory when unset. */
+  redisUrl: string | undefined;
+  /** Key prefix in Redis, so deployments can share one Redis. */
+  redisPrefix: string;
+  /** Kafka bootstrap brokers carrying the sequenced updates; in-process when unset. */
+  kafkaBrokers: string[] | undefined;
+  /** Topic-name prefix in Kafka, so deployments can share one cluster. */
+  kafkaTopicPrefix: string;
+  /** Where file bytes live: under DATA_DIR/media, or in an S3 bucket. */
+  blobs: BlobsConfig;
+}
+
+export interface S3Settings {
+  /** The S3 API base URL; the AWS endpoint of the region when unset. */
+  endpoint: string | undefined;
+  region: string;
+  bucket: string;
+  accessKeyId: string | undefined;
+  secretAccessKey: string | undefined;
+  /** Path-style URLs (bucket in the path), which most S3-compatible servers need. */
+  forcePathStyle: boolean;
+}
+
+export type BlobsConfig = { kind: "disk" } | ({ kind: "s3" } & S3Settings);
+
+/** ROLES, NODE_ID, TRANSPORTER, REDIS_URL, KAFKA_BROKERS, BLOB_STORE and S3_*; a bad value stops start-up. */
+export function clusterConfig(env: NodeJS.ProcessEnv): ClusterConfig {
+  const value = (name: string) => {
+    const raw = env[name]?.trim();
+    return raw === "" ? undefined : raw;
+  };
+  const listed = (value("ROLES") ?? roles.join(",")).split(",").map((role) => role.trim());
+  const unknown = listed.filter((role) => !(roles as readonly string[]).includes(role));
+  if (unknown.length > 0 || listed.length === 0) throw new Error(`ROLES must list some of ${roles.join(", ")}; got ${JSON.stringify(value("ROLES"))}`);
+  const chosen = roles.filter((role) => listed.includes(role));
+  const transporter = value("TRANSPORTER");
+  if (!transporter && chosen.length < roles.length) throw new Error(`ROLES=${chosen.join(",")} needs TRANSPORTER: the other roles run in other processes`);
+  const nodeId = value("NODE_ID") ?? (transporter ? `${hostname()}-${process.pid}` : "embedded");
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(nodeId)) throw new Error(`NODE_ID must be 1..64 of letters, digits, ".", "_" and "-"; got ${JSON.stringify(nodeId)}`);
+  const kafkaBrokers = value("KAFKA_BROKERS")?.split(",").map((broker) => broker.trim());
+  for (const broker of kafkaBrokers ?? []) {
+    if (!contactPointPattern.test(broker)) throw new Error(`KAFKA_BROKERS: ${JSON.stringify(broker)} is not host:port`);
+  }
+  const redisUrl = value("REDIS_URL");
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new Error(`REDIS_URL must start with redis:// or rediss://; got ${JSON.stringify(redisUrl)}`);
+  const prefixPattern = /^[A-Za-z0-9._-]{0,32}$/;
+  const redisPrefix = value("REDIS_PREFIX") ?? "parley:";
+  if (!/^[A-Za-z0-9._:-]{0,32}$/.test(redisPrefix)) throw new Error(`REDIS_PREFIX must be at most 32 of letters, digits, ".", "_", ":" and "-"`);
+  const kafkaTopicPrefix = value("KAFKA_TOPIC_PREFIX") ?? "parley.";
+  if (!prefixPattern.test(kafkaTopicPrefix)) throw new Error(`KAFKA_TOPIC_PREFIX must be at most 32 of letters, digits, ".", "_" and "-"`);
+  return { roles: chosen, nodeId, transporter, redisUrl, redisPrefix, kafkaBrokers, kafkaTopicPrefix, blobs: blobsConfig(env) };
+}
+
+function blobsConfig(env: NodeJS.ProcessEnv): BlobsConfig {
+  const kind = choiceSetting(env, "BLOB_STORE", ["disk", "s3"] as const, "disk");
+  if (kind === "disk") return { kind };
+  const value = (name: string) => {
+    const raw = env[name]?.trim();
+    return raw === "" ? undefined : raw;
+  };
+  const bucket = value("S3_BUCKET");
+  if (!bucket || !/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw new Error(`BLOB_STORE=s3 needs S3_BUCKET, an S3 bucket name (3..63 of a-z, 0-9, "." and "-"); got ${JSON.stringify(bucket)}`);
+  const endpoint = value("S3_ENDPOINT");
+  if (endpoint !== undefined && !/^https?:\/\/[^/]+\/?$/.test(endpoint)) throw new Error(`S3_ENDPOINT must be an http(s) base URL such as http://127.0.0.1:9000; got ${JSON.stringify(endpoint)}`);
+  const forcePathStyle = value("S3_FORCE_PATH_STYLE") ?? (endpoint ? "true" : "false");
+  if (forcePathStyle !== "true" && forcePathStyle !== "false") throw new Error(`S3_FORCE_PATH_STYLE must be true or false; got ${JSON.stringify(forcePathStyle)}`);
+  return {
+    kind,
+    endpoint,
+    region: value("S3_REGION") ?? "us-east-1",
+    bucket,
+    // Unset: the AWS SDK's own chain (AWS_ACCESS_KEY_ID, instance roles, …).
+    accessKeyId: value("S3_ACCESS_KEY_ID"),
+    secretAccessKey: value("S3_SECRET_ACCESS_KEY"),
+    forcePathStyle: forcePathStyle === "true",
+  };
 }
 
 export const socketDrivers = ["ws", "uws"] as const;
@@ -173,5 +268,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, defaultSocketDriver),
     store: storeConfig(env),
     logLevel,
+    cluster: clusterConfig(env),
   };
 }

@@ -300,7 +300,7 @@ describe("Identity caches on two edge processes and an engine over the TCP trans
   before(async function () {
     this.timeout(60_000);
     dataDir = mkdtempSync(join(tmpdir(), "parley-identity-"));
-    ({ nodes, codesFile } = await startNodes(dataDir, "identity", { engine: ["engine"], edgeA: ["edge"], edgeB: ["edge"] }));
+    ({ nodes, codesFile } = await startNodes(dataDir, "identity", { engine: ["engine", "webhooks"], edgeA: ["api", "gateway"], edgeB: ["api", "gateway"] }));
     // An edge serves without caching until the engine has discovered it (and can make it forget).
     const cachesKnown = () => nodes.engine.broker.registry.actions.get(IdentityActions.forget)?.endpoints.length === 2;
     await eventually(cachesKnown, "the engine discovering both edges' identity caches", 30_000);

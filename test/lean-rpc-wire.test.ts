@@ -66,10 +66,10 @@ async function startCluster(faults: FailingContacts): Promise<Cluster> {
   // A connection left with a request it will never finish ends soon, so a test can watch it end.
   const http = { headersTimeoutMs: 3_000, requestTimeoutMs: 3_000 };
   const [engine, lean, connectEs, uwsLean] = await Promise.all([
-    startParley({ config, clock, roles: ["engine"], broker: { nodeID: names[0], transporter: transporter(ports[0]) }, adapters: { store: faults.wrap } }),
-    startParley({ config, clock, http, roles: ["edge"], broker: { nodeID: names[1], transporter: transporter(ports[1]) } }),
-    startParley({ config, clock, http, roles: ["edge"], broker: { nodeID: names[2], transporter: transporter(ports[2]) }, api: { leanUnary: false } }),
-    startParley({ config: uwsConfig, clock, http, roles: ["edge"], broker: { nodeID: names[3], transporter: transporter(ports[3]) } }),
+    startParley({ config, clock, roles: ["engine", "webhooks"], broker: { nodeID: names[0], transporter: transporter(ports[0]) }, adapters: { store: faults.wrap } }),
+    startParley({ config, clock, http, roles: ["api", "gateway"], broker: { nodeID: names[1], transporter: transporter(ports[1]) } }),
+    startParley({ config, clock, http, roles: ["api", "gateway"], broker: { nodeID: names[2], transporter: transporter(ports[2]) }, api: { leanUnary: false } }),
+    startParley({ config: uwsConfig, clock, http, roles: ["api", "gateway"], broker: { nodeID: names[3], transporter: transporter(ports[3]) } }),
   ]);
   return { engine, lean, connectEs, uwsLean, codesFile, dataDir };
 }

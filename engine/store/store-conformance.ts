@@ -989,6 +989,18 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.leases.acquire(1, restarted, 1002, ttl)).to.deep.include({ instance: "b-2", epoch: 3 });
       });
 
+      it("takes over a live lease only while it is exactly the one read, with the next epoch; the old holder's fence is refused after", async () => {
+        const held = await store.leases.acquire(4, nodeA, 1000, ttl);
+        const taken = await store.leases.takeOver(4, nodeB, held, 1001, ttl);
+        expect(taken).to.deep.include({ node: "node-b", instance: "b-1", epoch: held.epoch + 1, expiresAt: 1001 + ttl });
+        expect(await store.leases.renew(nodeA, [fenceOf(held)], 1002, ttl)).to.deep.equal([]);
+        await refused(store.messages.insertMessage({ ...message(1n), conversationId: conversationId + 4n }, { fence: fenceOf(held) }));
+        // A take-over from a lease read before it changed hands changes nothing and answers the lease as it is.
+        const nodeC = { node: "node-c", instance: "c-1" };
+        expect(await store.leases.takeOver(4, nodeC, held, 1003, ttl)).to.deep.include({ instance: "b-1", epoch: held.epoch + 1 });
+        expect(await store.leases.getLease(4)).to.deep.include({ instance: "b-1", epoch: held.epoch + 1 });
+      });
+
       it("refuses a stale fence for message inserts and updates, writing nothing; the current fence writes", async () => {
         const old = fenceOf(await store.leases.acquire(9, nodeA, 1000, ttl));
         expect(await store.messages.insertMessage(message(1n), { fence: old, opensStream: true })).to.deep.equal({ outcome: "ok" });

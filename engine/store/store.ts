@@ -712,6 +712,12 @@ export interface LeaseStore {
    * or not); answers the shards extended. The others were lost.
    */
   renew(holder: LeaseHolder, fences: readonly Fence[], now: number, ttlMs: number): Promise<number[]>;
+  /**
+   * Takes the shard from a holder known to be gone, before its lease runs out: only while the lease
+   * is still exactly `from` (same instance and epoch), with the next epoch. Answers the lease as it
+   * stands after the call (someone else's when `from` was out of date).
+   */
+  takeOver(shard: number, holder: LeaseHolder, from: LeaseRecord, now: number, ttlMs: number): Promise<LeaseRecord>;
   /** Gives the leases up (each only while the holder has that epoch): the next acquirer takes them at once, with a new epoch. */
   release(holder: LeaseHolder, fences: readonly Fence[]): Promise<void>;
   /** The shard's lease, or undefined when it was never taken. */

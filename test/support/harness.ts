@@ -181,7 +181,7 @@ export interface TwoNodes {
 
 /** The API tier and the engine in two brokers joined by Moleculer's TCP transporter, on one data directory. */
 export async function startTwoNodes(dataDir: string, name: string): Promise<TwoNodes> {
-  const { nodes, codesFile, clock } = await startNodes(dataDir, name, { engine: ["engine"], edge: ["edge"] });
+  const { nodes, codesFile, clock } = await startNodes(dataDir, name, { engine: ["engine", "webhooks"], edge: ["api", "gateway"] });
   return { edge: nodes.edge, engine: nodes.engine, codesFile, clock };
 }
 

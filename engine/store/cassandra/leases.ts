@@ -61,6 +61,22 @@ export function leaseStore(ctx: CassandraContext): LeaseStore {
       throw new Error(`lease of shard ${shard}: still contended after ${maxAcquireAttempts} attempts`);
     },
 
+    async takeOver(shard, holder, from, now, ttlMs) {
+      const expiresAt = now + ttlMs;
+      const epoch = from.epoch + 1;
+      const taken = await cql.lwt("UPDATE leases SET node = ?, instance = ?, epoch = ?, expires_at = ? WHERE shard = ? IF epoch = ? AND instance = ?", [
+        holder.node,
+        holder.instance,
+        epoch,
+        BigInt(expiresAt),
+        shard,
+        from.epoch,
+        from.instance,
+      ]);
+      if (taken.applied) return { shard, node: holder.node, instance: holder.instance, epoch, expiresAt };
+      return (await read(shard)) ?? this.acquire(shard, holder, now, ttlMs);
+    },
+
     async renew(holder, fences, now, ttlMs) {
       // One LWT per shard: a conditional batch would be all-or-nothing, and each shard is kept or lost on its own.
       const outcomes = await Promise.all(

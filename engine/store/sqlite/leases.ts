@@ -31,6 +31,7 @@ export function leaseStore(db: Database.Database): LeaseStore {
   const insert = db.prepare("INSERT INTO leases (shard, node, instance, epoch, expires_at) VALUES (?, ?, ?, 1, ?)");
   const take = db.prepare("UPDATE leases SET node = ?, instance = ?, epoch = epoch + 1, expires_at = ? WHERE shard = ?");
   const extend = db.prepare("UPDATE leases SET expires_at = ? WHERE shard = ? AND instance = ? AND epoch = ?");
+  const takeFrom = db.prepare("UPDATE leases SET node = ?, instance = ?, epoch = epoch + 1, expires_at = ? WHERE shard = ? AND instance = ? AND epoch = ?");
   const release = db.prepare("UPDATE leases SET instance = '', expires_at = 0 WHERE shard = ? AND instance = ? AND epoch = ?");
   const acquire = db.transaction((shard: number, holder: LeaseHolder, now: number, ttlMs: number): LeaseRecord => {
     const current = byShard.get(shard);
@@ -49,6 +50,11 @@ export function leaseStore(db: Database.Database): LeaseStore {
   return {
     async acquire(shard, holder, now, ttlMs) {
       return acquire(shard, holder, now, ttlMs);
+    },
+    async takeOver(shard, holder, from, now, ttlMs) {
+      takeFrom.run(holder.node, holder.instance, now + ttlMs, shard, from.instance, from.epoch);
+      const row = byShard.get(shard);
+      return row ? toLease(row) : acquire(shard, holder, now, ttlMs);
     },
     async renew(holder, fences, now, ttlMs) {
       return renewAll(holder, fences, now + ttlMs);

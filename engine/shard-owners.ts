@@ -1,0 +1,142 @@
+// Which engine node should own a shard of keys: rendezvous (highest random weight) hashing of the
+// shard over the engine nodes that are up. Every node computes the same answer from the same node
+// list, and a node that joins or leaves moves only the shards it wins or held (about 1/N of them),
+// where Moleculer's own Shard strategy moves about half. Callers route a key's calls to this node
+// (OwnerStrategy); engines give up the leases of shards designated elsewhere (Ownership.rebalance).
+// Routing is only a preference: the lease and its fence decide who may write (ownership.ts).
+import moleculer, { type Context, type ServiceBroker } from "moleculer";
+import { shardOf, type Placement } from "./ownership.js";
+
+/** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */
+export function engineNodes(broker: ServiceBroker): string[] {
+  const registry = broker.registry as unknown as { getActionEndpoints(action: string): { endpoints?: { id: string; isAvailable: boolean }[] } | undefined };
+  const list = registry.getActionEndpoints(ownerProbeAction);
+  return (list?.endpoints ?? []).filter((endpoint) => endpoint.isAvailable).map((endpoint) => endpoint.id);
+}
+
+/** An action every engine serves, whose endpoints say which engines are up. */
+const ownerProbeAction = "inbox.appendFanOuts";
+
+/** 32-bit mix of a node id and a shard (FNV-1a, then murmur3's finalizer for avalanche). */
+function weight(nodeId: string, shard: number): number {
+  let hash = 0x811c9dc5 ^ shard;
+  for (let i = 0; i < nodeId.length; i++) {
+    hash ^= nodeId.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  hash = Math.imul(hash, 0xc2b2ae35);
+  hash ^= hash >>> 16;
+  return hash >>> 0;
+}
+
+/** The node that should own the shard, or undefined when there is none. Ties (never in practice) go to the smaller id. */
+export function ownerOf(shard: number, nodeIds: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestWeight = -1;
+  for (const nodeId of nodeIds) {
+    const w = weight(nodeId, shard);
+    if (w > bestWeight || (w === bestWeight && best !== undefined && nodeId < best)) {
+      best = nodeId;
+      bestWeight = w;
+    }
+  }
+  return best;
+}
+
+/** Groups keys by the node that should own them (undefined when no engine is known yet). */
+export function keysByOwner<K>(keys: readonly K[], keyOf: (key: K) => string, nodeIds: readonly string[]): Map<string | undefined, K[]> {
+  const groups = new Map<string | undefined, K[]>();
+  for (const key of keys) {
+    const owner = ownerOf(shardOf(keyOf(key)), nodeIds);
+    const group = groups.get(owner);
+    if (group) group.push(key);
+    else groups.set(owner, [key]);
+  }
+  return groups;
+}
+
+interface OwnerStrategyOptions {
+  /** Path of the key's value in the action's params, e.g. "request.conversationId". */
+  shardKey: string;
+  /** The ownership key of that value (ownership.ts: conversationKey, userStreamKey). */
+  keyOf: (value: string | number) => string;
+}
+
+type Endpoint = { id: string };
+
+function valueAt(params: unknown, path: string): string | number | undefined {
+  let value: unknown = params;
+  for (const part of path.split(".")) {
+    if (value === null || typeof value !== "object") return undefined;
+    value = (value as Record<string, unknown>)[part];
+  }
+  return typeof value === "string" || typeof value === "number" ? value : undefined;
+}
+
+/** A Moleculer strategy sending a key's calls to the node ownerOf designates among the action's endpoints. */
+export class OwnerStrategy extends moleculer.Strategies.Base {
+  private readonly options: OwnerStrategyOptions;
+
+  constructor(registry: ServiceBroker["registry"], broker: ServiceBroker, opts?: object) {
+    super(registry, broker, opts);
+    this.options = opts as OwnerStrategyOptions;
+  }
+
+  override select(list: Endpoint[], ctx?: Context): moleculer.Endpoint {
+    const value = ctx && valueAt(ctx.params, this.options.shardKey);
+    if (value !== undefined && value !== "") {
+      const owner = ownerOf(shardOf(this.options.keyOf(value)), list.map((endpoint) => endpoint.id));
+      const chosen = list.find((endpoint) => endpoint.id === owner);
+      if (chosen) return chosen as moleculer.Endpoint;
+    }
+    // No key (the action validates and refuses it): any node answers the same error.
+    return list[Math.floor(Math.random() * list.length)] as moleculer.Endpoint;
+  }
+}
+
+/** Action options routing by the ownership key of a param. */
+export const routeToOwner = (shardKey: string, keyOf: OwnerStrategyOptions["keyOf"]) => ({
+  strategy: OwnerStrategy as unknown as string,
+  strategyOptions: { shardKey, keyOf } satisfies OwnerStrategyOptions,
+});
+
+/**
+ * The placement of shards as this engine sees the cluster: its own node counts as an engine from
+ * the start (its actions are registered only once the broker started). A node the registry saw
+ * leave is gone at once; one it never saw (a holder from before this process started) counts as
+ * gone once discovery had time to find it.
+ */
+export class ClusterPlacement implements Placement {
+  private nodes: string[] | undefined;
+  private readonly startedAt = performance.now();
+
+  constructor(
+    private readonly broker: ServiceBroker,
+    /** How long a node unknown to the registry may still be discovered (Moleculer's heartbeat timeout). */
+    private readonly discoveryMs: number,
+  ) {
+    broker.localBus.on("$node.**", () => (this.nodes = undefined));
+    broker.localBus.on("$services.changed", () => (this.nodes = undefined));
+  }
+
+  engineNodes(): string[] {
+    if (!this.nodes) {
+      const known = engineNodes(this.broker);
+      this.nodes = known.includes(this.broker.nodeID) ? known : [...known, this.broker.nodeID];
+    }
+    return this.nodes;
+  }
+
+  isMine(shard: number): boolean {
+    return ownerOf(shard, this.engineNodes()) === this.broker.nodeID;
+  }
+
+  isGone(node: string): boolean {
+    const known = (this.broker.registry as unknown as { nodes: { get(id: string): { available: boolean } | undefined } }).nodes.get(node);
+    if (known) return !known.available;
+    return performance.now() - this.startedAt > this.discoveryMs;
+  }
+}
