@@ -18,7 +18,11 @@ import { systemAgentService } from "./engine/system-agent.js";
 import { systemClock, type Clock } from "./engine/clock.js";
 import { createCodeSender } from "./engine/code-delivery/code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
+import type { EphemeralState } from "./engine/ephemeral/ephemeral-state.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
+import { MemoryPresenceRegistry } from "./engine/presence/memory-presence-registry.js";
+import type { PresenceRegistry } from "./engine/presence/presence-registry.js";
+import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { Ownership, userStreamKey } from "./engine/ownership.js";
@@ -62,7 +66,12 @@ export interface ParleyOptions {
   /** Webhook dispatch timing (retry base, answer limit, polling); defaults follow the spec. */
   webhooks?: Partial<DispatcherPolicy>;
   /** Adapters to use instead of the configured ones (tests record what leaves the engine, or make the store fail). */
-  adapters?: Partial<Pick<EngineDeps, "pushNotifier">> & { store?: (opened: Store) => Store };
+  adapters?: Partial<Pick<EngineDeps, "pushNotifier">> & {
+    store?: (opened: Store) => Store;
+    /** Shared by brokers that stand for separate processes inside one test process (Redis stands for them in a real cluster); not closed by stop(). */
+    ephemeral?: EphemeralState;
+    presence?: PresenceRegistry;
+  };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
   /** API tier switches; `leanUnary: false` serves every RPC through Connect-ES (test/lean-rpc-wire.test.ts compares both). */
@@ -111,11 +120,26 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     cleanups.push(() => store!.close());
   }
 
-  if (roles.includes("engine") && store) {
+  let presence: PresenceRegistry | undefined;
+  if (roles.includes("engine") || roles.includes("gateway")) {
+    presence = options.adapters?.presence;
+    if (!presence) {
+      const opened = new MemoryPresenceRegistry();
+      cleanups.push(() => opened.close());
+      presence = opened;
+    }
+  }
+
+  if (roles.includes("engine") && store && presence) {
     const logger = broker.getLogger("engine");
-    const ephemeral = new MemoryEphemeralState(clock);
+    let ephemeral = options.adapters?.ephemeral;
+    if (!ephemeral) {
+      const opened = new MemoryEphemeralState(clock);
+      cleanups.push(() => opened.close());
+      ephemeral = opened;
+    }
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
-    cleanups.push(() => codeSender.close(), () => ephemeral.close());
+    cleanups.push(() => codeSender.close());
     const placement = new ClusterPlacement(broker, (brokerSettings.heartbeatTimeout ?? 15) * 1000);
     fanOuts = new FanOuts(store, clock, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
@@ -127,11 +151,11 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
     cleanups.push(() => ownership.stop());
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership };
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence) };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
-    broker.createService(presenceService());
+    broker.createService(presenceService(presence));
     broker.createService(inboxService(deps));
     broker.createService(socialService(deps));
     broker.createService(agentsService(deps));
@@ -184,9 +208,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       ),
     );
   }
-  if (roles.includes("gateway")) {
+  if (roles.includes("gateway") && presence) {
     broker.createService(
       gatewayService({
+        presence,
         ...options.gateway,
         sockets: front.sockets,
         trustedProxies: config.trustedProxies,

@@ -624,7 +624,7 @@ export class ConversationActor {
           createdAt: BigInt(stream.createdAt),
           clientMessageId: stream.clientMessageId,
         });
-        pushEphemeral(ctx, access.participants, { case: "messageEnvelope", value: envelope });
+        pushEphemeral(this.deps.pushes, access.participants, { case: "messageEnvelope", value: envelope });
       }
       return {};
     });
@@ -758,7 +758,7 @@ export class ConversationActor {
     }
     const agent = (await this.account(caller.userId))?.user;
     pushEphemeral(
-      ctx,
+      this.deps.pushes,
       [action.submitterId],
       { case: "cardActionAnswer", value: { $typeName: "shared.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
       agent ? [userInfoView(agent)] : [],

@@ -5,7 +5,9 @@ import type { CodeSender } from "./code-delivery/code-sender.js";
 import type { EphemeralState } from "./ephemeral/ephemeral-state.js";
 import type { FanOuts } from "./fan-out.js";
 import type { Ownership } from "./ownership.js";
+import type { PresenceRegistry } from "./presence/presence-registry.js";
 import type { PushNotifier } from "./push-notifier/push-notifier.js";
+import type { Pushes } from "./push-router.js";
 import type { Store } from "./store/store.js";
 
 export interface EngineDeps {
@@ -19,4 +21,8 @@ export interface EngineDeps {
   fanOuts: FanOuts;
   /** This node's leases on conversations and update streams, and the fences its writes carry. */
   ownership: Ownership;
+  /** Which users have live connections, on which gateway nodes. */
+  presence: PresenceRegistry;
+  /** Live pushes to the gateways holding the recipients. */
+  pushes: Pushes;
 }

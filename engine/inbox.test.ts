@@ -13,6 +13,7 @@ import { encodeEntry, snUpdateOf } from "./stream-entry.js";
 import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
+import { MemoryPresenceRegistry } from "./presence/memory-presence-registry.js";
 
 describe("Inbox actor", () => {
   let dir: string;
@@ -31,6 +32,9 @@ describe("Inbox actor", () => {
       pushNotifier: { send: async () => {} },
       fanOuts: new FanOuts(store, clock),
       ownership: new Ownership(store.leases, clock, "inbox-test"),
+      presence: new MemoryPresenceRegistry(),
+      // The Inbox is given its publisher directly in these tests.
+      pushes: { send: () => {} },
     };
   });
   after(async () => {

@@ -40,6 +40,7 @@ import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { userStreamKey } from "./ownership.js";
+import type { Pushes } from "./push-router.js";
 import { routeToOwner } from "./shard-owners.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
@@ -303,11 +304,11 @@ export class Inbox {
 
 /**
  * Pushes an ephemeral entry (a stream delta, a card action answer) live to the users'
- * connections: nothing is stored and no sn is assigned, so no inbox is involved. One broadcast,
- * encoded once, reaches every gateway, which picks the connections it holds.
+ * connections: nothing is stored and no sn is assigned, so no inbox is involved. It goes to the
+ * gateways holding the users (push-router.ts), encoded once.
  */
 export function pushEphemeral(
-  ctx: Pick<Context, "broadcast">,
+  pushes: Pushes,
   userIds: readonly number[],
   entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
   users: UserInfo[] = [],
@@ -316,7 +317,7 @@ export function pushEphemeral(
     ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
     nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
   } as UpdateJson;
-  void ctx.broadcast(BusEvents.push, { update, userIds: [...userIds] } satisfies PushEvent);
+  pushes.send({ update, userIds: [...userIds] } satisfies PushEvent);
 }
 
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
@@ -341,7 +342,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
     created() {
       inbox = new Inbox(
         deps,
-        (event) => void this.broker.broadcast(BusEvents.push, event),
+        (event) => deps.pushes.send(event),
         (agentUserId) => void this.broker.broadcast(BusEvents.webhookQueued, { agentUserId } satisfies WebhookQueuedEvent),
       );
     },

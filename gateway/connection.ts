@@ -41,6 +41,9 @@ export function errorDetail(entry: CatalogueEntry, metadata: Record<string, stri
 
 export interface ConnectionHooks {
   authenticate(token: string): Promise<Identity>;
+  /** Makes the authenticated connection reachable by pushes; the success answer waits for it (a refusal fails the authentication). */
+  register(connection: Connection): Promise<void>;
+  /** After the success answer went out. */
   onAuthenticated(connection: Connection): void;
   onClosed(connection: Connection): void;
 }
@@ -113,8 +116,10 @@ export class Connection implements SocketHandlers, FeedSink {
     try {
       const identity = await this.hooks.authenticate(token);
       if (this.closed) return;
-      clearTimeout(this.authTimer);
       this.identity = identity;
+      await this.hooks.register(this);
+      if (this.closed) return;
+      clearTimeout(this.authTimer);
       this.send(create(ServerFrameSchema, {
         requestId,
         type: ServerFrameType.AUTH_RESPONSE,
@@ -143,6 +148,11 @@ export class Connection implements SocketHandlers, FeedSink {
   /** Routes this connection's sequenced pushes through an agent feed (set once, at authentication). */
   attachFeed(feed: AgentFeed): void {
     this.feed = feed;
+  }
+
+  /** Starts the agent feed's catch-up, once the authentication answer went out. */
+  startFeed(): void {
+    this.feed?.start();
   }
 
   /** Queues a push built once for many connections; `sn` is set for a sequenced entry. */

@@ -1,12 +1,13 @@
-// The WebSocket gateway: holds the connections of this node and delivers what the engine
-// broadcasts (new updates, revoked sessions) to the connections it concerns.
+// The WebSocket gateway: holds the connections of this node, tells the presence registry whose they
+// are, and delivers to them what the engine sends this node (engine/push-router.ts) or broadcasts
+// (revoked sessions and tokens).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
-import { Errors } from "../shared/errors.js";
+import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
-import { PresenceEvents, type PresenceReport } from "../shared/presence.js";
+import type { PresenceRegistry } from "../engine/presence/presence-registry.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
 import { SequencedFrames, UpdateFrame } from "./frame-codec.js";
@@ -20,7 +21,15 @@ export interface GatewayOptions extends Partial<ConnectionPolicy> {
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
   trustedProxies?: readonly string[];
   onConnectionCountChange?: (delta: number) => void;
+  /** Where this node says which users it holds connections of (the push router reads it). */
+  presence: PresenceRegistry;
 }
+
+export const PresencePolicy = {
+  /** How often a gateway says it is alive; its entries stop counting three periods after it stops. */
+  heartbeatMs: 5_000,
+  ttlMs: 15_000,
+} as const;
 
 export const defaultConnectionPolicy: ConnectionPolicy = {
   authTimeoutMs: 10_000,
@@ -42,63 +51,59 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   const all = new Set<Connection>();
   let socketServer: SocketServer | undefined;
   let presenceBroker: ServiceBroker | undefined;
+  let heartbeat: NodeJS.Timeout | undefined;
 
-  // Presence is about people: agents are never offline-pushed, so their sockets are not counted.
-  const userConnections = (userId: number) => [...(byUser.get(userId) ?? [])].filter((c) => c.identity?.kind === "user").length;
-  const reportPresence = (userIds: Iterable<number>, full: boolean) => {
+  // Agents' connections count too: pushes reach them through the same registry (and agents are
+  // never offline-pushed, so counting them as online changes nothing there).
+  const reportPresence = (userId: number) => {
     const broker = presenceBroker;
     if (!broker) return;
-    const report: PresenceReport = { nodeId: broker.nodeID, counts: [...userIds].map((userId) => ({ userId, connections: userConnections(userId) })), full };
-    void Promise.resolve(broker.broadcast(PresenceEvents.report, report)).catch((err) => broker.logger.warn("presence report failed", err));
+    const connections = byUser.get(userId)?.size ?? 0;
+    options.presence.report(broker.nodeID, [{ userId, connections }]).catch((err: unknown) => broker.logger.warn(`presence report failed: ${String(err)}`));
+  };
+
+  /** Takes the connection out of pushes' reach; answers whether it was in. */
+  const unlist = (connection: Connection): boolean => {
+    const userId = connection.identity?.userId;
+    const connections = userId === undefined ? undefined : byUser.get(userId);
+    if (!connections?.delete(connection)) return false;
+    if (connections.size === 0) byUser.delete(userId!);
+    return true;
   };
 
   const forget = (connection: Connection) => {
     if (!all.delete(connection)) return;
     options.onConnectionCountChange?.(-1);
-    const userId = connection.identity?.userId;
-    if (userId === undefined) return;
-    const connections = byUser.get(userId);
-    connections?.delete(connection);
-    if (connections?.size === 0) byUser.delete(userId);
-    if (connection.identity?.kind === "user") reportPresence([userId], false);
+    if (unlist(connection)) reportPresence(connection.identity!.userId);
+  };
+
+  const deliver = (event: PushEvent) => {
+    if ("recipients" in event) {
+      // One encoding of the entry, whatever the number of recipients this node holds; each
+      // recipient's frame only puts its sn in.
+      let frames: SequencedFrames | undefined;
+      for (const [userId, sn] of event.recipients) {
+        const connections = byUser.get(userId);
+        if (!connections) continue;
+        frames ??= new SequencedFrames(nextPushId(), event.update as JsonObject);
+        const frame = frames.withSn(sn);
+        for (const connection of connections) connection.push(frame, sn);
+      }
+      return;
+    }
+    let frame: UpdateFrame | undefined;
+    for (const userId of event.userIds) {
+      const connections = byUser.get(userId);
+      if (!connections) continue;
+      // Encoded lazily and once, whatever the number of recipients this node holds.
+      frame ??= new UpdateFrame(nextPushId(), event.update as JsonObject);
+      for (const connection of connections) connection.push(frame);
+    }
   };
 
   return {
     name: "gateway",
     events: {
-      // A node that just joined (or rejoined after a partition) may host a presence tracker that
-      // knows nothing of this node's sockets yet.
-      "$node.connected": {
-        handler() {
-          reportPresence([...byUser.keys()].filter((userId) => userConnections(userId) > 0), true);
-        },
-      },
-      [BusEvents.push]: {
-        handler(ctx: { params: PushEvent }) {
-          const event = ctx.params;
-          if ("recipients" in event) {
-            // One encoding of the entry, whatever the number of recipients this node holds; each
-            // recipient's frame only puts its sn in.
-            let frames: SequencedFrames | undefined;
-            for (const [userId, sn] of event.recipients) {
-              const connections = byUser.get(userId);
-              if (!connections) continue;
-              frames ??= new SequencedFrames(nextPushId(), event.update as JsonObject);
-              const frame = frames.withSn(sn);
-              for (const connection of connections) connection.push(frame, sn);
-            }
-            return;
-          }
-          let frame: UpdateFrame | undefined;
-          for (const userId of event.userIds) {
-            const connections = byUser.get(userId);
-            if (!connections) continue;
-            // Encoded lazily and once, whatever the number of recipients this node holds.
-            frame ??= new UpdateFrame(nextPushId(), event.update as JsonObject);
-            for (const connection of connections) connection.push(frame);
-          }
-        },
-      },
       [BusEvents.agentTokenRevoked]: {
         handler(ctx: { params: AgentTokenRevokedEvent }) {
           for (const connection of byUser.get(ctx.params.agentUserId) ?? []) {
@@ -129,8 +134,22 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         },
       },
     },
-    started() {
+    actions: {
+      deliver: {
+        handler(ctx: { params: PushEvent }) {
+          deliver(ctx.params);
+          return null;
+        },
+      },
+    },
+    async started() {
       const broker = (presenceBroker = this.broker);
+      // Entries of an earlier life of this node (a crash) describe connections that are gone.
+      await options.presence.dropNode(broker.nodeID);
+      const beat = () => options.presence.heartbeat(broker.nodeID, PresencePolicy.ttlMs).catch((err: unknown) => broker.logger.warn(`presence heartbeat failed: ${String(err)}`));
+      await beat();
+      heartbeat = setInterval(beat, PresencePolicy.heartbeatMs);
+      heartbeat.unref();
       const logger = this.logger;
       const agentFeed = (c: Connection, agentUserId: number) =>
         new AgentFeed(
@@ -153,18 +172,23 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         const clientIp = resolveClientAddress(socket.remoteAddress, socket.forwardedFor, trustedProxies);
         const connection: Connection = new Connection(socket, policy, {
           authenticate: (token) => options.authenticate(token, clientIp),
-          onAuthenticated: (c) => {
+          register: async (c) => {
             const userId = c.identity!.userId;
             // An agent first gets what reached its stream while it was away (see agent-feed.ts);
             // the feed is in place before the connection can hear a live push.
-            const feed = c.identity!.kind === "agent" ? agentFeed(c, userId) : undefined;
-            if (feed) c.attachFeed(feed);
+            if (c.identity!.kind === "agent") c.attachFeed(agentFeed(c, userId));
             let connections = byUser.get(userId);
             if (!connections) byUser.set(userId, (connections = new Set()));
             connections.add(c);
-            if (c.identity!.kind === "user") reportPresence([userId], false);
-            feed?.start();
+            try {
+              await options.presence.report(broker.nodeID, [{ userId, connections: connections.size }]);
+            } catch (err) {
+              unlist(c);
+              logger.warn(`presence report failed: ${String(err)}`);
+              throw new ParleyError(Errors.unavailable, { reason: "PRESENCE_UNAVAILABLE" }, "connections cannot be registered now; try again");
+            }
           },
+          onAuthenticated: (c) => c.startFeed(),
           onClosed: forget,
         });
         all.add(connection);
@@ -174,8 +198,11 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       });
     },
     async stopped() {
+      clearInterval(heartbeat);
       for (const connection of [...all]) connection.fail(Errors.gatewayShuttingDown, CloseCodes.goingAway);
       await socketServer?.close();
+      // Its connections are gone: pushes stop coming here at once, not when the heartbeat lapses.
+      await options.presence.dropNode(this.broker.nodeID).catch((err: unknown) => this.broker.logger.warn(`presence cleanup failed: ${String(err)}`));
     },
   };
 }

@@ -1,11 +1,14 @@
-// Events that cross from the engine to the gateway. They travel as Moleculer broadcasts, so every
-// gateway node hears them and delivers to the sockets it holds; payloads are JSON-safe (the proto3
-// JSON form of the protocol messages).
+// What crosses from the engine to the gateways and the webhook fleet. Live pushes are calls to the
+// gateway nodes holding the recipients (engine/push-router.ts); the rest are Moleculer broadcasts,
+// rare and heard by every node. Payloads are JSON-safe (the proto3 JSON form of the protocol messages).
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 
+export const GatewayActions = {
+  /** Delivers a PushEvent to the connections this gateway node holds (called on one node by id). */
+  deliver: "gateway.deliver",
+} as const;
+
 export const BusEvents = {
-  /** A new entry of users' update streams (or an ephemeral update) to deliver live. */
-  push: "parley.push",
   /** Device sessions that stopped being valid; their sockets must close. */
   sessionsRevoked: "parley.sessions-revoked",
   /** An agent's record changed (delivery mode, webhook, keys, status): cached views must reload it. */

@@ -18,6 +18,8 @@ import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../engine/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/fan-out.js";
 import { Ownership, OwnershipPolicy, conversationKey } from "../engine/ownership.js";
+import { MemoryPresenceRegistry } from "../engine/presence/memory-presence-registry.js";
+import { PushRouter } from "../engine/push-router.js";
 import type { Store } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
@@ -34,8 +36,10 @@ for (const mode of wireModes) {
     let socket: GatewayClient;
     let storeB: Store;
     let ownershipB: Ownership;
+    // The server's gateway and node B's pushes meet in one registry, as in Redis in a cluster.
+    const presence = new MemoryPresenceRegistry();
     before(async () => {
-      server = await startTestServer();
+      server = await startTestServer({ adapters: { presence } });
       owner = await signInWithCode(server, mode);
       agent = await createAgent(server, owner, mode);
       socket = await GatewayClient.connect(server.url, mode);
@@ -63,6 +67,8 @@ for (const mode of wireModes) {
         pushNotifier: { send: async () => {} },
         fanOuts: new FanOuts(storeB, clock),
         ownership: ownershipB,
+        presence,
+        pushes: new PushRouter(server.broker, presence),
       };
       return { actor: new ConversationActor(deps), ctx: moleculer.Context.create(server.broker) as Context };
     }

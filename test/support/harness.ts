@@ -10,6 +10,8 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { openStore } from "../../engine/store/open-store.js";
+import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
+import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-registry.js";
 import type { Store } from "../../engine/store/store.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 import { serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
@@ -197,9 +199,11 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const urls = keys.map((key) => `127.0.0.1:${ports.get(key)}/${name}-${key}`);
   const config = await testConfig(dataDir);
   const clock = new AdjustableClock();
+  // What Redis holds for a real cluster's processes, these brokers share in this process.
+  const shared = { ephemeral: new MemoryEphemeralState(clock), presence: new MemoryPresenceRegistry() };
   const started = await Promise.all(
     keys.map((key) =>
-      startParley({ config, clock, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }).then(
+      startParley({ config, clock, adapters: shared, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }).then(
         (node) => whileRunning(node, dataDir),
       ),
     ),
