@@ -186,7 +186,7 @@ function tail(file: string, lines: number): string {
 
 async function waitUntilReady(pid: number, port: number, paths: ReturnType<typeof redisPaths>): Promise<void> {
   const deadline = Date.now() + readyTimeoutMs;
-  let last = "";
+  let last: string;
   for (;;) {
     if (!isAlive(pid)) throw new Error(`Redis exited during start-up; ${paths.log} ends:\n${tail(paths.log, 20)}`);
     try {
