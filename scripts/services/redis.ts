@@ -263,9 +263,13 @@ export async function stopRedis(dataDir: string): Promise<boolean> {
   return true;
 }
 
-/** Stops the Redis of `dataDir` and starts it again on the same port and data (fault tests: clients see the connection drop). */
-export async function restartRedis(dataDir: string, options: RedisOptions = {}): Promise<RedisInstance> {
+/**
+ * Stops the Redis of `dataDir` and starts it again on the same port and data, after `downMs` (fault
+ * tests: clients see the connection drop, and for downMs nothing answers).
+ */
+export async function restartRedis(dataDir: string, options: RedisOptions & { downMs?: number } = {}): Promise<RedisInstance> {
   await stopRedis(dataDir);
+  if (options.downMs) await sleep(options.downMs);
   return startRedis(dataDir, options);
 }
 
