@@ -16,6 +16,7 @@
 import type { ServiceSchema } from "moleculer";
 import {
   AgentDeliveryActions,
+  type AgentSlice,
   type DeliveryModeChangedParams,
   type QueuedWebhook,
   type WebhookQueue,
@@ -67,6 +68,8 @@ export interface DispatcherOptions {
   policy?: Partial<DispatcherPolicy>;
   /** Replaces the HTTPS client (tests). */
   poster?: WebhookPoster;
+  /** The agents this node serves, when the fleet splits them (fleet.ts); every agent when absent. */
+  slice?: () => AgentSlice;
 }
 
 /**
@@ -128,7 +131,7 @@ export class WebhookDispatcher {
   private async fill(): Promise<void> {
     const room = this.policy.concurrency - this.busy.size;
     if (room <= 0) return;
-    const jobs = await this.options.queue.due(this.options.now(), [...this.busy], room);
+    const jobs = await this.options.queue.due(this.options.now(), [...this.busy], room, this.options.slice?.());
     for (const job of jobs) {
       if (!this.running || this.busy.has(job.agentUserId)) continue;
       this.busy.add(job.agentUserId);
@@ -181,6 +184,11 @@ export class WebhookDispatcher {
     }, delay);
     timer.unref();
     this.retryTimers.add(timer);
+  }
+
+  /** Resolves once no delivery to an agent `leaving` names is in flight (its agents move to another node). */
+  async settle(leaving: (agentUserId: number) => boolean): Promise<void> {
+    while ([...this.busy].some(leaving)) await Promise.race([...this.deliveries]);
   }
 
   /** Stops taking jobs, cancels requests in flight (their jobs stay queued) and waits for them. */

@@ -59,10 +59,13 @@ export type AgentDeliveryWriters = ReturnType<typeof agentDeliveryWriters>;
 
 export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWriters): WebhookJobStore {
   // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
-  const heads = db.prepare<[string, number, number], JobRow>(
+  // Slice 0 means every agent.
+  const heads = db.prepare<[string, number, number, string, number, number], JobRow>(
     `SELECT j.* FROM webhook_jobs j
      JOIN (SELECT agent_user_id, MIN(job_id) AS head FROM webhook_jobs
-           WHERE agent_user_id NOT IN (SELECT value FROM json_each(?)) GROUP BY agent_user_id) h ON h.head = j.job_id
+           WHERE agent_user_id NOT IN (SELECT value FROM json_each(?))
+             AND (? = 0 OR agent_user_id % ? IN (SELECT value FROM json_each(?)))
+           GROUP BY agent_user_id) h ON h.head = j.job_id
      WHERE j.next_attempt_at <= ? ORDER BY j.next_attempt_at, j.job_id LIMIT ?`,
   );
   const remove = db.prepare("DELETE FROM webhook_jobs WHERE job_id = ?");
@@ -80,9 +83,9 @@ export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWri
     async enqueue(agentUserId, body, now) {
       writers.enqueue(agentUserId, body, now);
     },
-    async due(now, busyAgents, limit) {
+    async due(now, busyAgents, limit, slice) {
       if (limit <= 0) return [];
-      return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
+      return heads.all(JSON.stringify(busyAgents), slice?.of ?? 0, slice?.of ?? 0, JSON.stringify(slice?.owned ?? []), now, limit).map(toJob);
     },
     async remove({ jobId }) {
       remove.run(jobId);
