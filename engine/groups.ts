@@ -36,7 +36,7 @@ import { conversationKey } from "./ownership.js";
 import { routeToOwner } from "./shard-owners.js";
 
 /** A group's changes go to the node owning its conversation (its id is the conversation id). */
-const routeByGroup = routeToOwner("request.groupId", (groupId) => conversationKey(BigInt(groupId)));
+const routeByGroup = routeToOwner("request.groupId", "conversation");
 import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import {

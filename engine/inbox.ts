@@ -330,10 +330,10 @@ export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId:
   await ctx.call("inbox.deliverCardAction", params);
 }
 
-const shardByUser = routeToOwner("userId", (userId) => userStreamKey(Number(userId)));
+const shardByUser = routeToOwner("userId", "user");
 /** "inbox.x" → "x": the shared action names are full, the service declares them unqualified. */
 const actionName = (fullName: string) => fullName.slice(fullName.indexOf(".") + 1);
-const shardByCaller = routeToOwner("caller.userId", (userId) => userStreamKey(Number(userId)));
+const shardByCaller = routeToOwner("caller.userId", "user");
 
 export function inboxService(deps: EngineDeps): ServiceSchema {
   let inbox: Inbox;
