@@ -117,6 +117,30 @@ describe("S3 blob store (real MinIO)", function () {
       expect(Buffer.compare(await collect(await blobs.read("manyblob")), data)).to.equal(0);
     });
 
+    it("commits large staged writes partly by server-side copy, mixed with small ones and cut ones", async function () {
+      this.timeout(60_000);
+      const mib = 1024 * 1024;
+      const data = bytes(16 * mib, 11);
+      // Sizes chosen so commit fills an open part from a large write, copies a ≥ 5 MiB remainder and ends on a small part.
+      const writes: [number, number][] = [[0, 1 * mib], [1 * mib, 7 * mib], [7 * mib, 9 * mib], [8 * mib, 15 * mib], [15 * mib, 15.5 * mib]];
+      for (const [from, to] of writes) await blobs.writeStaged("mixed", from, data.subarray(from, to));
+      const size = 15.5 * mib - 100;
+      const sent: string[] = [];
+      blobs.client.middlewareStack.add(
+        (next, context) => (args) => {
+          sent.push(context.commandName ?? "?");
+          return next(args);
+        },
+        { step: "initialize", name: "recordCommands" },
+      );
+      await blobs.commitStaged("mixed", "mixedblob", size);
+      expect(sent.filter((name) => name === "UploadPartCopyCommand")).to.have.length(1);
+      expect(sent.filter((name) => name === "UploadPartCommand")).to.have.length(3);
+      expect(await blobs.size("mixedblob")).to.equal(size);
+      expect(Buffer.compare(await collect(await blobs.read("mixedblob")), data.subarray(0, size))).to.equal(0);
+      expect(await objectKeys()).to.deep.equal(["p1/blobs/mixedblob"]);
+    });
+
     it("refuses a put racing another put of the same key once its bytes are in (If-None-Match)", async () => {
       let release!: () => void;
       const released = new Promise<void>((resolve) => (release = resolve));
@@ -227,6 +251,23 @@ describe("S3 blob store (real MinIO)", function () {
       const expired = await fetch(shortLived);
       expect(expired.status).to.equal(403);
       expect(await expired.text()).to.match(/expired/i);
+
+      // Signed for the name clients use: the signature covers the host, so it must be minted for it.
+      const s3 = await testS3();
+      const publicName = s3.endpoint.replace("127.0.0.1", "localhost");
+      const behindProxy = S3BlobStore.fromSettings({ ...s3, bucket: subject.bucket, keyPrefix: "p1/", forcePathStyle: true, publicEndpoint: publicName });
+      try {
+        const publicUrl = await behindProxy.presignedReadUrl("shared", 60, { cacheControl: "private, max-age=60" });
+        expect(publicUrl.startsWith(`${publicName}/${subject.bucket}/p1/blobs/shared?`)).to.equal(true);
+        const viaPublic = await fetch(publicUrl);
+        expect(viaPublic.status).to.equal(200);
+        expect(viaPublic.headers.get("cache-control")).to.equal("private, max-age=60");
+        await viaPublic.arrayBuffer();
+        expect((await fetch(publicUrl.replace("localhost", "127.0.0.1"))).status).to.equal(403);
+        expect(await behindProxy.size("shared")).to.equal(2000);
+      } finally {
+        behindProxy.client.destroy();
+      }
 
       expect(String(await rejection(blobs.presignedReadUrl("shared", 0)))).to.match(/1\.\.604800/);
       expect(String(await rejection(blobs.presignedReadUrl("../x", 60)))).to.match(/invalid blob key/);

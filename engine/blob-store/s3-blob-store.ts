@@ -8,8 +8,10 @@
 // first stores its part (replacing a part at O, S3 writes being atomic), then deletes the parts
 // beyond O: all the state lives in S3, so any node can continue or commit an upload after a restart.
 // S3 has no append and no truncate, and multipart parts other than the last must be ≥ 5 MiB, which
-// client chunks need not be; so commit streams the parts' ranges into a new object through the same
-// path as put (a multipart upload above the part size), and only then removes the parts.
+// client chunks need not be. So commit makes a multipart upload of the parts' ranges in which S3
+// copies the large ones itself (UploadPartCopy) and the small ones pass through this process to be
+// gathered into parts of the minimum size (below one part size: a single PUT); only then are the
+// staged parts removed.
 import { createWriteStream } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -29,6 +31,7 @@ import {
   S3Client,
   S3ServiceException,
   UploadPartCommand,
+  UploadPartCopyCommand,
   type CompletedPart,
 } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
@@ -40,10 +43,17 @@ export interface S3BlobStoreSettings extends S3Settings {
   keyPrefix?: string;
   /** Bytes buffered per multipart part (≥ 5 MiB, S3's minimum); a blob up to this size is one PUT. */
   partSize?: number;
+  /**
+   * The S3 base URL clients reach, when it differs from `endpoint` (a server on an internal name
+   * behind a public one). A presigned URL signs its host, so it must be made for the public one.
+   */
+  publicEndpoint?: string;
 }
 
 const minimumPartSize = 5 * 1024 * 1024;
 const defaultPartSize = 8 * 1024 * 1024;
+/** S3's largest part, copied or uploaded. */
+const maximumCopyPartSize = 5 * 1024 * 1024 * 1024;
 const offsetDigits = 15;
 
 /** An S3 request that failed for another reason than a missing object: names the operation, the object and S3's error code. */
@@ -76,6 +86,13 @@ function isMissing(err: unknown): boolean {
   return code === "NoSuchKey" || code === "NotFound" || (status === 404 && code !== "NoSuchBucket");
 }
 
+/** Bytes start..end (inclusive) of an existing object in the bucket, to be copied into a new one. */
+interface CopyRange {
+  copyFrom: string;
+  start: number;
+  end: number;
+}
+
 /** A staged part as listed: the object, where it starts in the upload, how many bytes it holds. */
 interface StagedPart {
   objectKey: string;
@@ -88,9 +105,13 @@ export class S3BlobStore implements BlobStore {
   private readonly prefix: string;
   private readonly partSize: number;
 
+  /**
+   * `presigner` signs download URLs (no request is sent through it); the `client` by default.
+   */
   constructor(
     readonly client: S3Client,
     settings: Pick<S3BlobStoreSettings, "bucket" | "keyPrefix" | "partSize">,
+    private readonly presigner: S3Client = client,
   ) {
     this.bucket = settings.bucket;
     this.prefix = settings.keyPrefix ?? "";
@@ -102,7 +123,8 @@ export class S3BlobStore implements BlobStore {
   static fromSettings(settings: S3BlobStoreSettings): S3BlobStore {
     const credentials = settings.accessKeyId && settings.secretAccessKey ? { accessKeyId: settings.accessKeyId, secretAccessKey: settings.secretAccessKey } : undefined;
     const client = new S3Client({ endpoint: settings.endpoint, region: settings.region, forcePathStyle: settings.forcePathStyle, credentials });
-    return new S3BlobStore(client, settings);
+    const presigner = settings.publicEndpoint ? new S3Client({ endpoint: settings.publicEndpoint, region: settings.region, forcePathStyle: settings.forcePathStyle, credentials }) : client;
+    return new S3BlobStore(client, settings, presigner);
   }
 
   /**
@@ -153,45 +175,77 @@ export class S3BlobStore implements BlobStore {
   }
 
   /**
-   * Streams `source` into a new object: one PUT when it fits in a part, else a multipart upload with
-   * at most one part buffered. Either way the object appears whole on the last request, and
-   * If-None-Match refuses to replace one written meanwhile.
+   * Writes `source` into a new object: one PUT when it fits in a part, else a multipart upload with
+   * at most one part buffered. Pieces that are ranges of existing objects are copied by S3 itself
+   * (UploadPartCopy) where they can make whole parts, and read into the buffered part where they
+   * cannot (parts other than the last must reach 5 MiB). Either way the object appears whole on the
+   * last request, and If-None-Match refuses to replace one written meanwhile.
    */
-  private async upload(objectKey: string, source: Iterable<Uint8Array> | AsyncIterable<Uint8Array>): Promise<number> {
+  private async upload(objectKey: string, source: Iterable<Uint8Array | CopyRange> | AsyncIterable<Uint8Array | CopyRange>): Promise<number> {
     let buffered: Buffer[] = [];
     let bufferedBytes = 0;
     let total = 0;
     let uploadId: string | undefined;
     const parts: CompletedPart[] = [];
+    const multipart = async () => {
+      if (uploadId === undefined) {
+        const created = await this.request("CreateMultipartUpload", objectKey, () => this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: objectKey })));
+        if (!created.UploadId) throw new Error(`S3 CreateMultipartUpload of ${objectKey} answered no upload id`);
+        uploadId = created.UploadId;
+      }
+      return { UploadId: uploadId, PartNumber: parts.length + 1, Bucket: this.bucket, Key: objectKey };
+    };
     const flush = async () => {
       const body = Buffer.concat(buffered, bufferedBytes);
       buffered = [];
       bufferedBytes = 0;
-      if (uploadId === undefined) {
-        const created = await this.request("CreateMultipartUpload", objectKey, () => this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: objectKey })));
-        uploadId = created.UploadId;
-        if (!uploadId) throw new Error(`S3 CreateMultipartUpload of ${objectKey} answered no upload id`);
+      const part = await multipart();
+      const uploaded = await this.request("UploadPart", objectKey, () => this.client.send(new UploadPartCommand({ ...part, Body: body, ContentLength: body.byteLength })));
+      parts.push({ PartNumber: part.PartNumber, ETag: uploaded.ETag });
+    };
+    const bufferBytes = async (bytes: Buffer) => {
+      let rest = bytes;
+      while (bufferedBytes + rest.byteLength >= this.partSize) {
+        const take = this.partSize - bufferedBytes;
+        buffered.push(rest.subarray(0, take));
+        bufferedBytes += take;
+        rest = rest.subarray(take);
+        await flush();
       }
-      const id = uploadId;
-      const partNumber = parts.length + 1;
-      const uploaded = await this.request("UploadPart", objectKey, () => this.client.send(new UploadPartCommand({ Bucket: this.bucket, Key: objectKey, UploadId: id, PartNumber: partNumber, Body: body, ContentLength: body.byteLength })));
-      parts.push({ PartNumber: partNumber, ETag: uploaded.ETag });
+      if (rest.byteLength > 0) {
+        buffered.push(rest);
+        bufferedBytes += rest.byteLength;
+      }
+    };
+    const copyRange = async ({ copyFrom, start, end }: CopyRange) => {
+      let from = start;
+      // An open part is filled first, so that it reaches the minimum before any copied part follows it.
+      if (bufferedBytes > 0) {
+        const take = Math.min(end - from + 1, this.partSize - bufferedBytes);
+        await bufferBytes(await this.readRange(copyFrom, from, from + take - 1));
+        from += take;
+      }
+      while (end - from + 1 >= minimumPartSize) {
+        const length = Math.min(end - from + 1, maximumCopyPartSize);
+        const part = await multipart();
+        const range = `bytes=${from}-${from + length - 1}`;
+        const copied = await this.request("UploadPartCopy", objectKey, () =>
+          this.client.send(new UploadPartCopyCommand({ ...part, CopySource: `${this.bucket}/${encodeURIComponent(copyFrom).replace(/%2F/g, "/")}`, CopySourceRange: range })),
+        );
+        parts.push({ PartNumber: part.PartNumber, ETag: copied.CopyPartResult?.ETag });
+        from += length;
+      }
+      if (from <= end) await bufferBytes(await this.readRange(copyFrom, from, end));
     };
     try {
-      for await (const chunk of source) {
-        let rest = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-        total += rest.byteLength;
-        while (bufferedBytes + rest.byteLength >= this.partSize) {
-          const take = this.partSize - bufferedBytes;
+      for await (const piece of source) {
+        if ("copyFrom" in piece) {
+          total += piece.end - piece.start + 1;
+          await copyRange(piece);
+        } else {
+          total += piece.byteLength;
           // Copied: the caller may reuse its chunk once we move on.
-          buffered.push(Buffer.from(rest.subarray(0, take)));
-          bufferedBytes += take;
-          rest = rest.subarray(take);
-          await flush();
-        }
-        if (rest.byteLength > 0) {
-          buffered.push(Buffer.from(rest));
-          bufferedBytes += rest.byteLength;
+          await bufferBytes(Buffer.from(piece));
         }
       }
       if (uploadId === undefined) {
@@ -214,6 +268,15 @@ export class S3BlobStore implements BlobStore {
       }
       throw err;
     }
+  }
+
+  /** Bytes start..end (inclusive) of an object, checked to be all there. */
+  private async readRange(objectKey: string, start: number, end: number): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of await this.readObject(objectKey, objectKey, { start, end })) chunks.push(chunk as Buffer);
+    const bytes = Buffer.concat(chunks);
+    if (bytes.byteLength !== end - start + 1) throw new Error(`S3 object ${objectKey} answered ${bytes.byteLength} bytes for ${start}..${end}; was it rewritten meanwhile?`);
+    return bytes;
   }
 
   async read(key: string, range?: ByteRange): Promise<Readable> {
@@ -273,12 +336,13 @@ export class S3BlobStore implements BlobStore {
   /**
    * Presigned GET of the blob, valid for `expiresInSeconds` (S3 allows at most 7 days): anyone
    * holding the URL can download without credentials, straight from S3. `contentType` and
-   * `contentDisposition` are signed into the URL and returned as the response's headers.
+   * `contentDisposition` and `cacheControl` are signed into the URL and returned as the response's
+   * headers (S3 can set no others: no nosniff, no Content-Security-Policy).
    */
-  async presignedReadUrl(key: string, expiresInSeconds: number, headers: { contentType?: string; contentDisposition?: string } = {}): Promise<string> {
+  async presignedReadUrl(key: string, expiresInSeconds: number, headers: { contentType?: string; contentDisposition?: string; cacheControl?: string } = {}): Promise<string> {
     if (!Number.isInteger(expiresInSeconds) || expiresInSeconds < 1 || expiresInSeconds > 604_800) throw new Error(`a presigned URL lives 1..604800 s; got ${expiresInSeconds}`);
-    const command = new GetObjectCommand({ Bucket: this.bucket, Key: this.blobObject(key), ResponseContentType: headers.contentType, ResponseContentDisposition: headers.contentDisposition });
-    return getSignedUrl(this.client, command, { expiresIn: expiresInSeconds });
+    const command = new GetObjectCommand({ Bucket: this.bucket, Key: this.blobObject(key), ResponseContentType: headers.contentType, ResponseContentDisposition: headers.contentDisposition, ResponseCacheControl: headers.cacheControl });
+    return getSignedUrl(this.presigner, command, { expiresIn: expiresInSeconds });
   }
 
   /** The upload's parts in offset order. */
@@ -336,7 +400,7 @@ export class S3BlobStore implements BlobStore {
     if (stagedSize < size) throw new Error(`staged upload ${uploadKey} holds ${stagedSize} bytes, fewer than ${size}`);
     if (existing === undefined) {
       try {
-        await this.upload(this.blobObject(key), this.stagedBytes(uploadKey, parts, size));
+        await this.upload(this.blobObject(key), this.stagedRanges(parts, size));
       } catch (err) {
         // Another node finished the same commit meanwhile.
         if (!(err instanceof S3BlobStoreError && err.code === "PreconditionFailed" && (await this.size(key)) === size)) throw err;
@@ -352,18 +416,11 @@ export class S3BlobStore implements BlobStore {
   }
 
   /** The first `size` bytes of the upload: each part's bytes up to the next part's offset. */
-  private async *stagedBytes(uploadKey: string, parts: StagedPart[], size: number): AsyncGenerator<Uint8Array> {
-    for (const [index, part] of parts.entries()) {
+  private stagedRanges(parts: StagedPart[], size: number): CopyRange[] {
+    return parts.flatMap((part, index) => {
       const end = Math.min(parts[index + 1]?.offset ?? size, size);
-      if (end <= part.offset) continue;
-      const stream = await this.readObject(uploadKey, part.objectKey, { start: 0, end: end - part.offset - 1 });
-      let seen = 0;
-      for await (const chunk of stream) {
-        seen += (chunk as Uint8Array).byteLength;
-        yield chunk as Uint8Array;
-      }
-      if (seen !== end - part.offset) throw new Error(`staged part ${part.objectKey} answered ${seen} bytes, expected ${end - part.offset}; was the upload written meanwhile?`);
-    }
+      return end > part.offset ? [{ copyFrom: part.objectKey, start: 0, end: end - part.offset - 1 }] : [];
+    });
   }
 
   async discardStaged(uploadKey: string): Promise<void> {
