@@ -97,7 +97,7 @@ async function main(): Promise<void> {
   try {
     for (const size of sizes) {
       for (const [name, blobs] of stores) {
-        const rounds = [];
+        const rounds: Awaited<ReturnType<typeof measure>>[] = [];
         for (let run = 0; run < runs; run++) rounds.push(await measure(blobs, size));
         const cell = (row: "put" | "read" | "staged") => {
           const throughput = median(rounds.map((round) => round[row].megabytesPerSecond));
