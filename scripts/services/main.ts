@@ -3,6 +3,7 @@
 // stops what `up` started (all of them without names).
 import { loadConfig } from "../../shared/config.js";
 import { cassandraHost, cassandraPort, startCassandra, stopCassandra } from "./cassandra.js";
+import { defaultS3Port, minioVersion, s3Credentials, startS3, stopS3 } from "./s3.js";
 
 interface BackingService {
   up(dataDir: string): Promise<string>;
@@ -23,7 +24,18 @@ const services: Record<string, BackingService | undefined> = {
   },
   kafka: undefined,
   redis: undefined,
-  s3: undefined,
+  s3: {
+    async up(dataDir) {
+      const began = performance.now();
+      const port = process.env.S3_PORT ? Number.parseInt(process.env.S3_PORT, 10) : defaultS3Port;
+      if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new Error(`S3_PORT must be a TCP port; got ${JSON.stringify(process.env.S3_PORT)}`);
+      const instance = await startS3(dataDir, { port });
+      const seconds = ((performance.now() - began) / 1000).toFixed(1);
+      const how = instance.started ? `started (pid ${instance.pid}), answering after ${seconds} s` : `already running (pid ${instance.pid})`;
+      return `s3 ${instance.endpoint} ${how}; MinIO ${minioVersion}, access key ${s3Credentials().accessKeyId}`;
+    },
+    down: stopS3,
+  },
   nginx: undefined,
 };
 
@@ -33,7 +45,7 @@ function resolveNames(names: string[]): [string, BackingService][] {
   return names.map((name) => {
     if (!(name in services)) throw new Error(`unknown service ${JSON.stringify(name)}; ${usage}`);
     const service = services[name];
-    if (!service) throw new Error(`the ${name} service is not built yet; only cassandra is`);
+    if (!service) throw new Error(`the ${name} service is not built yet; built: ${Object.keys(services).filter((known) => services[known]).join(", ")}`);
     return [name, service];
   });
 }
