@@ -12,6 +12,7 @@ import { conversationService } from "./engine/conversation.js";
 import { conversationsService } from "./engine/conversations.js";
 import { groupsService } from "./engine/groups.js";
 import { LocalDiskBlobStore } from "./engine/blob-store/local-disk-blob-store.js";
+import { S3BlobStore } from "./engine/blob-store/s3-blob-store.js";
 import { mediaService } from "./engine/media.js";
 import { socialService } from "./engine/social.js";
 import { systemAgentService } from "./engine/system-agent.js";
@@ -162,7 +163,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(conversationService(deps));
     broker.createService(conversationsService(deps));
     broker.createService(groupsService(deps));
-    broker.createService(mediaService(deps, await LocalDiskBlobStore.open(config.dataDir)));
+    const { blobs } = config.cluster;
+    broker.createService(mediaService(deps, blobs.kind === "s3" ? await S3BlobStore.open(blobs) : await LocalDiskBlobStore.open(config.dataDir)));
     broker.createService(systemAgentService(deps));
   }
 

@@ -31,8 +31,21 @@ export async function testS3(): Promise<TestS3> {
   return { endpoint, region, ...credentials };
 }
 
-/** Stops the test S3 server if this run started it. */
+/** Buckets of test servers (one per data directory, which restarts of its server share). */
+const serverBuckets = new Map<string, Promise<{ bucket: string; remove: () => Promise<void> }>>();
+
+/** The bucket of the test server on `dataDir`, created on first use and removed at the end of the run. */
+export async function testBucketFor(dataDir: string): Promise<string> {
+  let bucket = serverBuckets.get(dataDir);
+  if (!bucket) serverBuckets.set(dataDir, (bucket = createTestBucket()));
+  return (await bucket).bucket;
+}
+
+/** Removes the servers' buckets, then stops the test S3 server if this run started it. */
 export async function releaseTestS3(): Promise<void> {
+  const buckets = [...serverBuckets.values()];
+  serverBuckets.clear();
+  await Promise.allSettled(buckets.map(async (bucket) => (await bucket).remove()));
   const instance = running;
   running = undefined;
   if (instance) await (await instance).stop();
