@@ -56,15 +56,10 @@ export type QueuedJobKey = Pick<QueuedWebhook, "agentUserId" | "jobId">;
 
 /** The part of the durable webhook queue the dispatcher needs (engine/store's WebhookJobStore fits). */
 /**
- * The agents one webhook-fleet node serves: those whose id modulo `of` is in `owned` (the
- * partitions of the webhooks topic its consumer holds; see gateway/webhooks/fleet.ts).
+ * The agents one webhook-fleet node serves: those whose partition of the webhooks topic its
+ * consumer holds (see gateway/webhooks/fleet.ts).
  */
-export interface AgentSlice {
-  of: number;
-  owned: readonly number[];
-}
-
-export const inSlice = (slice: AgentSlice, agentUserId: number) => slice.owned.includes(agentUserId % slice.of);
+export type AgentSlice = (agentUserId: number) => boolean;
 
 export interface WebhookQueue {
   /** For each agent not in `busyAgents` (and in `slice`, when given), its oldest job if that job is due at `now`; at most `limit`. */

@@ -9,7 +9,6 @@
 // The dispatcher polls `due`. It serves the agents this handle knows to have jobs, their heads
 // cached; jobs queued through other handles are found by walking the sweep index ("webhooks",
 // items are agent ids) now and then, which also drops index rows of agents found empty.
-import { inSlice } from "../../../shared/agent-delivery.js";
 import { maxQueuedWebhooksPerAgent, type WebhookJob, type WebhookJobStore } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bigintOf, type Cql, type Row, type Statement } from "./cql.js";
@@ -302,7 +301,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       const due: WebhookJob[] = [];
       for (const [agentUserId, head] of delivery.heads) {
         if (head === null) delivery.heads.delete(agentUserId);
-        else if (head && !busy.has(agentUserId) && head.nextAttemptAt <= now && (!slice || inSlice(slice, agentUserId))) due.push({ ...head });
+        else if (head && !busy.has(agentUserId) && head.nextAttemptAt <= now && (!slice || slice(agentUserId))) due.push({ ...head });
       }
       due.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.jobId - b.jobId || a.agentUserId - b.agentUserId);
       return due.slice(0, limit);

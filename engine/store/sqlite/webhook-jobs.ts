@@ -59,13 +59,11 @@ export type AgentDeliveryWriters = ReturnType<typeof agentDeliveryWriters>;
 
 export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWriters): WebhookJobStore {
   // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
-  // Slice 0 means every agent.
-  const heads = db.prepare<[string, number, number, string, number, number], JobRow>(
+  // LIMIT -1: no limit (a slice is applied to the rows afterwards).
+  const heads = db.prepare<[string, number, number], JobRow>(
     `SELECT j.* FROM webhook_jobs j
      JOIN (SELECT agent_user_id, MIN(job_id) AS head FROM webhook_jobs
-           WHERE agent_user_id NOT IN (SELECT value FROM json_each(?))
-             AND (? = 0 OR agent_user_id % ? IN (SELECT value FROM json_each(?)))
-           GROUP BY agent_user_id) h ON h.head = j.job_id
+           WHERE agent_user_id NOT IN (SELECT value FROM json_each(?)) GROUP BY agent_user_id) h ON h.head = j.job_id
      WHERE j.next_attempt_at <= ? ORDER BY j.next_attempt_at, j.job_id LIMIT ?`,
   );
   const remove = db.prepare("DELETE FROM webhook_jobs WHERE job_id = ?");
@@ -85,7 +83,13 @@ export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWri
     },
     async due(now, busyAgents, limit, slice) {
       if (limit <= 0) return [];
-      return heads.all(JSON.stringify(busyAgents), slice?.of ?? 0, slice?.of ?? 0, JSON.stringify(slice?.owned ?? []), now, limit).map(toJob);
+      if (!slice) return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
+      // One head per agent with queued jobs: a short list (agents whose endpoint is behind).
+      return heads
+        .all(JSON.stringify(busyAgents), now, -1)
+        .filter((row) => slice(row.agent_user_id))
+        .slice(0, limit)
+        .map(toJob);
     },
     async remove({ jobId }) {
       remove.run(jobId);
