@@ -3,6 +3,7 @@
 // stops what `up` started (all of them without names).
 import { loadConfig } from "../../shared/config.js";
 import { cassandraHost, cassandraPort, startCassandra, stopCassandra } from "./cassandra.js";
+import { kafkaVersion, startKafka, stopKafka } from "./kafka.js";
 
 interface BackingService {
   up(dataDir: string): Promise<string>;
@@ -21,7 +22,16 @@ const services: Record<string, BackingService | undefined> = {
     },
     down: stopCassandra,
   },
-  kafka: undefined,
+  kafka: {
+    async up(dataDir) {
+      const began = performance.now();
+      const instance = await startKafka(dataDir);
+      const seconds = ((performance.now() - began) / 1000).toFixed(1);
+      const how = instance.started ? `started (pid ${instance.pid}), answering metadata after ${seconds} s` : `already running (pid ${instance.pid})`;
+      return `kafka ${instance.bootstrap} ${how}; Kafka ${kafkaVersion} (KRaft)`;
+    },
+    down: (dataDir) => stopKafka(dataDir),
+  },
   redis: undefined,
   s3: undefined,
   nginx: undefined,
@@ -33,7 +43,7 @@ function resolveNames(names: string[]): [string, BackingService][] {
   return names.map((name) => {
     if (!(name in services)) throw new Error(`unknown service ${JSON.stringify(name)}; ${usage}`);
     const service = services[name];
-    if (!service) throw new Error(`the ${name} service is not built yet; only cassandra is`);
+    if (!service) throw new Error(`the ${name} service is not built yet; built: ${Object.keys(services).filter((known) => services[known]).join(", ")}`);
     return [name, service];
   });
 }
