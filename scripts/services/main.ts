@@ -3,6 +3,7 @@
 // stops what `up` started (all of them without names).
 import { loadConfig } from "../../shared/config.js";
 import { cassandraHost, cassandraPort, startCassandra, stopCassandra } from "./cassandra.js";
+import { kafkaVersion, startKafka, stopKafka } from "./kafka.js";
 import { defaultS3Port, minioVersion, s3Credentials, startS3, stopS3 } from "./s3.js";
 
 interface BackingService {
@@ -22,7 +23,16 @@ const services: Record<string, BackingService | undefined> = {
     },
     down: stopCassandra,
   },
-  kafka: undefined,
+  kafka: {
+    async up(dataDir) {
+      const began = performance.now();
+      const instance = await startKafka(dataDir);
+      const seconds = ((performance.now() - began) / 1000).toFixed(1);
+      const how = instance.started ? `started (pid ${instance.pid}), answering metadata after ${seconds} s` : `already running (pid ${instance.pid})`;
+      return `kafka ${instance.bootstrap} ${how}; Kafka ${kafkaVersion} (KRaft)`;
+    },
+    down: (dataDir) => stopKafka(dataDir),
+  },
   redis: undefined,
   s3: {
     async up(dataDir) {
