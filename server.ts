@@ -39,6 +39,10 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
+import { WebhookFleetMember, WebhookTopic, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
+import { KafkaUpdateLog } from "./engine/log/kafka-update-log.js";
+import { MemoryUpdateLog } from "./engine/log/memory-update-log.js";
+import type { UpdateLog } from "./engine/log/update-log.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
 import { nodeFront } from "./edge/node-front.js";
 import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
@@ -72,6 +76,7 @@ export interface ParleyOptions {
     /** Shared by brokers that stand for separate processes inside one test process (Redis stands for them in a real cluster); not closed by stop(). */
     ephemeral?: EphemeralState;
     presence?: PresenceRegistry;
+    log?: UpdateLog;
   };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
@@ -94,6 +99,12 @@ export interface Parley {
 }
 
 /** What the api and gateway roles call; they answer requests only once these are reachable. */
+/**
+ * Consumer-group timing in a cluster: a member that stops heartbeating (a killed webhooks node)
+ * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
+ */
+const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
+
 const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
@@ -131,7 +142,21 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     }
   }
 
-  if (roles.includes("engine") && store && presence) {
+  // The update log: Kafka in a cluster, in memory when one process runs everything.
+  let log: UpdateLog | undefined;
+  const webhookTopic = webhookTopicName(config.cluster.kafkaTopicPrefix);
+  if (roles.includes("engine") || roles.includes("webhooks")) {
+    log = options.adapters?.log;
+    if (!log) {
+      const { kafkaBrokers } = config.cluster;
+      const opened: UpdateLog = kafkaBrokers ? new KafkaUpdateLog({ bootstrap: kafkaBrokers, clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings }) : new MemoryUpdateLog();
+      cleanups.push(() => opened.close());
+      log = opened;
+    }
+    await log.ensureTopic(webhookTopic, WebhookTopic.partitions);
+  }
+
+  if (roles.includes("engine") && store && presence && log) {
     const logger = broker.getLogger("engine");
     let ephemeral = options.adapters?.ephemeral;
     if (!ephemeral) {
@@ -152,7 +177,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
     cleanups.push(() => ownership.stop());
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence) };
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence),
+      webhookQueued: (agentUserId) => void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => logger.warn(`announcing webhook jobs failed (the fleet's poll finds them): ${String(err)}`)),
+    };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
@@ -168,7 +195,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(systemAgentService(deps));
   }
 
-  if (roles.includes("webhooks") && store) {
+  if (roles.includes("webhooks") && store && log) {
     const { agents, webhookJobs } = store;
     broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
     broker.createService(
@@ -179,6 +206,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         now: () => clock.now(),
         allowPrivateNetworks: config.webhookAllowPrivateNetworks,
         policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
+        fleet: new WebhookFleetMember(log, webhookTopic),
       }),
     );
   }

@@ -33,7 +33,7 @@ import {
 import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
+import { BusEvents, type AgentChangedEvent, type PushEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
@@ -343,7 +343,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
       inbox = new Inbox(
         deps,
         (event) => deps.pushes.send(event),
-        (agentUserId) => void this.broker.broadcast(BusEvents.webhookQueued, { agentUserId } satisfies WebhookQueuedEvent),
+        (agentUserId) => deps.webhookQueued(agentUserId),
       );
     },
     events: {
