@@ -17,8 +17,13 @@ export class MemoryPresenceRegistry implements PresenceRegistry {
     for (const { userId, connections } of counts) this.set(nodeId, userId, connections);
   }
 
-  async heartbeat(nodeId: string, ttlMs: number): Promise<void> {
-    this.aliveUntil.set(nodeId, this.now() + ttlMs);
+  async heartbeat(nodeId: string, ttlMs: number): Promise<boolean> {
+    const now = this.now();
+    const alive = (this.aliveUntil.get(nodeId) ?? -Infinity) > now;
+    // As in Redis, where a lapsed node's entries may already have been cleaned up by a reader.
+    if (!alive) await this.dropNode(nodeId);
+    this.aliveUntil.set(nodeId, now + ttlMs);
+    return alive;
   }
 
   async dropNode(nodeId: string): Promise<void> {

@@ -1,14 +1,23 @@
 // `npm run services -- up <name>...` starts the named backing services with their data under
 // DATA_DIR/services and returns once each accepts connections; `npm run services -- down [name...]`
-// stops what `up` started (all of them without names).
+// stops what `up` started (all of them without names). Redis listens on REDIS_PORT (default 6379).
 import { loadConfig } from "../../shared/config.js";
 import { cassandraHost, cassandraPort, startCassandra, stopCassandra } from "./cassandra.js";
 import { kafkaVersion, startKafka, stopKafka } from "./kafka.js";
+import { defaultRedisPort, redisHost, startRedis, stopRedis } from "./redis.js";
 import { defaultS3Port, minioVersion, s3Credentials, startS3, stopS3 } from "./s3.js";
 
 interface BackingService {
   up(dataDir: string): Promise<string>;
   down(dataDir: string): Promise<boolean>;
+}
+
+function redisPortFrom(env: NodeJS.ProcessEnv): number {
+  const text = env.REDIS_PORT;
+  if (text === undefined || text === "") return defaultRedisPort;
+  const port = Number(text);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`REDIS_PORT must be a port number; got ${JSON.stringify(text)}`);
+  return port;
 }
 
 const services: Record<string, BackingService | undefined> = {
@@ -33,7 +42,16 @@ const services: Record<string, BackingService | undefined> = {
     },
     down: (dataDir) => stopKafka(dataDir),
   },
-  redis: undefined,
+  redis: {
+    async up(dataDir) {
+      const began = performance.now();
+      const instance = await startRedis(dataDir, { port: redisPortFrom(process.env) });
+      const milliseconds = (performance.now() - began).toFixed(0);
+      const how = instance.started ? `started (pid ${instance.pid}), answering PING after ${milliseconds} ms` : `already running (pid ${instance.pid})`;
+      return `redis ${redisHost}:${instance.port} ${how}; Debian package ${instance.version}`;
+    },
+    down: stopRedis,
+  },
   s3: {
     async up(dataDir) {
       const began = performance.now();
