@@ -22,6 +22,8 @@ import type { EngineDeps } from "./engine/deps.js";
 import type { EphemeralState } from "./engine/ephemeral/ephemeral-state.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "./engine/presence/memory-presence-registry.js";
+import { RedisPresenceRegistry } from "./engine/presence/redis-presence-registry.js";
+import { RedisEphemeralState } from "./engine/ephemeral/redis-ephemeral-state.js";
 import type { PresenceRegistry } from "./engine/presence/presence-registry.js";
 import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
@@ -132,11 +134,14 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     cleanups.push(() => store!.close());
   }
 
+  // The clients reconnect by themselves; one line per failed connection attempt, not per command.
+  const redisTrouble = (error: Error) => broker.logger.warn(`redis: ${error.message}`);
   let presence: PresenceRegistry | undefined;
   if (roles.includes("engine") || roles.includes("gateway")) {
     presence = options.adapters?.presence;
     if (!presence) {
-      const opened = new MemoryPresenceRegistry();
+      const { redisUrl, redisPrefix } = config.cluster;
+      const opened = redisUrl ? await RedisPresenceRegistry.open({ url: redisUrl, prefix: redisPrefix, onError: redisTrouble }) : new MemoryPresenceRegistry();
       cleanups.push(() => opened.close());
       presence = opened;
     }
@@ -160,7 +165,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const logger = broker.getLogger("engine");
     let ephemeral = options.adapters?.ephemeral;
     if (!ephemeral) {
-      const opened = new MemoryEphemeralState(clock);
+      const { redisUrl, redisPrefix } = config.cluster;
+      const opened = redisUrl ? await RedisEphemeralState.open({ url: redisUrl, prefix: `${redisPrefix}ephemeral:`, onError: redisTrouble }) : new MemoryEphemeralState(clock);
       cleanups.push(() => opened.close());
       ephemeral = opened;
     }
