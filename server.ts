@@ -12,6 +12,7 @@ import { conversationService } from "./engine/conversation.js";
 import { conversationsService } from "./engine/conversations.js";
 import { groupsService } from "./engine/groups.js";
 import { LocalDiskBlobStore } from "./engine/blob-store/local-disk-blob-store.js";
+import { S3BlobStore } from "./engine/blob-store/s3-blob-store.js";
 import { mediaService } from "./engine/media.js";
 import { socialService } from "./engine/social.js";
 import { systemAgentService } from "./engine/system-agent.js";
@@ -21,6 +22,8 @@ import type { EngineDeps } from "./engine/deps.js";
 import type { EphemeralState } from "./engine/ephemeral/ephemeral-state.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "./engine/presence/memory-presence-registry.js";
+import { RedisPresenceRegistry } from "./engine/presence/redis-presence-registry.js";
+import { RedisEphemeralState } from "./engine/ephemeral/redis-ephemeral-state.js";
 import type { PresenceRegistry } from "./engine/presence/presence-registry.js";
 import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
@@ -38,6 +41,10 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
+import { WebhookFleetMember, WebhookTopic, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
+import { KafkaUpdateLog } from "./engine/log/kafka-update-log.js";
+import { MemoryUpdateLog } from "./engine/log/memory-update-log.js";
+import type { UpdateLog } from "./engine/log/update-log.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
 import { nodeFront } from "./edge/node-front.js";
 import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
@@ -71,6 +78,7 @@ export interface ParleyOptions {
     /** Shared by brokers that stand for separate processes inside one test process (Redis stands for them in a real cluster); not closed by stop(). */
     ephemeral?: EphemeralState;
     presence?: PresenceRegistry;
+    log?: UpdateLog;
   };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
@@ -93,6 +101,12 @@ export interface Parley {
 }
 
 /** What the api and gateway roles call; they answer requests only once these are reachable. */
+/**
+ * Consumer-group timing in a cluster: a member that stops heartbeating (a killed webhooks node)
+ * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
+ */
+const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
+
 const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
@@ -120,21 +134,39 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     cleanups.push(() => store!.close());
   }
 
+  // The clients reconnect by themselves; one line per failed connection attempt, not per command.
+  const redisTrouble = (error: Error) => broker.logger.warn(`redis: ${error.message}`);
   let presence: PresenceRegistry | undefined;
   if (roles.includes("engine") || roles.includes("gateway")) {
     presence = options.adapters?.presence;
     if (!presence) {
-      const opened = new MemoryPresenceRegistry();
+      const { redisUrl, redisPrefix } = config.cluster;
+      const opened = redisUrl ? await RedisPresenceRegistry.open({ url: redisUrl, prefix: redisPrefix, onError: redisTrouble }) : new MemoryPresenceRegistry();
       cleanups.push(() => opened.close());
       presence = opened;
     }
   }
 
-  if (roles.includes("engine") && store && presence) {
+  // The update log: Kafka in a cluster, in memory when one process runs everything.
+  let log: UpdateLog | undefined;
+  const webhookTopic = webhookTopicName(config.cluster.kafkaTopicPrefix);
+  if (roles.includes("engine") || roles.includes("webhooks")) {
+    log = options.adapters?.log;
+    if (!log) {
+      const { kafkaBrokers } = config.cluster;
+      const opened: UpdateLog = kafkaBrokers ? new KafkaUpdateLog({ bootstrap: kafkaBrokers, clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings }) : new MemoryUpdateLog();
+      cleanups.push(() => opened.close());
+      log = opened;
+    }
+    await log.ensureTopic(webhookTopic, WebhookTopic.partitions);
+  }
+
+  if (roles.includes("engine") && store && presence && log) {
     const logger = broker.getLogger("engine");
     let ephemeral = options.adapters?.ephemeral;
     if (!ephemeral) {
-      const opened = new MemoryEphemeralState(clock);
+      const { redisUrl, redisPrefix } = config.cluster;
+      const opened = redisUrl ? await RedisEphemeralState.open({ url: redisUrl, prefix: `${redisPrefix}ephemeral:`, onError: redisTrouble }) : new MemoryEphemeralState(clock);
       cleanups.push(() => opened.close());
       ephemeral = opened;
     }
@@ -151,7 +183,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
     cleanups.push(() => ownership.stop());
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence) };
+    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence),
+      webhookQueued: (agentUserId) => void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => logger.warn(`announcing webhook jobs failed (the fleet's poll finds them): ${String(err)}`)),
+    };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
     broker.createService(pushService(deps));
@@ -162,11 +196,12 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(conversationService(deps));
     broker.createService(conversationsService(deps));
     broker.createService(groupsService(deps));
-    broker.createService(mediaService(deps, await LocalDiskBlobStore.open(config.dataDir)));
+    const { blobs } = config.cluster;
+    broker.createService(mediaService(deps, blobs.kind === "s3" ? await S3BlobStore.open(blobs) : await LocalDiskBlobStore.open(config.dataDir)));
     broker.createService(systemAgentService(deps));
   }
 
-  if (roles.includes("webhooks") && store) {
+  if (roles.includes("webhooks") && store && log) {
     const { agents, webhookJobs } = store;
     broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
     broker.createService(
@@ -177,6 +212,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         now: () => clock.now(),
         allowPrivateNetworks: config.webhookAllowPrivateNetworks,
         policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
+        fleet: new WebhookFleetMember(log, webhookTopic),
       }),
     );
   }

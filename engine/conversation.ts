@@ -791,7 +791,7 @@ interface Admitted {
   replyTo: Uint8Array | null;
 }
 
-const shardByConversation = routeToOwner("request.conversationId", (conversationId) => conversationKey(BigInt(conversationId)));
+const shardByConversation = routeToOwner("request.conversationId", "conversation");
 
 export function conversationService(deps: EngineDeps): ServiceSchema {
   const actor = new ConversationActor(deps);

@@ -32,6 +32,11 @@ import type { Caller } from "../shared/caller.js";
 import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { Mailboxes } from "./mailbox.js";
+import { conversationKey } from "./ownership.js";
+import { routeToOwner } from "./shard-owners.js";
+
+/** A group's changes go to the node owning its conversation (its id is the conversation id). */
+const routeByGroup = routeToOwner("request.groupId", "conversation");
 import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
 import {
@@ -62,9 +67,15 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   const groups = store.groups;
   // Every change to one group runs after the previous one has finished, so two invites cannot
   // both pass the size checks, nothing is added to a group being dissolved, and the system
-  // messages come in the order of the changes they announce.
+  // messages come in the order of the changes they announce. Across nodes, changes are routed to
+  // the node owning the group's conversation, and run only while it holds that shard's lease: a
+  // node that lost it (or was never given it) refuses with a retryable UNAVAILABLE.
   const changes = new Mailboxes();
-  const serialised = <T>(groupId: number, work: () => Promise<T>) => changes.run(groupId, work);
+  const serialised = <T>(groupId: number, work: () => Promise<T>) =>
+    changes.run(groupId, async () => {
+      await deps.ownership.fence(conversationKey(BigInt(groupId)));
+      return work();
+    });
   /**
    * The group's conversation actor checks members and status from memory: it must drop them
    * after a change is written and before the caller hears of it (and before the change's system
@@ -157,7 +168,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         await events.deliver(ctx);
         return { group: groupInfoView(group) };
       }),
-      dissolveGroup: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, ({ request, caller, ctx }) => {
+      dissolveGroup: { ...routeByGroup, handler: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(owner, request.groupId);
@@ -170,18 +181,18 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           await events.deliver(ctx);
           return {};
         });
-      }),
-      updateGroupName: rpcAction(UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema, ({ request, caller, ctx }) => {
+      }) },
+      updateGroupName: { ...routeByGroup, handler: rpcAction(UpdateGroupNameRequestSchema, UpdateGroupNameResponseSchema, ({ request, caller, ctx }) => {
         if (request.name.trim().length === 0) throw new ParleyError(Errors.invalidArgument, { field: "name" }, "the group name cannot be blank");
         return changeInfo(ctx, requireUser(caller), request.groupId, { name: request.name }, "name");
-      }),
-      updateGroupAvatar: rpcAction(UpdateGroupAvatarRequestSchema, UpdateGroupAvatarResponseSchema, ({ request, caller, ctx }) =>
+      }) },
+      updateGroupAvatar: { ...routeByGroup, handler: rpcAction(UpdateGroupAvatarRequestSchema, UpdateGroupAvatarResponseSchema, ({ request, caller, ctx }) =>
         changeInfo(ctx, requireUser(caller), request.groupId, { avatarUrl: request.avatarUrl }, "avatar"),
-      ),
-      updateGroupDescription: rpcAction(UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, ({ request, caller, ctx }) =>
+      ) },
+      updateGroupDescription: { ...routeByGroup, handler: rpcAction(UpdateGroupDescriptionRequestSchema, UpdateGroupDescriptionResponseSchema, ({ request, caller, ctx }) =>
         changeInfo(ctx, requireUser(caller), request.groupId, { description: request.description }, "description"),
-      ),
-      inviteMembers: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, ({ request, caller, ctx }) => {
+      ) },
+      inviteMembers: { ...routeByGroup, handler: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, ({ request, caller, ctx }) => {
         const inviter = requireUser(caller);
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(inviter, request.groupId);
@@ -206,8 +217,8 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           await events.deliver(ctx);
           return {};
         });
-      }),
-      removeMember: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, ({ request, caller, ctx }) => {
+      }) },
+      removeMember: { ...routeByGroup, handler: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
         return serialised(request.groupId, async () => {
           const group = await requireOwnedGroup(owner, request.groupId);
@@ -230,8 +241,8 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           await events.deliver(ctx);
           return {};
         });
-      }),
-      leaveGroup: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, ({ request, caller, ctx }) => {
+      }) },
+      leaveGroup: { ...routeByGroup, handler: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, ({ request, caller, ctx }) => {
         const member = requireCaller(caller);
         return serialised(request.groupId, async () => {
           const group = await groups.getGroup(request.groupId);
@@ -249,7 +260,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           await events.deliver(ctx);
           return {};
         });
-      }),
+      }) },
       getGroupInfo: rpcAction(GetGroupInfoRequestSchema, GetGroupInfoResponseSchema, async ({ request, caller }) => {
         const viewer = requireCaller(caller);
         const group = await requireGroup(request.groupId);

@@ -35,6 +35,7 @@ describe("Inbox actor", () => {
       presence: new MemoryPresenceRegistry(),
       // The Inbox is given its publisher directly in these tests.
       pushes: { send: () => {} },
+      webhookQueued: () => {},
     };
   });
   after(async () => {

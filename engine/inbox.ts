@@ -33,7 +33,7 @@ import {
 import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentChangedEvent, type PushEvent, type WebhookQueuedEvent } from "../shared/bus.js";
+import { BusEvents, type AgentChangedEvent, type PushEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
@@ -330,10 +330,10 @@ export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId:
   await ctx.call("inbox.deliverCardAction", params);
 }
 
-const shardByUser = routeToOwner("userId", (userId) => userStreamKey(Number(userId)));
+const shardByUser = routeToOwner("userId", "user");
 /** "inbox.x" → "x": the shared action names are full, the service declares them unqualified. */
 const actionName = (fullName: string) => fullName.slice(fullName.indexOf(".") + 1);
-const shardByCaller = routeToOwner("caller.userId", (userId) => userStreamKey(Number(userId)));
+const shardByCaller = routeToOwner("caller.userId", "user");
 
 export function inboxService(deps: EngineDeps): ServiceSchema {
   let inbox: Inbox;
@@ -343,7 +343,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
       inbox = new Inbox(
         deps,
         (event) => deps.pushes.send(event),
-        (agentUserId) => void this.broker.broadcast(BusEvents.webhookQueued, { agentUserId } satisfies WebhookQueuedEvent),
+        (agentUserId) => deps.webhookQueued(agentUserId),
       );
     },
     events: {

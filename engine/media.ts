@@ -394,7 +394,7 @@ function resolveRange(range: RequestedRange, size: number): ByteRange {
 }
 
 // An upload session's calls run in its mailbox on one node; the key moves only when that node leaves.
-const shardBySession = routeToOwner("request.sessionId", (sessionId) => `upload:${sessionId}`);
+const shardBySession = routeToOwner("request.sessionId", "upload");
 
 export function mediaService(deps: EngineDeps, blobs: BlobStore): ServiceSchema {
   const media = new MediaService(deps, blobs);

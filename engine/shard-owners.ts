@@ -5,7 +5,7 @@
 // (OwnerStrategy); engines give up the leases of shards designated elsewhere (Ownership.rebalance).
 // Routing is only a preference: the lease and its fence decide who may write (ownership.ts).
 import moleculer, { type Context, type ServiceBroker } from "moleculer";
-import { shardOf, type Placement } from "./ownership.js";
+import { conversationKey, shardOf, userStreamKey, type Placement } from "./ownership.js";
 
 /** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */
 export function engineNodes(broker: ServiceBroker): string[] {
@@ -58,11 +58,21 @@ export function keysByOwner<K>(keys: readonly K[], keyOf: (key: K) => string, no
   return groups;
 }
 
+/** How a param's value becomes an ownership key (ownership.ts). */
+const keyKinds = {
+  conversation: (value: string | number) => conversationKey(BigInt(value)),
+  user: (value: string | number) => userStreamKey(Number(value)),
+  upload: (value: string | number) => `upload:${value}`,
+} as const;
+
+/**
+ * Plain data: action definitions travel to other nodes as JSON in Moleculer's discovery, and the
+ * caller's registry builds the strategy from them (a function or a class would not survive).
+ */
 interface OwnerStrategyOptions {
   /** Path of the key's value in the action's params, e.g. "request.conversationId". */
   shardKey: string;
-  /** The ownership key of that value (ownership.ts: conversationKey, userStreamKey). */
-  keyOf: (value: string | number) => string;
+  keyKind: keyof typeof keyKinds;
 }
 
 type Endpoint = { id: string };
@@ -88,7 +98,7 @@ export class OwnerStrategy extends moleculer.Strategies.Base {
   override select(list: Endpoint[], ctx?: Context): moleculer.Endpoint {
     const value = ctx && valueAt(ctx.params, this.options.shardKey);
     if (value !== undefined && value !== "") {
-      const owner = ownerOf(shardOf(this.options.keyOf(value)), list.map((endpoint) => endpoint.id));
+      const owner = ownerOf(shardOf(keyKinds[this.options.keyKind](value)), list.map((endpoint) => endpoint.id));
       const chosen = list.find((endpoint) => endpoint.id === owner);
       if (chosen) return chosen as moleculer.Endpoint;
     }
@@ -97,10 +107,15 @@ export class OwnerStrategy extends moleculer.Strategies.Base {
   }
 }
 
+// Registered by name in every process that imports this module (server.ts does, whatever its roles).
+const strategyName = "ParleyOwner";
+// (Moleculer's typings leave register out; it is public API in its docs.)
+(moleculer.Strategies as unknown as { register(name: string, strategy: typeof OwnerStrategy): void }).register(strategyName, OwnerStrategy);
+
 /** Action options routing by the ownership key of a param. */
-export const routeToOwner = (shardKey: string, keyOf: OwnerStrategyOptions["keyOf"]) => ({
-  strategy: OwnerStrategy as unknown as string,
-  strategyOptions: { shardKey, keyOf } satisfies OwnerStrategyOptions,
+export const routeToOwner = (shardKey: string, keyKind: OwnerStrategyOptions["keyKind"]) => ({
+  strategy: strategyName,
+  strategyOptions: { shardKey, keyKind } satisfies OwnerStrategyOptions,
 });
 
 /**

@@ -146,9 +146,19 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       const broker = (presenceBroker = this.broker);
       // Entries of an earlier life of this node (a crash) describe connections that are gone.
       await options.presence.dropNode(broker.nodeID);
-      const beat = () => options.presence.heartbeat(broker.nodeID, PresencePolicy.ttlMs).catch((err: unknown) => broker.logger.warn(`presence heartbeat failed: ${String(err)}`));
+      // A beat that finds this node's entries gone (its beats lapsed: Redis restarted, or this
+      // process stalled) reports every connection again.
+      const beat = async () => {
+        try {
+          if (await options.presence.heartbeat(broker.nodeID, PresencePolicy.ttlMs)) return;
+          const counts = [...byUser].map(([userId, connections]) => ({ userId, connections: connections.size }));
+          if (counts.length > 0) await options.presence.report(broker.nodeID, counts);
+        } catch (err) {
+          broker.logger.warn(`presence heartbeat failed: ${String(err)}`);
+        }
+      };
       await beat();
-      heartbeat = setInterval(beat, PresencePolicy.heartbeatMs);
+      heartbeat = setInterval(() => void beat(), PresencePolicy.heartbeatMs);
       heartbeat.unref();
       const logger = this.logger;
       const agentFeed = (c: Connection, agentUserId: number) =>

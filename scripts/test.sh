@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: every *.test.ts file under the repository, through the real server, on the
-# embedded SQLite store; then the black-box tests (test/*.test.ts) again with every server on a real
-# Cassandra (PARLEY_TEST_STORE=cassandra, started by the tests and stopped at the end). The last line
-# is the sum of both passes. With file arguments, only those files run, once, on the store that
-# PARLEY_TEST_STORE names.
+# embedded SQLite store and local disk; then the black-box tests (test/*.test.ts) again with every
+# server on a cluster's backing services: a real Cassandra (PARLEY_TEST_STORE=cassandra) and a real
+# S3 server (PARLEY_TEST_BLOBS=s3), started by the tests and stopped at the end. The last line is the
+# sum of both passes. With file arguments, only those files run, once, on the backends that
+# PARLEY_TEST_STORE and PARLEY_TEST_BLOBS name.
 # HTTPS webhook receivers in the tests present a certificate from a throwaway CA that the server
 # trusts through NODE_EXTRA_CA_CERTS, exactly as an operator would add a private CA.
 set -u
@@ -26,7 +27,7 @@ pass() {
 }
 pass sqlite node --import tsx scripts/run-tests.ts
 sqlite_status=$?
-pass cassandra env PARLEY_TEST_STORE=cassandra node --import tsx scripts/run-tests.ts test/*.test.ts
+pass cassandra env PARLEY_TEST_STORE=cassandra PARLEY_TEST_BLOBS=s3 node --import tsx scripts/run-tests.ts test/*.test.ts
 cassandra_status=$?
 
 passed=0

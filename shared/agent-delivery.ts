@@ -55,9 +55,15 @@ export interface QueuedWebhook {
 export type QueuedJobKey = Pick<QueuedWebhook, "agentUserId" | "jobId">;
 
 /** The part of the durable webhook queue the dispatcher needs (engine/store's WebhookJobStore fits). */
+/**
+ * The agents one webhook-fleet node serves: those whose partition of the webhooks topic its
+ * consumer holds (see gateway/webhooks/fleet.ts).
+ */
+export type AgentSlice = (agentUserId: number) => boolean;
+
 export interface WebhookQueue {
-  /** For each agent not in `busyAgents`, its oldest job if that job is due at `now`; at most `limit`. */
-  due(now: number, busyAgents: readonly number[], limit: number): Promise<QueuedWebhook[]>;
+  /** For each agent not in `busyAgents` (and in `slice`, when given), its oldest job if that job is due at `now`; at most `limit`. */
+  due(now: number, busyAgents: readonly number[], limit: number, slice?: AgentSlice): Promise<QueuedWebhook[]>;
   /** Removes a delivered (or abandoned) job. */
   remove(job: QueuedJobKey): Promise<void>;
   /** Records a failed attempt and when to try again. */

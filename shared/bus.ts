@@ -17,8 +17,6 @@ export const BusEvents = {
   agentTokenRevoked: "parley.agent-token-revoked",
   /** An agent's IP whitelist changed: its sockets from addresses now outside it must close. */
   agentWhitelistChanged: "parley.agent-whitelist-changed",
-  /** Webhook deliveries were queued for an agent: the dispatcher should look at the queue now. */
-  webhookQueued: "parley.webhook-queued",
 } as const;
 
 /**
@@ -35,10 +33,6 @@ export interface SessionsRevokedEvent {
 }
 
 export interface AgentChangedEvent {
-  agentUserId: number;
-}
-
-export interface WebhookQueuedEvent {
   agentUserId: number;
 }
 

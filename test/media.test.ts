@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code } from "@connectrpc/connect";
+import { ListObjectsV2Command } from "@aws-sdk/client-s3";
 import { expect } from "chai";
 import sharp from "sharp";
 import type { Parley } from "../server.js";
@@ -18,6 +19,15 @@ import { device, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, freshEmail, lastCode, startTestServer, startTwoNodes, wireModes, type TestServer, type WireMode } from "./support/harness.js";
 import { createAgent } from "./support/social.js";
+import { testS3Client } from "./support/s3.js";
+
+/** Whether a session's staged bytes are still kept, wherever the server keeps blobs. */
+async function stagedBytesExist(server: TestServer, sessionId: string): Promise<boolean> {
+  const { blobs } = server.config.cluster;
+  if (blobs.kind === "disk") return existsSync(join(server.dataDir, "media", "staging", sessionId));
+  const listed = await (await testS3Client()).send(new ListObjectsV2Command({ Bucket: blobs.bucket, Prefix: `staging/${sessionId}/` }));
+  return (listed.KeyCount ?? 0) > 0;
+}
 
 const MB5 = 5 * 1024 * 1024;
 const hour = 60 * 60 * 1000;
@@ -596,11 +606,10 @@ describe("MediaService across a restart", () => {
     // An expired session is swept at start-up with its staged bytes, untouched by any call.
     const abandoned = await media(server, user).initUpload({ ...declaration, fileName: "abandoned.bin" });
     await media(server, user).uploadChunk({ sessionId: abandoned.sessionId, offset: 0n, chunk: data.subarray(0, 100) });
-    const staged = join(server.dataDir, "media", "staging", abandoned.sessionId);
-    expect(existsSync(staged)).to.equal(true);
+    expect(await stagedBytesExist(server, abandoned.sessionId)).to.equal(true);
     server.clock.advance(25 * hour);
     server = await server.restart();
-    expect(existsSync(staged)).to.equal(false);
+    expect(await stagedBytesExist(server, abandoned.sessionId)).to.equal(false);
     user = await refreshed(server, user);
     expect((await media(server, user).initUpload({ ...declaration, fileName: "abandoned.bin" })).sessionId).to.not.equal(abandoned.sessionId);
   });

@@ -69,6 +69,7 @@ for (const mode of wireModes) {
         ownership: ownershipB,
         presence,
         pushes: new PushRouter(server.broker, presence),
+        webhookQueued: () => {},
       };
       return { actor: new ConversationActor(deps), ctx: moleculer.Context.create(server.broker) as Context };
     }

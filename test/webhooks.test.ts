@@ -8,6 +8,8 @@ import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
+import { MemoryUpdateLog } from "../engine/log/memory-update-log.js";
+import { webhookTopicName } from "../gateway/webhooks/fleet.js";
 import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { snUpdateOf } from "../engine/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
@@ -106,11 +108,18 @@ const textOf = (update: Update) => {
   return body?.content.case === "text" ? body.content.value.text : undefined;
 };
 
-function webhookServer(overrides: { timeoutMs?: number } = {}): Promise<TestServer> {
-  return startTestServer({
+/** The update log of each server webhookServer starts, so a test can read what the engine announces to the fleet. */
+const announcements = new WeakMap<TestServer, MemoryUpdateLog>();
+
+async function webhookServer(overrides: { timeoutMs?: number } = {}): Promise<TestServer> {
+  const log = new MemoryUpdateLog();
+  const server = await startTestServer({
     env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true" },
     webhooks: { retryBaseMs, timeoutMs: overrides.timeoutMs ?? 1000, pollIntervalMs: 25 },
+    adapters: { log },
   });
+  announcements.set(server, log);
+  return server;
 }
 
 /** Changes an agent's record the way its configuration endpoints do: the write, the broadcast, the switch in its inbox. */
@@ -334,14 +343,17 @@ describe("agent event delivery by webhook", () => {
   });
 
   it("sends nothing for people and for agents in WEBSOCKET mode", async () => {
-    // Every queued job is announced on the bus; a job queued by mistake could be taken back by the
-    // dispatcher before the queue is inspected, but not unannounced.
+    // Every queued job is announced to the fleet; a job queued by mistake could be taken back by
+    // the dispatcher before the queue is inspected, but not unannounced. The spy reads the
+    // announcements as a consumer group of its own.
     const queuedFor: number[] = [];
-    const spy = server.broker.createService({
-      name: `webhook-queue-spy-${Date.now()}`,
-      events: { [BusEvents.webhookQueued]: { handler: (ctx: { params: { agentUserId: number } }) => void queuedFor.push(ctx.params.agentUserId) } },
+    const spy = await announcements.get(server)!.consume({
+      group: `webhook-queue-spy-${Date.now()}`,
+      topic: webhookTopicName(server.config.cluster.kafkaTopicPrefix),
+      handle: async (_partition, records) => {
+        for (const record of records) queuedFor.push((JSON.parse(new TextDecoder().decode(record.value)) as { agentUserId: number }).agentUserId);
+      },
     });
-    await server.broker.waitForServices([spy.name], 5000, 10);
     try {
       const agent = await createAgent(server, owner);
       await say(agent, "hello socket agent");
@@ -350,7 +362,7 @@ describe("agent event delivery by webhook", () => {
       expect(await inspect.webhookJobs.pending(owner.userId)).to.deep.equal([]);
       expect(queuedFor.filter((id) => id === agent.userId || id === owner.userId)).to.deep.equal([]);
     } finally {
-      await server.broker.destroyService(spy);
+      await spy.close();
     }
   });
 });

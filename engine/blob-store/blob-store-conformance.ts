@@ -104,6 +104,25 @@ export function describeBlobStoreConformance(name: string, open: () => Promise<B
       expect(await rejection(blobs.commitStaged("session1", "file2", 100))).to.be.instanceOf(BlobNotFoundError);
     });
 
+    it("cuts an earlier staged write where a later write starts inside it, and commits a prefix ending inside a write", async () => {
+      const data = bytes(80, 4);
+      await blobs.writeStaged("inside", 0, bytes(50, 8));
+      await blobs.writeStaged("inside", 20, bytes(40, 6));
+      // Rewinds into the middle of both earlier writes; everything past this write's end goes.
+      await blobs.writeStaged("inside", 0, data.subarray(0, 10));
+      await blobs.writeStaged("inside", 10, data.subarray(10, 70));
+      await blobs.writeStaged("inside", 35, data.subarray(35, 80));
+      await blobs.commitStaged("inside", "file5", 60);
+      expect(Buffer.compare(await collect(await blobs.read("file5")), data.subarray(0, 60))).to.equal(0);
+    });
+
+    it("commits an empty staged upload as an empty blob", async () => {
+      await blobs.writeStaged("empty", 0, new Uint8Array(0));
+      await blobs.commitStaged("empty", "file6", 0);
+      expect(await blobs.size("file6")).to.equal(0);
+      expect((await collect(await blobs.read("file6"))).length).to.equal(0);
+    });
+
     it("refuses a staged write that would leave a hole, and a commit longer than the staged bytes", async () => {
       expect(String(await rejection(blobs.writeStaged("holey", 5, bytes(3))))).to.match(/fewer than the offset/);
       await blobs.writeStaged("short", 0, bytes(10));

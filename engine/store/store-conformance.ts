@@ -761,6 +761,17 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await heads(49)).to.deep.equal([]);
       });
 
+      it("answers only the agents of a slice when given one (a webhook-fleet node's share)", async () => {
+        for (const agentUserId of [4, 5, 6, 7, 9]) await store.webhookJobs.enqueue(agentUserId, `j${agentUserId}`, agentUserId);
+        const modulo = (owned: number[]) => (agentUserId: number) => owned.includes(agentUserId % 4);
+        const sliced = async (owned: number[], limit = 10) => (await store.webhookJobs.due(100, [], limit, modulo(owned))).map((job) => job.agentUserId);
+        expect(await sliced([1])).to.deep.equal([5, 9]);
+        expect(await sliced([0, 3])).to.deep.equal([4, 7]);
+        expect(await sliced([0, 3], 1)).to.deep.equal([4]);
+        expect(await sliced([])).to.deep.equal([]);
+        expect((await store.webhookJobs.due(100, [5], 10, modulo([1]))).map((job) => job.agentUserId)).to.deep.equal([9]);
+      });
+
       it("keeps a rescheduled head in front: the jobs behind it wait, then follow in order", async () => {
         await store.webhookJobs.enqueue(1, "a1", 100);
         await store.webhookJobs.enqueue(1, "a2", 100);

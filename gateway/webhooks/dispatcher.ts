@@ -10,19 +10,21 @@
 // mailbox (a mode change normally did that already; this covers a crash in between). Dropping it
 // here could race an append still routed the old way and skip entries for good.
 //
-// The queue is looked at when the engine announces new jobs (BusEvents.webhookQueued), when a
-// retry falls due, when a delivery finishes, and every `pollIntervalMs` as a safety net. Times in
+// The queue is looked at when the engine announces new jobs (a record on the webhooks topic, see
+// fleet.ts), when a retry falls due, when a delivery finishes, and every `pollIntervalMs` as a
+// safety net. Times in
 // the queue are engine-clock times, so tests that move the clock move retries with it.
 import type { ServiceSchema } from "moleculer";
 import {
   AgentDeliveryActions,
+  type AgentSlice,
   type DeliveryModeChangedParams,
   type QueuedWebhook,
   type WebhookQueue,
   type WebhookTargetResolver,
 } from "../../shared/agent-delivery.js";
-import { BusEvents } from "../../shared/bus.js";
 import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
+import type { WebhookFleetMember } from "./fleet.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
 
 export interface DispatcherPolicy {
@@ -67,6 +69,8 @@ export interface DispatcherOptions {
   policy?: Partial<DispatcherPolicy>;
   /** Replaces the HTTPS client (tests). */
   poster?: WebhookPoster;
+  /** The agents this node serves, when the fleet splits them (fleet.ts); every agent when absent. */
+  slice?: () => AgentSlice;
 }
 
 /**
@@ -128,7 +132,7 @@ export class WebhookDispatcher {
   private async fill(): Promise<void> {
     const room = this.policy.concurrency - this.busy.size;
     if (room <= 0) return;
-    const jobs = await this.options.queue.due(this.options.now(), [...this.busy], room);
+    const jobs = await this.options.queue.due(this.options.now(), [...this.busy], room, this.options.slice?.());
     for (const job of jobs) {
       if (!this.running || this.busy.has(job.agentUserId)) continue;
       this.busy.add(job.agentUserId);
@@ -183,6 +187,11 @@ export class WebhookDispatcher {
     this.retryTimers.add(timer);
   }
 
+  /** Resolves once no delivery to an agent `leaving` names is in flight (its agents move to another node). */
+  async settle(leaving: (agentUserId: number) => boolean): Promise<void> {
+    while ([...this.busy].some(leaving)) await Promise.race([...this.deliveries]);
+  }
+
   /** Stops taking jobs, cancels requests in flight (their jobs stay queued) and waits for them. */
   async stop(): Promise<void> {
     this.running = false;
@@ -196,34 +205,32 @@ export class WebhookDispatcher {
   }
 }
 
-/** The Moleculer service of the engine role that runs the dispatcher. */
-export function webhookDispatcherService(options: DispatcherOptions): ServiceSchema {
+/** The Moleculer service of the webhooks role: the dispatcher of this node's share of the agents. */
+export function webhookDispatcherService(options: DispatcherOptions & { fleet: WebhookFleetMember }): ServiceSchema {
   let dispatcher: WebhookDispatcher;
+  const { fleet } = options;
   return {
     name: "webhookDispatcher",
-    events: {
-      [BusEvents.webhookQueued]: {
-        handler() {
-          dispatcher.wake();
-        },
-      },
-    },
     created() {
       const logger = this.logger;
       const handBack: HandBack = async (agentUserId) => {
         await this.broker.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
       };
-      dispatcher = new WebhookDispatcher({ ...options, handBack }, {
+      dispatcher = new WebhookDispatcher({ ...options, slice: () => fleet.slice, handBack }, {
         info: (message) => logger.info(message),
         warn: (message) => logger.warn(message),
         error: (message, err) => logger.error(message, err),
       });
     },
-    started() {
+    async started() {
       dispatcher.start();
+      await fleet.join(dispatcher, (err) => this.logger.warn(`webhook fleet: ${String(err)}`));
     },
     async stopped() {
+      // Requests in flight are cut off first (their jobs stay queued, no attempt counted), so
+      // leaving the group hands the agents over at once.
       await dispatcher.stop();
+      await fleet.leave();
     },
   };
 }

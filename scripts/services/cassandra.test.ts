@@ -113,11 +113,11 @@ describe("npm run services with cassandra (real Cassandra 5.0, ~30 s)", function
   });
 
   it("refuses the services that are not built yet, naming them", async () => {
-    const failure = await services(dataDir, "up", "kafka").then(
+    const failure = await services(dataDir, "up", "nginx").then(
       () => undefined,
       (error: { stderr: string }) => error.stderr,
     );
-    expect(failure).to.include("the kafka service is not built yet");
+    expect(failure).to.include("the nginx service is not built yet");
   });
 
   it("gives tests a contact point through ensureCassandra and stops what it started", async () => {

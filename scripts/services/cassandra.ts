@@ -4,17 +4,15 @@
 // here. Cassandra 5.0 is the first release that runs on Java 17 (this machine's JDK); it needs the
 // JPMS exports/opens of the distribution's conf/jvm17-server.options.
 //
-// Install: the jars are resolved once per version into ${XDG_CACHE_HOME:-~/.cache}/parley/, shared
-// by every clone; Maven tries its local repository offline first. A run assembles the set in a
-// staging directory and renames it into place, so racing runs never see half a set.
+// Install: the jars are resolved once per version into ${XDG_CACHE_HOME:-~/.cache}/parley/ (java-jars.ts).
 // Run: everything under <dataDir>/services/cassandra (conf/, data/, commitlog/, logs/, the pid file).
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
+import { spawn } from "node:child_process";
+import { mkdirSync, openSync, closeSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { probeCql, type CqlSupported } from "./cql-probe.js";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { checkJava17, installJars, javaExecutable, tail } from "./java-jars.js";
 
 /** The newest 5.0.x on Maven Central when this was written. */
 export const cassandraVersion = "5.0.9";
@@ -78,71 +76,9 @@ export function cassandraPaths(dataDir: string) {
   };
 }
 
-function cacheDir(): string {
-  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "parley");
-}
-
-function pom(): string {
-  return `<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>parley.services</groupId>
-  <artifactId>cassandra-runtime</artifactId>
-  <version>${cassandraVersion}</version>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.cassandra</groupId>
-      <artifactId>cassandra-all</artifactId>
-      <version>${cassandraVersion}</version>
-    </dependency>
-  </dependencies>
-</project>
-`;
-}
-
-function runMaven(projectDir: string, offline: boolean): { ok: boolean; output: string } {
-  const args = ["-B", "-q", ...(offline ? ["-o"] : []), "-f", join(projectDir, "pom.xml"), "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies", `-DoutputDirectory=${join(projectDir, "lib")}`, "-DincludeScope=runtime"];
-  const result = spawnSync("mvn", args, { cwd: projectDir, stdio: ["ignore", "pipe", "pipe"], encoding: "utf8", timeout: 600_000 });
-  if (result.error) throw new Error(`could not run Maven (mvn): ${result.error.message}; Maven 3 is needed to install Cassandra`);
-  return { ok: result.status === 0, output: `${result.stdout}${result.stderr}` };
-}
-
 /** Resolves the Cassandra jars into the shared cache (once per version) and answers their directory. */
 export function installCassandra(): string {
-  const root = cacheDir();
-  const installed = join(root, `cassandra-${cassandraVersion}`);
-  const lib = join(installed, "lib");
-  const marker = join(installed, "complete");
-  if (existsSync(marker)) return lib;
-  mkdirSync(root, { recursive: true });
-  const staging = mkdtempSync(join(root, `.cassandra-${cassandraVersion}-staging-`));
-  try {
-    writeFileSync(join(staging, "pom.xml"), pom());
-    let maven = runMaven(staging, true);
-    if (!maven.ok) maven = runMaven(staging, false);
-    if (!maven.ok) throw new Error(`Maven could not resolve org.apache.cassandra:cassandra-all:${cassandraVersion}:\n${maven.output.slice(-4000)}`);
-    writeFileSync(join(staging, "complete"), `${new Date().toISOString()}\n`);
-    try {
-      renameSync(staging, installed);
-    } catch (error) {
-      // Another run renamed its complete set into place first; ours is a duplicate.
-      if (!existsSync(marker)) throw error;
-    }
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
-  return lib;
-}
-
-function javaExecutable(): string {
-  return process.env.JAVA_HOME ? join(process.env.JAVA_HOME, "bin", "java") : "java";
-}
-
-/** Refuses anything but Java 17: 5.0 supports 11 and 17, and the flags above are 17's. */
-function checkJava(java: string): void {
-  const result = spawnSync(java, ["-version"], { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8" });
-  if (result.error) throw new Error(`could not run ${java}: ${result.error.message}; Cassandra ${cassandraVersion} needs Java 17`);
-  const version = /version "(\d+)/.exec(result.stderr)?.[1];
-  if (version !== "17") throw new Error(`Cassandra ${cassandraVersion} is run here on Java 17; ${java} is ${version ? `Java ${version}` : "of an unknown version"} (set JAVA_HOME)`);
+  return installJars("cassandra", cassandraVersion, [`org.apache.cassandra:cassandra-all:${cassandraVersion}`]);
 }
 
 function cassandraYaml(paths: ReturnType<typeof cassandraPaths>): string {
@@ -218,14 +154,6 @@ function javaArguments(lib: string, paths: ReturnType<typeof cassandraPaths>): s
   ];
 }
 
-function tail(file: string, lines: number): string {
-  try {
-    return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
-  } catch {
-    return "(no log)";
-  }
-}
-
 async function waitUntilReady(pid: number, paths: ReturnType<typeof cassandraPaths>): Promise<CqlSupported> {
   const deadline = Date.now() + readyTimeoutMs;
   for (;;) {
@@ -265,7 +193,8 @@ export async function startCassandra(dataDir: string): Promise<CassandraInstance
     }
     const lib = installCassandra();
     const java = javaExecutable();
-    checkJava(java);
+    // 5.0 supports 11 and 17, and the flags above are 17's.
+    checkJava17(java, `Cassandra ${cassandraVersion}`);
     for (const dir of [paths.conf, paths.logs, ...paths.storage]) mkdirSync(dir, { recursive: true });
     writeFileSync(paths.config, cassandraYaml(paths));
     writeFileSync(paths.logback, logbackXml(paths));

@@ -3,13 +3,15 @@
 import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../engine/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { openStore } from "../../engine/store/open-store.js";
+import { testBucketFor, testS3 } from "./s3.js";
+import { testRedis } from "./redis.js";
 import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-registry.js";
 import type { Store } from "../../engine/store/store.js";
@@ -39,10 +41,37 @@ export const testStore = (() => {
   return chosen;
 })();
 
-/** The settings that put a server of this data directory on the test store. */
+/**
+ * Where test servers keep file bytes: PARLEY_TEST_BLOBS=s3 puts them in a real S3 server (MinIO, a
+ * bucket per data directory); local disk otherwise.
+ */
+export const testBlobs = (() => {
+  const chosen = process.env.PARLEY_TEST_BLOBS || "disk";
+  if (chosen !== "disk" && chosen !== "s3") throw new Error(`PARLEY_TEST_BLOBS must be disk or s3; got ${chosen}`);
+  return chosen;
+})();
+
+/**
+ * Where test servers keep short-lived shared state and presence: PARLEY_TEST_EPHEMERAL=redis puts
+ * them in a real Redis (a key prefix per data directory); process memory otherwise.
+ */
+export const testEphemeral = (() => {
+  const chosen = process.env.PARLEY_TEST_EPHEMERAL || "memory";
+  if (chosen !== "memory" && chosen !== "redis") throw new Error(`PARLEY_TEST_EPHEMERAL must be memory or redis; got ${chosen}`);
+  return chosen;
+})();
+
+/** The settings that put a server of this data directory on the test store, blob store and ephemeral state. */
 export async function testStoreEnv(dataDir: string): Promise<Record<string, string>> {
-  if (testStore === "sqlite") return {};
-  return { STORE: "cassandra", CASSANDRA_CONTACT_POINTS: await testCassandra(), CASSANDRA_KEYSPACE: await testKeyspaceFor(dataDir) };
+  const env: Record<string, string> = {};
+  if (testStore === "cassandra") Object.assign(env, { STORE: "cassandra", CASSANDRA_CONTACT_POINTS: await testCassandra(), CASSANDRA_KEYSPACE: await testKeyspaceFor(dataDir) });
+  if (testBlobs === "s3") {
+    const s3 = await testS3();
+    Object.assign(env, { BLOB_STORE: "s3", S3_ENDPOINT: s3.endpoint, S3_REGION: s3.region, S3_BUCKET: await testBucketFor(dataDir), S3_ACCESS_KEY_ID: s3.accessKeyId, S3_SECRET_ACCESS_KEY: s3.secretAccessKey });
+  }
+  // The prefix follows the data directory, so a restarted server finds what it left.
+  if (testEphemeral === "redis") Object.assign(env, { REDIS_URL: await testRedis(), REDIS_PREFIX: `test:${basename(dataDir).replace(/[^A-Za-z0-9._-]/g, "_").slice(-24)}:` });
+  return env;
 }
 
 /** A second handle on a test server's data, as another process would open it (the caller closes it). */

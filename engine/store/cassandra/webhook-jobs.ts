@@ -289,7 +289,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       await delivery.writeJobs(agentUserId, jobId, [body], now);
     },
 
-    async due(now, busyAgents, limit) {
+    async due(now, busyAgents, limit, slice) {
       if (limit <= 0) return [];
       if (Date.now() >= nextWalk) {
         walking ??= walkIndex().finally(() => (walking = undefined));
@@ -301,7 +301,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       const due: WebhookJob[] = [];
       for (const [agentUserId, head] of delivery.heads) {
         if (head === null) delivery.heads.delete(agentUserId);
-        else if (head && !busy.has(agentUserId) && head.nextAttemptAt <= now) due.push({ ...head });
+        else if (head && !busy.has(agentUserId) && head.nextAttemptAt <= now && (!slice || slice(agentUserId))) due.push({ ...head });
       }
       due.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.jobId - b.jobId || a.agentUserId - b.agentUserId);
       return due.slice(0, limit);

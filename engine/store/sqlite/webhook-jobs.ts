@@ -59,6 +59,7 @@ export type AgentDeliveryWriters = ReturnType<typeof agentDeliveryWriters>;
 
 export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWriters): WebhookJobStore {
   // The head of each agent's queue, if due: per-agent order means nothing behind it may go first.
+  // LIMIT -1: no limit (a slice is applied to the rows afterwards).
   const heads = db.prepare<[string, number, number], JobRow>(
     `SELECT j.* FROM webhook_jobs j
      JOIN (SELECT agent_user_id, MIN(job_id) AS head FROM webhook_jobs
@@ -80,9 +81,15 @@ export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWri
     async enqueue(agentUserId, body, now) {
       writers.enqueue(agentUserId, body, now);
     },
-    async due(now, busyAgents, limit) {
+    async due(now, busyAgents, limit, slice) {
       if (limit <= 0) return [];
-      return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
+      if (!slice) return heads.all(JSON.stringify(busyAgents), now, limit).map(toJob);
+      // One head per agent with queued jobs: a short list (agents whose endpoint is behind).
+      return heads
+        .all(JSON.stringify(busyAgents), now, -1)
+        .filter((row) => slice(row.agent_user_id))
+        .slice(0, limit)
+        .map(toJob);
     },
     async remove({ jobId }) {
       remove.run(jobId);

@@ -1,0 +1,271 @@
+// The update log on Apache Kafka through @platformatic/kafka (pure JavaScript; see
+// scripts/bench/kafka-clients.ts for why this client). Records are placed by partitionOf (the Java
+// client's murmur2 partitioner) with an explicit partition, so the memory driver, this one and any
+// Java producer agree. Appends are idempotent-producer sends with acks=all.
+//
+// Consuming: one Kafka consumer (one group member) per consume call, classic group protocol,
+// positions committed per partition after its handle resolved, never automatically. The client
+// rejoins a rebalance on its own, without waiting for our handles: between the rebalance and the
+// moment our handle in flight settles, the partition's new owner may already read it. So with
+// Kafka "one handle at a time per partition" holds within a member, and across a hand-over the
+// promise is at-least-once, not exclusivity: a commit is skipped once the partition moved away, and
+// the new owner starts from the last committed position.
+import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream } from "@platformatic/kafka";
+import { partitionOf, type ConsumeOptions, type LogConsumer, type LogRecord, type UpdateLog } from "./update-log.js";
+
+/**
+ * Group membership timing. The defaults are for production: a member that stops heartbeating is
+ * dropped after 30 s, heartbeats every 3 s, and a rebalance waits up to 60 s for members to rejoin
+ * (longer than the slowest handle should take). Tests use a few hundred milliseconds.
+ */
+export interface KafkaGroupTimings {
+  sessionTimeoutMs: number;
+  heartbeatIntervalMs: number;
+  rebalanceTimeoutMs: number;
+}
+
+export const productionGroupTimings: KafkaGroupTimings = { sessionTimeoutMs: 30_000, heartbeatIntervalMs: 3_000, rebalanceTimeoutMs: 60_000 };
+
+export interface KafkaUpdateLogOptions {
+  /** host:port of one or more brokers. */
+  bootstrap: string[];
+  clientId: string;
+  /** How long a partition waits before its failed records are handled again. */
+  retryDelayMs?: number;
+  /** At most this many records per handle call. */
+  maxBatch?: number;
+  /** Records fetched but not handled yet, across partitions, above which fetching pauses. */
+  maxBuffered?: number;
+  /** How long a fetch waits at the broker for new records (what an idle consumer's close may wait). */
+  maxWaitMs?: number;
+  group?: KafkaGroupTimings;
+}
+
+function errorId(error: unknown, id: string): boolean {
+  const found = (error as { findBy?: (property: string, value: unknown) => unknown }).findBy?.("apiId", id);
+  return found !== undefined && found !== null;
+}
+
+export class KafkaUpdateLog implements UpdateLog {
+  private readonly options: Required<KafkaUpdateLogOptions>;
+  private readonly admin: Admin;
+  private producer: Producer | undefined;
+  /** Partition counts, fixed at a topic's creation, so cached for good. */
+  private readonly partitionCounts = new Map<string, number>();
+
+  constructor(options: KafkaUpdateLogOptions) {
+    this.options = { retryDelayMs: 1_000, maxBatch: 500, maxBuffered: 5_000, maxWaitMs: 500, group: productionGroupTimings, ...options };
+    this.admin = new Admin({ clientId: `${options.clientId}-admin`, bootstrapBrokers: options.bootstrap });
+  }
+
+  async ensureTopic(topic: string, partitions: number): Promise<void> {
+    if (!Number.isInteger(partitions) || partitions < 1) throw new Error(`a topic needs a whole number of partitions, at least 1 (got ${partitions})`);
+    try {
+      await this.admin.createTopics({ topics: [topic], partitions, replicas: -1 });
+    } catch (error) {
+      if (!errorId(error, "TOPIC_ALREADY_EXISTS")) throw error;
+    }
+    const existing = await this.partitionCount(topic);
+    if (existing !== partitions) throw new Error(`topic ${topic} exists with ${existing} partitions, not ${partitions}`);
+  }
+
+  private async partitionCount(topic: string): Promise<number> {
+    const known = this.partitionCounts.get(topic);
+    if (known !== undefined) return known;
+    let metadata;
+    try {
+      metadata = await this.admin.metadata({ topics: [topic], forceUpdate: true, autocreateTopics: false });
+    } catch (error) {
+      if (errorId(error, "UNKNOWN_TOPIC_OR_PARTITION")) throw new Error(`topic ${topic} does not exist (ensureTopic creates it)`, { cause: error });
+      throw error;
+    }
+    const count = metadata.topics.get(topic)?.partitionsCount;
+    if (!count) throw new Error(`topic ${topic} does not exist (ensureTopic creates it)`);
+    this.partitionCounts.set(topic, count);
+    return count;
+  }
+
+  async append(topic: string, records: { key: string; value: Uint8Array }[]): Promise<void> {
+    if (records.length === 0) return;
+    const partitions = await this.partitionCount(topic);
+    // Idempotent: a send retried after a lost answer is written once, in order.
+    this.producer ??= new Producer({ clientId: `${this.options.clientId}-producer`, bootstrapBrokers: this.options.bootstrap, acks: ProduceAcks.ALL, idempotent: true, autocreateTopics: false });
+    await this.producer.send({
+      messages: records.map(({ key, value }) => ({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) })),
+    });
+  }
+
+  async consume(options: ConsumeOptions): Promise<LogConsumer> {
+    await this.partitionCount(options.topic);
+    const member = new KafkaMember(this.options, options);
+    await member.start();
+    return member;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.producer?.close(), this.admin.close()]);
+  }
+}
+
+/** A partition this member holds: the records fetched but not yet handled, and the loop that handles them. */
+interface HeldPartition {
+  queue: Message[];
+  /** The offset after the last record queued: records before it, fetched again after a rebalance, are skipped. */
+  next: bigint | undefined;
+  active: boolean;
+  /** Records arrived. */
+  wake: () => void;
+  /** Ends the loop once its handle in flight settled. */
+  stop: () => void;
+  loop: Promise<void>;
+}
+
+class KafkaMember implements LogConsumer {
+  private readonly consumer: Consumer;
+  private stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
+  private readonly held = new Map<number, HeldPartition>();
+  private buffered = 0;
+  private closing: Promise<void> | undefined;
+  /** Assignment changes are applied one at a time, in the order the group announced them. */
+  private changes = Promise.resolve();
+
+  constructor(
+    private readonly settings: Required<KafkaUpdateLogOptions>,
+    private readonly options: ConsumeOptions,
+  ) {
+    this.consumer = new Consumer({
+      clientId: `${settings.clientId}-${options.group}`,
+      bootstrapBrokers: settings.bootstrap,
+      groupId: options.group,
+      autocommit: false,
+      sessionTimeout: settings.group.sessionTimeoutMs,
+      heartbeatInterval: settings.group.heartbeatIntervalMs,
+      rebalanceTimeout: settings.group.rebalanceTimeoutMs,
+      maxWaitTime: settings.maxWaitMs,
+    });
+    this.consumer.on("consumer:group:join", ({ assignments }) => {
+      const partitions = assignments?.find((assignment) => assignment.topic === options.topic)?.partitions ?? [];
+      this.enqueueChange(partitions);
+    });
+  }
+
+  async start(): Promise<void> {
+    const stream = await this.consumer.consume({ topics: [this.options.topic], mode: "committed", fallbackMode: "earliest", autocommit: false });
+    this.stream = stream;
+    stream.on("data", (message: Message) => this.received(message));
+    stream.on("error", (error: unknown) => this.options.failed?.(error, undefined));
+  }
+
+  private enqueueChange(partitions: number[]): void {
+    this.changes = this.changes.then(() => this.reassign(new Set(partitions))).catch((error: unknown) => this.options.failed?.(error, undefined));
+  }
+
+  private async reassign(wanted: Set<number>): Promise<void> {
+    if (this.closing) return;
+    const lost = [...this.held.keys()].filter((partition) => !wanted.has(partition));
+    await this.release(lost);
+    const gained = [...wanted].filter((partition) => !this.held.has(partition)).sort((a, b) => a - b);
+    if (gained.length === 0) return;
+    this.options.assigned?.(gained);
+    for (const partition of gained) this.hold(partition);
+  }
+
+  private async release(partitions: number[]): Promise<void> {
+    if (partitions.length === 0) return;
+    await Promise.all(
+      partitions.map(async (partition) => {
+        const state = this.held.get(partition);
+        if (!state) return;
+        this.unbuffer(state.queue.length);
+        state.queue = [];
+        state.stop();
+        await state.loop;
+        this.held.delete(partition);
+      }),
+    );
+    await this.options.revoked?.(partitions);
+  }
+
+  private received(message: Message): void {
+    const state = this.held.get(message.partition);
+    // A partition given away since this record was fetched, or a record queued already and fetched
+    // again from the committed position after a rebalance.
+    if (!state?.active || (state.next !== undefined && message.offset < state.next)) return;
+    state.next = message.offset + 1n;
+    state.queue.push(message);
+    this.buffered++;
+    if (this.buffered >= this.settings.maxBuffered && !this.stream?.isPaused()) this.stream?.pause();
+    state.wake();
+  }
+
+  private unbuffer(count: number): void {
+    this.buffered -= count;
+    if (this.buffered < this.settings.maxBuffered / 2 && this.stream?.isPaused()) this.stream.resume();
+  }
+
+  private hold(partition: number): void {
+    let arrived = () => {};
+    let stopped = () => {};
+    const state: HeldPartition = {
+      queue: [],
+      next: undefined,
+      active: true,
+      wake: () => arrived(),
+      stop: () => {
+        state.active = false;
+        arrived();
+        stopped();
+      },
+      loop: Promise.resolve(),
+    };
+    // A retry waits its delay whatever arrives meanwhile; only a release cuts it short.
+    const pause = (ms: number) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        stopped = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    state.loop = (async () => {
+      while (state.active) {
+        if (state.queue.length === 0) {
+          await new Promise<void>((resolve) => (arrived = resolve));
+          continue;
+        }
+        const messages = state.queue.slice(0, this.settings.maxBatch);
+        const records: LogRecord[] = messages.map((message) => ({ key: message.key.toString("utf8"), value: new Uint8Array(message.value), partition, offset: message.offset }));
+        try {
+          await this.options.handle(partition, records);
+        } catch (error) {
+          this.options.failed?.(error, partition);
+          if (state.active) await pause(this.settings.retryDelayMs);
+          continue;
+        }
+        // Given away meanwhile: the new owner goes on from the last committed position.
+        if (!state.active) break;
+        state.queue.splice(0, messages.length);
+        this.unbuffer(messages.length);
+        try {
+          await messages[messages.length - 1].commit();
+        } catch (error) {
+          // Handled but not committed (the group is rebalancing): whoever holds the partition next
+          // gets these records again, which at-least-once allows.
+          this.options.failed?.(error, partition);
+        }
+      }
+    })();
+    this.held.set(partition, state);
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.changes;
+      await this.release([...this.held.keys()].sort((a, b) => a - b));
+      await this.stream?.close();
+      // Leaving the group (rather than timing out of it) lets the others take the partitions at once.
+      await this.consumer.close(true);
+    })();
+    return this.closing;
+  }
+}

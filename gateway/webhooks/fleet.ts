@@ -1,0 +1,70 @@
+// The webhook fleet's share of the agents. Every webhooks node is a member of one consumer group
+// on the webhooks topic of the update log (Kafka in a cluster), keyed by agent: the partitions a
+// member holds are the agents its dispatcher serves, so each agent's queue is drained by exactly
+// one node at a time, in order, and an agent whose endpoint is dead holds one delivery slot of one
+// node (dispatcher.ts), never another agent's turn. When the group rebalances (a node joins, leaves
+// or dies), a node lets its deliveries to the agents moving away finish before the partitions go.
+//
+// The records are the engine's word that an agent's queue grew (the inbox appends them once the
+// entries and their jobs are durable, in one write): the queue in the store stays the truth, so a
+// record lost with a crash delays a delivery until the dispatcher's poll, and a record read twice
+// wakes the dispatcher twice.
+import { partitionOf, type LogConsumer, type UpdateLog } from "../../engine/log/update-log.js";
+import type { AgentSlice } from "../../shared/agent-delivery.js";
+
+export const WebhookTopic = {
+  /** Partitions of the webhooks topic: the most webhooks nodes that can share the agents. */
+  partitions: 32,
+  group: "webhook-fleet",
+} as const;
+
+export const webhookTopicName = (prefix: string) => `${prefix}webhooks`;
+
+const encoder = new TextEncoder();
+
+/** The record telling the fleet that the agent's queue grew. */
+export const webhookQueuedRecord = (agentUserId: number) => ({ key: String(agentUserId), value: encoder.encode(JSON.stringify({ agentUserId })) });
+
+export interface FleetDispatcher {
+  wake(): void;
+  /** Resolves once no delivery to an agent `leaving` names is in flight. */
+  settle(leaving: AgentSlice): Promise<void>;
+}
+
+export class WebhookFleetMember {
+  private readonly held = new Set<number>();
+  private consumer: LogConsumer | undefined;
+
+  constructor(
+    private readonly log: UpdateLog,
+    private readonly topic: string,
+  ) {}
+
+  /** The agents this node serves now. */
+  readonly slice: AgentSlice = (agentUserId) => this.held.has(partitionOf(String(agentUserId), WebhookTopic.partitions));
+
+  async join(dispatcher: FleetDispatcher, onError: (err: unknown) => void): Promise<void> {
+    await this.log.ensureTopic(this.topic, WebhookTopic.partitions);
+    this.consumer = await this.log.consume({
+      group: WebhookTopic.group,
+      topic: this.topic,
+      handle: async () => dispatcher.wake(),
+      assigned: (partitions) => {
+        for (const partition of partitions) this.held.add(partition);
+        // Queues of agents that moved here may hold jobs nobody announced to this node.
+        dispatcher.wake();
+      },
+      revoked: async (partitions) => {
+        const leaving = new Set(partitions);
+        for (const partition of partitions) this.held.delete(partition);
+        await dispatcher.settle((agentUserId) => leaving.has(partitionOf(String(agentUserId), WebhookTopic.partitions)));
+      },
+      failed: (err) => onError(err),
+    });
+  }
+
+  async leave(): Promise<void> {
+    await this.consumer?.close();
+    this.consumer = undefined;
+  }
+}
