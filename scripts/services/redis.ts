@@ -1,28 +1,25 @@
 // A real Redis for tests and the local cluster: Debian's redis-server package (7.0 on bookworm),
-// fetched with `apt-get download` and unpacked with `dpkg -x` into the cache, so nothing outside
-// the cache changes (no system service, no user, no /etc/redis) and `apt-get install` is never run.
-// The two libraries the binary needs that a Debian base lacks (jemalloc, lzf) are unpacked beside
-// it and found through LD_LIBRARY_PATH; the rest (libc, libssl, libsystemd, libatomic) are on
-// every Debian system. A missing one fails the install with the ldd line that says which.
+// fetched with `apt-get download` and unpacked with `dpkg -x` into the cache (debian-packages.ts),
+// so nothing outside the cache changes (no system service, no user, no /etc/redis) and
+// `apt-get install` is never run. The two libraries the binary needs that a Debian base lacks
+// (jemalloc, lzf) are unpacked beside it and found through LD_LIBRARY_PATH; the rest (libc,
+// libssl, libsystemd, libatomic) are on every Debian system.
 //
-// Install: once per package version into ${XDG_CACHE_HOME:-~/.cache}/parley/redis/<version>/,
-// shared by every clone; a cached install is reused without asking apt. A run unpacks into a
-// staging directory and renames it into place, so racing runs never see half an install.
 // Run: everything under <dataDir>/services/redis (redis.conf, the append-only files, the log, the
 // pid file). Persistence is the append-only file with fsync every second, so a restart keeps what
 // was written up to a second before it; SIGTERM makes Redis flush it before it exits.
-import { spawn, spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
+import { spawn } from "node:child_process";
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { unpackDebianPackages } from "./debian-packages.js";
 
 export const redisHost = "127.0.0.1";
 export const defaultRedisPort = 6379;
 /** The Debian packages unpacked: the server, its tools (the binary lives there), and the libraries a base system lacks. */
-const packages = ["redis-server", "redis-tools", "libjemalloc2", "liblzf1"];
+const packages = ["redis-server", "redis-tools", "liblzf1", "libjemalloc2"];
 const readyTimeoutMs = 30_000;
 const stopGraceMs = 15_000;
 
@@ -43,85 +40,21 @@ export function redisPaths(dataDir: string) {
   };
 }
 
-function cacheRoot(): string {
-  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "parley", "redis");
-}
-
-/** An unpacked install: the server binary and the library directory it needs. */
+/** The server binary and the library directory it needs, unpacked once into the cache. */
 export interface RedisInstall {
   version: string;
   server: string;
   libraryPath: string;
 }
 
-function installAt(root: string, version: string): RedisInstall {
-  return { version, server: join(root, "usr", "bin", "redis-server"), libraryPath: join(root, "usr", "lib", "x86_64-linux-gnu") };
-}
-
-function apt(args: string[], cwd: string): { ok: boolean; output: string } {
-  const result = spawnSync("apt-get", args, { cwd, stdio: ["ignore", "pipe", "pipe"], encoding: "utf8", timeout: 300_000 });
-  if (result.error) throw new Error(`could not run apt-get: ${result.error.message}; Redis is installed from Debian packages`);
-  return { ok: result.status === 0, output: `${result.stdout}${result.stderr}` };
-}
-
 /**
- * The version of the downloaded redis-server, e.g. "7.0.15-1~deb12u10", without the epoch ("5:"):
- * it names the cache directory, and a ":" in a path would split LD_LIBRARY_PATH in two.
- */
-function downloadedVersion(dir: string): string {
-  const deb = readdirSync(dir).find((name) => name.startsWith("redis-server_") && name.endsWith(".deb"));
-  if (!deb) throw new Error(`apt-get download left no redis-server package in ${dir}`);
-  return decodeURIComponent(deb.split("_")[1]).replace(/^\d+:/, "");
-}
-
-/**
- * Unpacks Redis into the shared cache once and answers it. A cached install is reused (the newest
- * if several versions are cached); otherwise apt-get downloads the packages, after `apt-get update`
- * when its lists are missing or stale.
+ * Unpacks Redis into the shared cache once (debian-packages.ts) and answers it. The folder and the
+ * package list are the transporter benchmark's too (scripts/bench/transporters.ts), so both use one copy.
  */
 export function installRedis(): RedisInstall {
-  const root = cacheRoot();
-  const cached = existsSync(root)
-    ? readdirSync(root)
-        .filter((name) => !name.startsWith(".") && existsSync(join(root, name, "complete")))
-        .sort()
-        .at(-1)
-    : undefined;
-  if (cached) return installAt(join(root, cached), cached);
-  mkdirSync(root, { recursive: true });
-  const staging = mkdtempSync(join(root, ".staging-"));
-  try {
-    const debs = join(staging, "debs");
-    mkdirSync(debs);
-    let download = apt(["download", ...packages], debs);
-    if (!download.ok) {
-      const update = apt(["update", "-q"], debs);
-      if (!update.ok) throw new Error(`apt-get update failed:\n${update.output.slice(-2000)}`);
-      download = apt(["download", ...packages], debs);
-    }
-    if (!download.ok) throw new Error(`apt-get download ${packages.join(" ")} failed:\n${download.output.slice(-2000)}`);
-    const version = downloadedVersion(debs);
-    const tree = join(staging, "tree");
-    for (const deb of readdirSync(debs)) {
-      const unpacked = spawnSync("dpkg", ["-x", join(debs, deb), tree], { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8" });
-      if (unpacked.status !== 0) throw new Error(`dpkg -x ${deb} failed: ${unpacked.stderr || unpacked.error?.message}`);
-    }
-    const install = installAt(tree, version);
-    const ldd = spawnSync("ldd", [install.server], { env: { ...process.env, LD_LIBRARY_PATH: install.libraryPath }, encoding: "utf8" });
-    const missing = ldd.stdout.split("\n").filter((line) => line.includes("not found"));
-    if (missing.length > 0) throw new Error(`redis-server ${version} needs libraries this system lacks:\n${missing.join("\n")}`);
-    writeFileSync(join(tree, "complete"), `${new Date().toISOString()}\n`);
-    const installed = join(root, version);
-    try {
-      renameSync(tree, installed);
-    } catch (error) {
-      // Another run renamed its complete install into place first; ours is a duplicate.
-      if (!existsSync(join(installed, "complete"))) throw error;
-    }
-    return installAt(installed, version);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
+  const unpacked = unpackDebianPackages("redis-server", packages);
+  // Shown without its epoch ("5:" or, from a cached folder name, "5_").
+  return { version: unpacked.version.replace(/^\d+[:_]/, ""), server: join(unpacked.root, "usr", "bin", "redis-server"), libraryPath: unpacked.libraryPath };
 }
 
 function redisConf(paths: ReturnType<typeof redisPaths>, port: number): string {
