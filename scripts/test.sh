@@ -3,7 +3,9 @@
 # embedded SQLite store and local disk; then the black-box tests (test/*.test.ts) again with every
 # server on a cluster's backing services: a real Cassandra (PARLEY_TEST_STORE=cassandra) and a real
 # S3 server (PARLEY_TEST_BLOBS=s3), started by the tests and stopped at the end. The last line is the
-# sum of both passes. With file arguments, only those files run, once, on the backends that
+# sum of the three passes; the third runs test/cluster/ against `npm run cluster` (2 api, 2 engine,
+# 2 gateway and 1 webhooks process behind nginx, on Cassandra, Kafka, Redis and MinIO), which the
+# tests start and stop. With file arguments, only those files run, once, on the backends that
 # PARLEY_TEST_STORE and PARLEY_TEST_BLOBS name.
 # HTTPS webhook receivers in the tests present a certificate from a throwaway CA that the server
 # trusts through NODE_EXTRA_CA_CERTS, exactly as an operator would add a private CA.
@@ -29,10 +31,12 @@ pass sqlite node --import tsx scripts/run-tests.ts
 sqlite_status=$?
 pass cassandra env PARLEY_TEST_STORE=cassandra PARLEY_TEST_BLOBS=s3 node --import tsx scripts/run-tests.ts test/*.test.ts
 cassandra_status=$?
+pass cluster node --import tsx scripts/run-tests.ts test/cluster/*.test.ts
+cluster_status=$?
 
 passed=0
 failed=0
-for name in sqlite cassandra; do
+for name in sqlite cassandra cluster; do
   line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$summary_dir/$name" | tail -1)"
   if [ -z "$line" ]; then
     echo "the $name pass ended without its summary line"
@@ -45,4 +49,4 @@ for name in sqlite cassandra; do
   failed=$((failed + ${rest%% failed}))
 done
 echo "$passed passed, $failed failed"
-[ "$sqlite_status" -eq 0 ] && [ "$cassandra_status" -eq 0 ] && [ "$failed" -eq 0 ]
+[ "$sqlite_status" -eq 0 ] && [ "$cassandra_status" -eq 0 ] && [ "$cluster_status" -eq 0 ] && [ "$failed" -eq 0 ]
