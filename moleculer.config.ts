@@ -1,5 +1,5 @@
 // Broker settings. Embedded mode (the default) runs every service in one broker with no
-// transporter. A multi-node deployment passes a transporter (TCP here; NATS in a cluster).
+// transporter. A multi-node deployment passes one (TRANSPORTER; see transporterOf).
 import type { BrokerOptions } from "moleculer";
 
 export interface BrokerSettings {
@@ -7,6 +7,26 @@ export interface BrokerSettings {
   /** Moleculer transporter, e.g. "TCP" or "nats://127.0.0.1:4222"; none in embedded mode. */
   transporter?: BrokerOptions["transporter"];
   logLevel?: "fatal" | "error" | "warn" | "info" | "debug";
+}
+
+/**
+ * TRANSPORTER as Moleculer takes it. `tcp://host:port/nodeID,host:port/nodeID,…` is a static TCP
+ * mesh: this node listens on the port of its own entry and UDP discovery stays off (Moleculer's own
+ * reading of a tcp:// string turns multicast discovery on). Chosen by measurement
+ * (scripts/bench/transporters.ts: lowest latency per call, a killed node noticed in milliseconds,
+ * no server). Anything else (redis://, nats://) goes to Moleculer as it is.
+ */
+export function transporterOf(raw: string | undefined, nodeId: string): BrokerOptions["transporter"] {
+  if (!raw) return undefined;
+  if (!raw.startsWith("tcp://")) return raw;
+  const urls = raw
+    .slice("tcp://".length)
+    .split(",")
+    .map((entry) => entry.trim());
+  const own = urls.find((entry) => entry.endsWith(`/${nodeId}`));
+  const port = own && Number(/:(\d+)\//.exec(own)?.[1]);
+  if (!port) throw new Error(`TRANSPORTER lists no host:port/${nodeId} entry for this node (NODE_ID=${nodeId})`);
+  return { type: "TCP", options: { udpDiscovery: false, port, urls } };
 }
 
 export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {

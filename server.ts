@@ -50,7 +50,7 @@ import { nodeFront } from "./edge/node-front.js";
 import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
 import { uwsFront } from "./edge/uws-front.js";
 import { loadNativeUws } from "./edge/uws-native.js";
-import { brokerOptions, type BrokerSettings } from "./moleculer.config.js";
+import { brokerOptions, transporterOf, type BrokerSettings } from "./moleculer.config.js";
 import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config.js";
 import { addressList } from "./shared/ip.js";
 import { openSockets } from "./shared/metrics.js";
@@ -121,7 +121,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const brokerSettings = brokerOptions({
       logLevel: config.logLevel,
       nodeID: config.cluster.transporter || !everyRole ? config.cluster.nodeId : undefined,
-      transporter: config.cluster.transporter,
+      transporter: transporterOf(config.cluster.transporter, config.cluster.nodeId),
       ...options.broker,
   });
   const broker = new moleculer.ServiceBroker(brokerSettings);

@@ -57,7 +57,6 @@ export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): Clu
     kafkaBrokers: "127.0.0.1:9092",
     s3: { endpoint: s3.endpoint, bucket: env.S3_BUCKET || "parley-media", accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, region: s3.region },
   };
-  const transporter = env.CLUSTER_TRANSPORTER || layout.redisUrl;
   let port = basePort;
   for (const role of roleOrder) {
     const [variable, fallback, min] = countVariables[role];
@@ -74,7 +73,7 @@ export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): Clu
           HOST: "127.0.0.1",
           PORT: String(port),
           DATA_DIR: join(config.dataDir, "cluster", "nodes", name),
-          TRANSPORTER: transporter,
+          TRANSPORTER: "",
           STORE: "cassandra",
           CASSANDRA_CONTACT_POINTS: layout.cassandra.contactPoint,
           CASSANDRA_KEYSPACE: layout.cassandra.keyspace,
@@ -94,5 +93,8 @@ export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): Clu
       });
     }
   }
+  // A static TCP mesh (see transporterOf in moleculer.config.ts): each node's bus port is its HTTP port + 1000.
+  const mesh = `tcp://${layout.nodes.map((node) => `127.0.0.1:${node.port + 1000}/${node.name}`).join(",")}`;
+  for (const node of layout.nodes) node.env.TRANSPORTER = env.CLUSTER_TRANSPORTER || mesh;
   return layout;
 }

@@ -1,7 +1,11 @@
 // Against the local cluster (`npm run cluster`: 2 api, 2 engine, 2 gateway and 1 webhooks
 // process on Cassandra, Kafka, Redis and MinIO behind nginx), through its front only: the API and
 // /ws work across nodes, and losing a process loses nothing that was acknowledged.
+import { createHmac } from "node:crypto";
 import { expect } from "chai";
+import { AgentService } from "../../shared/gen/api/v1/agent_pb.js";
+import { AgentDeliveryMode } from "../../shared/gen/shared/v1/agent_pb.js";
+import { startHttpsReceiver } from "../support/https-receiver.js";
 import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
@@ -89,10 +93,13 @@ describe("the local cluster, through its front", function () {
     const agent = await createAgent(cluster as never, owner);
 
     const acknowledged = new Map<bigint, bigint[]>();
+    let killedAt = Infinity;
+    let acknowledgedAfterKill = 0;
     const send = async (sender: SignedIn, conversationId: bigint, text: string) => {
       const clientMessageId = nextClientMessageId();
       const { messageId } = await retried(() => client(cluster, MessageService, "json", sender.accessToken).sendMessage({ conversationId, clientMessageId, body: textBody(text) }));
       acknowledged.set(conversationId, [...(acknowledged.get(conversationId) ?? []), messageId]);
+      if (Date.now() > killedAt) acknowledgedAfterKill += 1;
     };
     let stop = false;
     const senders = [
@@ -113,6 +120,7 @@ describe("the local cluster, through its front", function () {
     }
 
     await new Promise((resolve) => setTimeout(resolve, 1_500));
+    killedAt = Date.now();
     process.kill(clusterPid(cluster, "engine-1"), "SIGKILL");
     for (let seq = 6; seq <= 10; seq++) {
       text += `token${seq} `;
@@ -123,6 +131,8 @@ describe("the local cluster, through its front", function () {
     await retried(() => asAgent.endStream({ conversationId: agent.conversationId, messageId: stream.messageId, accumulatedText: text }));
     stop = true;
     await Promise.all(senders);
+    // The load went on across the kill: sends were acknowledged after it.
+    expect(acknowledgedAfterKill).to.be.above(10);
 
     for (const [conversationId, ids] of acknowledged) {
       const sorted = [...ids].sort((x, y) => (x < y ? -1 : 1));
@@ -176,6 +186,47 @@ describe("the local cluster, through its front", function () {
       expect(envelopesIn([...pushedSnUpdates(socket), ...caughtUp.updates], conversationId)).to.have.length(6);
       fresh.close();
       socket.close();
+    }
+  });
+
+  it("a killed webhooks node's deliveries resume in order per agent, and a dead endpoint delays no other agent", async () => {
+    const owner = await signInWithCode(cluster);
+    const [live, dead] = [await createAgent(cluster as never, owner), await createAgent(cluster as never, owner)];
+    const liveReceiver = await startHttpsReceiver(() => 200);
+    // It answers the configuration's test request, then fails every delivery.
+    const deadReceiver = await startHttpsReceiver((request) => (request.body === "{}" ? 200 : 503));
+    try {
+      const agents = client(cluster, AgentService, "json", owner.accessToken);
+      // Each configuration answers a fresh signing key.
+      const { secretKey } = await agents.setAgentConfig({ agentUserId: live.userId, deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: liveReceiver.url });
+      await agents.setAgentConfig({ agentUserId: dead.userId, deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: deadReceiver.url });
+      const say = (agent: typeof live, text: string) =>
+        retried(() => client(cluster, MessageService, "json", owner.accessToken).sendMessage({ conversationId: agent.conversationId, clientMessageId: nextClientMessageId(), body: textBody(text) }));
+      const texts = Array.from({ length: 10 }, (_, i) => `w${i}`);
+      for (const text of texts.slice(0, 5)) {
+        await say(dead, text);
+        await say(live, text);
+      }
+      await liveReceiver.waitFor(6);
+      process.kill(clusterPid(cluster, "webhooks-1"), "SIGKILL");
+      for (const text of texts.slice(5)) await say(live, text);
+      // The launcher starts the node again; it rejoins the fleet's group and takes the agents back.
+      const deliveries = () => liveReceiver.received.filter((request) => request.body !== "{}");
+      await eventuallyAsync(async () => new Set(deliveries().map((r) => r.body)).size >= 10, "every delivery to the live agent", 120_000);
+      const received = deliveries().map((request) => {
+        const expected = createHmac("sha256", secretKey).update(`${String(request.headers["x-service-timestamp"])}.${request.body}`).digest("hex");
+        expect(request.headers["x-service-signature"]).to.equal(`sha256=${expected}`);
+        const update = JSON.parse(request.body) as { snUpdate?: { messageEnvelope?: { body?: { text?: { text?: string } } } } };
+        return update.snUpdate?.messageEnvelope?.body?.text?.text;
+      });
+      // At least once: a delivery cut off by the kill may come again, never out of order.
+      const distinct = received.filter((text, i) => text !== received[i - 1]);
+      expect(distinct).to.deep.equal(texts);
+      // The dead endpoint kept being tried meanwhile, beside the live one.
+      expect(deadReceiver.received.filter((request) => request.body !== "{}").length).to.be.above(0);
+    } finally {
+      await liveReceiver.close();
+      await deadReceiver.close();
     }
   });
 
