@@ -95,7 +95,8 @@ function cpuUs(usage: NodeJS.CpuUsage): number {
 }
 
 function report(message: NodeReport): void {
-  process.send?.(message);
+  // While the broker stops, $node events still come; the benchmark may have closed the channel.
+  if (process.connected) process.send?.(message);
 }
 
 async function calls(broker: ServiceBroker, concurrency: number, seconds: number): Promise<CallsResult> {

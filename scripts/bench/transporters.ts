@@ -113,6 +113,7 @@ class BenchNode {
       this.reports.push(report);
       this.wake?.();
     });
+    child.on("error", () => undefined);
     child.on("exit", () => {
       this.exited = true;
       this.wake?.();
@@ -154,7 +155,8 @@ class BenchNode {
 
   async stop(): Promise<void> {
     if (this.exited) return;
-    this.child.send({ command: "stop" } satisfies CallerCommand);
+    // A node just killed may not have reported its exit yet; its channel is closed already.
+    if (this.child.connected) this.child.send({ command: "stop" } satisfies CallerCommand, () => undefined);
     for (let waited = 0; waited < 5_000 && !this.exited; waited += 50) await sleep(50);
     if (!this.exited) this.child.kill("SIGKILL");
   }

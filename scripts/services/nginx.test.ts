@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { expect } from "chai";
 import WebSocket, { WebSocketServer } from "ws";
+import { startTestFront } from "../../test/support/nginx.js";
 import { isAlive, portIsOpen } from "./daemon.js";
 import { childPids, nginxPaths, reloadNginx, renderFrontConfig, startNginx, stopNginx, type FrontOptions } from "./nginx.js";
 
@@ -285,5 +286,20 @@ describe("nginx front (real nginx from Debian's packages)", function () {
       await services(env, "down", "nginx").catch(() => undefined);
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  it("gives tests a front through startTestFront that reloads and stops", async () => {
+    const front = await startTestFront({ api: [options.apiUpstreams[0]], health: options.healthUpstream });
+    try {
+      expect((await rpc(front.port)).body).to.match(/^api-a /);
+      expect(await echoThroughFront(front.port, "y")).to.equal("api-a echo y");
+      await front.reload({ api: [options.apiUpstreams[1]] });
+      expect((await rpc(front.port)).body).to.match(/^api-b /);
+      expect((await send(front.port, "GET", "/healthz")).body).to.equal("api-b GET /healthz");
+    } finally {
+      await front.stop();
+    }
+    expect(await portIsOpen("127.0.0.1", front.port)).to.equal(false);
+    expect(existsSync(front.runDir)).to.equal(false);
   });
 });

@@ -82,11 +82,14 @@ export function renderFrontConfig(options: FrontOptions): string {
   return `# Written by scripts/services/nginx.ts; edits are overwritten.
 ${user}daemon off;
 worker_processes auto;
+# A proxied WebSocket holds two connections (client and gateway). The hard limit on open files
+# here is 20,000 per process: each worker takes 18,000 connections, about 9,000 WebSockets.
+worker_rlimit_nofile 19000;
 pid ${paths.pidFile};
 error_log ${paths.errorLog} warn;
 
 events {
-  worker_connections 4096;
+  worker_connections 18000;
 }
 
 http {
