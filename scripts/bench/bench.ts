@@ -3,7 +3,7 @@
 // socket per user to the gateway and to the relay, then measures each row in rounds and prints the
 // medians as markdown tables. What each figure means: README, section "Benchmark".
 import { type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -27,8 +27,11 @@ const usage = `npm run bench -- [options]
   --pairs 50 --group-size 200              befriended pairs; members of the group
   --idle-sockets 5000        authenticated idle sockets for the memory row
   --socket-driver ws|uws     SOCKET_DRIVER of the server the benchmark starts
-  --store sqlite,cassandra   the store(s) of the servers the benchmark starts, one after the other
-                             (cassandra: a real server, started if none runs, on a keyspace of its own)
+  --store sqlite,cassandra,cluster   what the benchmark starts, one after the other: the server on
+                             SQLite or on Cassandra (a real server, started if none runs, on a keyspace
+                             of its own), or \`npm run cluster\` (server CPU and memory: the sum over
+                             its Parley processes; backing services not counted)
+  --gateways 2               gateway processes of the cluster the benchmark starts
   --url http://host:port     use a running server instead (needs --codes-file; its abuse
                              limits must be off); --server-pids 12,34 to read its CPU and RSS
   --codes-file <path>        the server's CODE_DELIVERY=file: path (with --url)
@@ -52,6 +55,7 @@ const { values } = parseArgs({
     "idle-sockets": { type: "string" },
     "socket-driver": { type: "string" },
     store: { type: "string", default: "sqlite" },
+    gateways: { type: "string", default: "2" },
     url: { type: "string" },
     "server-pids": { type: "string" },
     "codes-file": { type: "string" },
@@ -88,7 +92,7 @@ if (values.url && !values["codes-file"]) throw new Error("--url needs --codes-fi
 if (values.url && rows.includes("rss") && !values["server-pids"]) throw new Error("the rss row reads the server's memory: with --url, give --server-pids");
 
 const stores = values.store.split(",").map((name) => name.trim());
-for (const store of stores) if (store !== "sqlite" && store !== "cassandra") throw new Error(`--store takes sqlite and/or cassandra, not ${store}`);
+for (const store of stores) if (!["sqlite", "cassandra", "cluster"].includes(store)) throw new Error(`--store takes sqlite, cassandra and/or cluster, not ${store}`);
 if (values.url && values.store !== "sqlite") throw new Error("--store chooses the store of a server the benchmark starts; not with --url");
 
 const children: ChildProcess[] = [];
@@ -113,7 +117,32 @@ async function dropBenchKeyspace(): Promise<void> {
   }
 }
 
+/** `npm run cluster` on the services' usual ports, its data under the system's temporary directory (warm on a second run). */
+async function startCluster(): Promise<{ url: string; codesFile: string; pids: number[] }> {
+  const clusterDir = join(tmpdir(), "parley-bench-cluster");
+  const codesFile = join(clusterDir, `codes-${process.pid}.jsonl`);
+  const port = await freePort();
+  const env = {
+    DATA_DIR: clusterDir,
+    HOST: "127.0.0.1",
+    PORT: String(port),
+    CODE_DELIVERY: `file:${codesFile}`,
+    LOG_LEVEL: "warn",
+    CLUSTER_GATEWAY_NODES: values.gateways,
+    // One keyspace for every cluster run (it lives in the cluster's own Cassandra).
+    CASSANDRA_KEYSPACE: "parley_bench",
+    ...generousAbuseLimits,
+    ...(values["socket-driver"] ? { SOCKET_DRIVER: values["socket-driver"] } : {}),
+  };
+  const cluster = await startNode([], ["scripts/cluster/main.ts"], env, "cluster: ready after");
+  children.push(cluster);
+  const pidDir = join(clusterDir, "cluster", "pids");
+  const pids = readdirSync(pidDir).map((name) => Number(readFileSync(join(pidDir, name), "utf8")));
+  return { url: `http://127.0.0.1:${port}`, codesFile, pids };
+}
+
 async function startServer(store: string): Promise<{ url: string; codesFile: string; pids: number[]; collectGarbage?: () => void }> {
+  if (store === "cluster") return startCluster();
   if (values.url) {
     const pids = (values["server-pids"] ?? "").split(",").filter(Boolean).map(Number);
     return { url: values.url.replace(/\/$/, ""), codesFile: values["codes-file"]!, pids };

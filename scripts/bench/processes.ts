@@ -64,7 +64,8 @@ export async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once("exit", r));
   child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+  // A cluster launcher takes about 15 s to stop its processes and services.
+  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
   await exited;
   clearTimeout(timer);
 }
