@@ -112,12 +112,13 @@ describe("npm run services with cassandra (real Cassandra 5.0, ~30 s)", function
     expect(existsSync(paths.pidFile)).to.equal(false);
   });
 
-  it("refuses the services that are not built yet, naming them", async () => {
-    const failure = await services(dataDir, "up", "nginx").then(
+  it("refuses a service it does not know, naming the ones it does", async () => {
+    const failure = await services(dataDir, "up", "postgres").then(
       () => undefined,
       (error: { stderr: string }) => error.stderr,
     );
-    expect(failure).to.include("the nginx service is not built yet");
+    expect(failure).to.include('unknown service "postgres"');
+    expect(failure).to.include("cassandra, kafka, redis, s3, nginx");
   });
 
   it("gives tests a contact point through ensureCassandra and stops what it started", async () => {

@@ -29,7 +29,7 @@ function redisPortFrom(env: NodeJS.ProcessEnv): number {
   return port;
 }
 
-const services: Record<string, BackingService | undefined> = {
+const services: Record<string, BackingService> = {
   cassandra: {
     async up(dataDir) {
       const began = performance.now();
@@ -120,10 +120,8 @@ const usage = "usage: npm run services -- up <name>... | down [name...]   (names
 
 function resolveNames(names: string[]): [string, BackingService][] {
   return names.map((name) => {
-    if (!(name in services)) throw new Error(`unknown service ${JSON.stringify(name)}; ${usage}`);
-    const service = services[name];
-    if (!service) throw new Error(`the ${name} service is not built yet; built: ${Object.keys(services).filter((known) => services[known]).join(", ")}`);
-    return [name, service];
+    if (!Object.hasOwn(services, name)) throw new Error(`unknown service ${JSON.stringify(name)}; ${usage}`);
+    return [name, services[name]];
   });
 }
 
@@ -134,7 +132,8 @@ async function main(argv: string[]): Promise<void> {
     if (names.length === 0) throw new Error(usage);
     for (const [, service] of resolveNames(names)) console.log(await service.up(dataDir));
   } else if (command === "down") {
-    const chosen = names.length > 0 ? resolveNames(names) : Object.entries(services).filter((entry): entry is [string, BackingService] => entry[1] !== undefined);
+    // Without names, in the reverse of the order they are listed (the front before what it fronts).
+    const chosen = names.length > 0 ? resolveNames(names) : Object.entries(services).reverse();
     for (const [name, service] of chosen) console.log(`${name}: ${(await service.down(dataDir)) ? "stopped" : "was not running"}`);
   } else {
     throw new Error(usage);
