@@ -6,10 +6,10 @@
 // Consuming: one Kafka consumer (one group member) per consume call, classic group protocol,
 // positions committed per partition after its handle resolved, never automatically. The client
 // rejoins a rebalance on its own, without waiting for our handles: between the rebalance and the
-// moment our handle in flight settles, the partition's new owner may already read it. So with
-// Kafka "one handle at a time per partition" holds within a member, and across a hand-over the
-// promise is at-least-once, not exclusivity: a commit is skipped once the partition moved away, and
-// the new owner starts from the last committed position.
+// moment our handle in flight settles, the partition's new owner may already read it (from the
+// last committed position). So with Kafka "one handle at a time per partition" holds within a
+// member; across a rebalance the promise is at-least-once, not exclusivity. A member that closes
+// is still in the group until its handles settled and committed, so its successor starts after them.
 import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream } from "@platformatic/kafka";
 import { partitionOf, type ConsumeOptions, type LogConsumer, type LogRecord, type UpdateLog } from "./update-log.js";
 
@@ -242,10 +242,13 @@ class KafkaMember implements LogConsumer {
           if (state.active) await pause(this.settings.retryDelayMs);
           continue;
         }
-        // Given away meanwhile: the new owner goes on from the last committed position.
-        if (!state.active) break;
-        state.queue.splice(0, messages.length);
-        this.unbuffer(messages.length);
+        // A release empties the queue itself (and unbuffers what it held).
+        if (state.active) {
+          state.queue.splice(0, messages.length);
+          this.unbuffer(messages.length);
+        }
+        // Committed even when released meanwhile: on a close we are still the member, and after a
+        // rebalance every offset below any committed one was handled by someone.
         try {
           await messages[messages.length - 1].commit();
         } catch (error) {

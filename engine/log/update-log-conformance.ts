@@ -224,6 +224,37 @@ export function describeUpdateLogConformance(name: string, open: () => Promise<U
       expectCompletePartitions([...a.records, ...b.records], 160);
     });
 
+    it("closes a member only after its handles in flight settled: revoked comes after them, and their records are not given again", async () => {
+      const group = unique("close");
+      let release: () => void = () => {};
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const events: string[] = [];
+      const slow = new Recorder(async (partition) => {
+        events.push(`handle ${partition} started`);
+        await released;
+        events.push(`handle ${partition} done`);
+      });
+      const options = slow.options(topic, group);
+      const consumer = await log.consume({ ...options, revoked: (partitions) => void events.push(`revoked ${partitions.join(",")}`) });
+      const key = "key-0";
+      const partition = partitionOf(key, partitions);
+      await log.append(topic, [{ key, value: encoder.encode("slow") }]);
+      await eventually("the handle is in flight", () => events.includes(`handle ${partition} started`));
+      const closed = consumer.close();
+      await sleep(200);
+      expect(events.some((event) => event.startsWith("revoked"))).to.equal(false);
+      release();
+      await closed;
+      expect(events.indexOf(`handle ${partition} done`)).to.be.lessThan(events.findIndex((event) => event.startsWith("revoked")));
+      expect(events.filter((event) => event.startsWith("revoked")).join(" ")).to.match(new RegExp(`\\b${partition}\\b`));
+
+      await log.append(topic, [{ key, value: encoder.encode("next") }]);
+      const successor = await join(new Recorder(), group);
+      await eventually("the successor handled the next record", () => successor.records.length >= 1);
+      await sleep(200);
+      expect(successor.values()).to.deep.equal(["next"]);
+    });
+
     it("gives every record to each of two groups", async () => {
       const one = await join(new Recorder(), unique("one"));
       const two = await join(new Recorder(), unique("two"));
