@@ -107,6 +107,11 @@ export class KafkaUpdateLog implements UpdateLog {
   }
 }
 
+/** Closes the consumer's streams and leaves its group (rather than timing out of it, so the others take its partitions at once). */
+function leave(consumer: Consumer): Promise<void> {
+  return new Promise((resolve, reject) => consumer.close(true, (error) => (error ? reject(error) : resolve())));
+}
+
 /** A partition this member holds: the records fetched but not yet handled, and the loop that handles them. */
 interface HeldPartition {
   queue: Message[];
@@ -121,39 +126,78 @@ interface HeldPartition {
 }
 
 class KafkaMember implements LogConsumer {
-  private readonly consumer: Consumer;
+  private consumer: Consumer;
   private stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
   private readonly held = new Map<number, HeldPartition>();
   private buffered = 0;
   private closing: Promise<void> | undefined;
   /** Assignment changes are applied one at a time, in the order the group announced them. */
   private changes = Promise.resolve();
+  private recovering: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly settings: Required<KafkaUpdateLogOptions>,
     private readonly options: ConsumeOptions,
   ) {
-    this.consumer = new Consumer({
-      clientId: `${settings.clientId}-${options.group}`,
-      bootstrapBrokers: settings.bootstrap,
-      groupId: options.group,
+    this.consumer = this.newConsumer();
+  }
+
+  private newConsumer(): Consumer {
+    const consumer = new Consumer({
+      clientId: `${this.settings.clientId}-${this.options.group}`,
+      bootstrapBrokers: this.settings.bootstrap,
+      groupId: this.options.group,
       autocommit: false,
-      sessionTimeout: settings.group.sessionTimeoutMs,
-      heartbeatInterval: settings.group.heartbeatIntervalMs,
-      rebalanceTimeout: settings.group.rebalanceTimeoutMs,
-      maxWaitTime: settings.maxWaitMs,
+      sessionTimeout: this.settings.group.sessionTimeoutMs,
+      heartbeatInterval: this.settings.group.heartbeatIntervalMs,
+      rebalanceTimeout: this.settings.group.rebalanceTimeoutMs,
+      maxWaitTime: this.settings.maxWaitMs,
     });
-    this.consumer.on("consumer:group:join", ({ assignments }) => {
-      const partitions = assignments?.find((assignment) => assignment.topic === options.topic)?.partitions ?? [];
-      this.enqueueChange(partitions);
+    consumer.on("consumer:group:join", ({ assignments }) => {
+      // A consumer replaced after a failure may still announce its last join.
+      if (consumer !== this.consumer) return;
+      this.enqueueChange(assignments?.find((assignment) => assignment.topic === this.options.topic)?.partitions ?? []);
     });
+    return consumer;
   }
 
   async start(): Promise<void> {
     const stream = await this.consumer.consume({ topics: [this.options.topic], mode: "committed", fallbackMode: "earliest", autocommit: false });
     this.stream = stream;
     stream.on("data", (message: Message) => this.received(message));
-    stream.on("error", (error: unknown) => this.options.failed?.(error, undefined));
+    stream.once("error", (error: unknown) => {
+      this.options.failed?.(error, undefined);
+      this.recovering = this.recover();
+    });
+  }
+
+  /**
+   * The client gives up on a stream whose broker went away (a restart, a network cut) and does not
+   * read again by itself: this member then gives its partitions up, leaves, and joins again with a
+   * new consumer, retrying every retry delay until the broker answers or the member is closed.
+   */
+  private async recover(): Promise<void> {
+    if (this.closing) return;
+    await this.changes;
+    await this.release([...this.held.keys()].sort((a, b) => a - b));
+    const stale = this.consumer;
+    const staleStream = this.stream;
+    this.stream = undefined;
+    this.buffered = 0;
+    await staleStream?.close().catch(() => undefined);
+    await leave(stale).catch(() => undefined);
+    while (!this.closing) {
+      await new Promise((resolve) => setTimeout(resolve, this.settings.retryDelayMs));
+      if (this.closing) return;
+      this.consumer = this.newConsumer();
+      try {
+        await this.start();
+        return;
+      } catch (error) {
+        this.options.failed?.(error, undefined);
+        await leave(this.consumer).catch(() => undefined);
+      }
+    }
   }
 
   private enqueueChange(partitions: number[]): void {
@@ -263,11 +307,11 @@ class KafkaMember implements LogConsumer {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      await this.recovering;
       await this.changes;
       await this.release([...this.held.keys()].sort((a, b) => a - b));
       await this.stream?.close();
-      // Leaving the group (rather than timing out of it) lets the others take the partitions at once.
-      await this.consumer.close(true);
+      await leave(this.consumer);
     })();
     return this.closing;
   }
