@@ -67,7 +67,7 @@ describe("KafkaUpdateLog on a broker that restarts (its own Kafka on 9197, ~15 s
 
       await stopKafka(dataDir);
       await until(() => failures.length > 0);
-      expect(failures).to.not.be.empty;
+      expect(failures.length).to.be.greaterThan(0);
       await startKafka(dataDir, ports);
       await log.append(topic, [{ key: "a", value: new TextEncoder().encode("after") }]);
       await until(() => seen.includes("after"));
