@@ -10,7 +10,7 @@
 // last committed position). So with Kafka "one handle at a time per partition" holds within a
 // member; across a rebalance the promise is at-least-once, not exclusivity. A member that closes
 // is still in the group until its handles settled and committed, so its successor starts after them.
-import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream } from "@platformatic/kafka";
+import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream, type MessageToProduce } from "@platformatic/kafka";
 import { partitionOf, type ConsumeOptions, type LogConsumer, type LogRecord, type UpdateLog } from "./update-log.js";
 
 /**
@@ -40,6 +40,8 @@ export interface KafkaUpdateLogOptions {
   maxWaitMs?: number;
   group?: KafkaGroupTimings;
 }
+
+const maxSendBytes = 256 * 1024;
 
 function errorId(error: unknown, id: string): boolean {
   const found = (error as { findBy?: (property: string, value: unknown) => unknown }).findBy?.("apiId", id);
@@ -90,9 +92,22 @@ export class KafkaUpdateLog implements UpdateLog {
     const partitions = await this.partitionCount(topic);
     // Idempotent: a send retried after a lost answer is written once, in order.
     this.producer ??= new Producer({ clientId: `${this.options.clientId}-producer`, bootstrapBrokers: this.options.bootstrap, acks: ProduceAcks.ALL, idempotent: true, autocreateTopics: false });
-    await this.producer.send({
-      messages: records.map(({ key, value }) => ({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) })),
-    });
+    const producer = this.producer;
+    // One send per ~256 KiB: the broker refuses a request over message.max.bytes (1 MiB by default),
+    // and sends one after the other keep each key's order.
+    let chunk: MessageToProduce[] = [];
+    let bytes = 0;
+    const flush = async () => {
+      if (chunk.length > 0) await producer.send({ messages: chunk });
+      chunk = [];
+      bytes = 0;
+    };
+    for (const { key, value } of records) {
+      chunk.push({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) });
+      bytes += key.length + value.byteLength;
+      if (bytes >= maxSendBytes) await flush();
+    }
+    await flush();
   }
 
   async consume(options: ConsumeOptions): Promise<LogConsumer> {

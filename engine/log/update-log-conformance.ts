@@ -145,6 +145,15 @@ export function describeUpdateLogConformance(name: string, open: () => Promise<U
       for (const call of reader.calls) expect(call.offsets).to.deep.equal([...call.offsets].sort((a, b) => (a < b ? -1 : 1)));
     });
 
+    it("takes an append larger than one broker request (3 MiB on one key) and keeps its order", async () => {
+      const reader = await join(new Recorder(), unique("large"));
+      const filler = "x".repeat(1024);
+      const sent = Array.from({ length: 3_000 }, (_, i) => ({ key: "one-key", value: encoder.encode(`${i}:${filler}`) }));
+      await log.append(topic, sent);
+      await eventually("every record is handled", () => reader.records.length >= sent.length);
+      expect(reader.records.map((record) => Number(decoder.decode(record.value).split(":")[0]))).to.deep.equal(sent.map((_, i) => i));
+    });
+
     it("commits a partition's position only after its handle resolved: a member that left is followed from there, nothing lost", async () => {
       const group = unique("commit");
       const first = await join(new Recorder(), group);
