@@ -6,11 +6,11 @@
 // Consuming: one Kafka consumer (one group member) per consume call, classic group protocol,
 // positions committed per partition after its handle resolved, never automatically. The client
 // rejoins a rebalance on its own, without waiting for our handles: between the rebalance and the
-// moment our handle in flight settles, the partition's new owner may already read it. So with
-// Kafka "one handle at a time per partition" holds within a member, and across a hand-over the
-// promise is at-least-once, not exclusivity: a commit is skipped once the partition moved away, and
-// the new owner starts from the last committed position.
-import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream } from "@platformatic/kafka";
+// moment our handle in flight settles, the partition's new owner may already read it (from the
+// last committed position). So with Kafka "one handle at a time per partition" holds within a
+// member; across a rebalance the promise is at-least-once, not exclusivity. A member that closes
+// is still in the group until its handles settled and committed, so its successor starts after them.
+import { Admin, Consumer, Producer, ProduceAcks, type Message, type MessagesStream, type MessageToProduce } from "@platformatic/kafka";
 import { partitionOf, type ConsumeOptions, type LogConsumer, type LogRecord, type UpdateLog } from "./update-log.js";
 
 /**
@@ -40,6 +40,8 @@ export interface KafkaUpdateLogOptions {
   maxWaitMs?: number;
   group?: KafkaGroupTimings;
 }
+
+const maxSendBytes = 256 * 1024;
 
 function errorId(error: unknown, id: string): boolean {
   const found = (error as { findBy?: (property: string, value: unknown) => unknown }).findBy?.("apiId", id);
@@ -90,9 +92,22 @@ export class KafkaUpdateLog implements UpdateLog {
     const partitions = await this.partitionCount(topic);
     // Idempotent: a send retried after a lost answer is written once, in order.
     this.producer ??= new Producer({ clientId: `${this.options.clientId}-producer`, bootstrapBrokers: this.options.bootstrap, acks: ProduceAcks.ALL, idempotent: true, autocreateTopics: false });
-    await this.producer.send({
-      messages: records.map(({ key, value }) => ({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) })),
-    });
+    const producer = this.producer;
+    // One send per ~256 KiB: the broker refuses a request over message.max.bytes (1 MiB by default),
+    // and sends one after the other keep each key's order.
+    let chunk: MessageToProduce[] = [];
+    let bytes = 0;
+    const flush = async () => {
+      if (chunk.length > 0) await producer.send({ messages: chunk });
+      chunk = [];
+      bytes = 0;
+    };
+    for (const { key, value } of records) {
+      chunk.push({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) });
+      bytes += key.length + value.byteLength;
+      if (bytes >= maxSendBytes) await flush();
+    }
+    await flush();
   }
 
   async consume(options: ConsumeOptions): Promise<LogConsumer> {
@@ -105,6 +120,11 @@ export class KafkaUpdateLog implements UpdateLog {
   async close(): Promise<void> {
     await Promise.all([this.producer?.close(), this.admin.close()]);
   }
+}
+
+/** Closes the consumer's streams and leaves its group (rather than timing out of it, so the others take its partitions at once). */
+function leave(consumer: Consumer): Promise<void> {
+  return new Promise((resolve, reject) => consumer.close(true, (error) => (error ? reject(error) : resolve())));
 }
 
 /** A partition this member holds: the records fetched but not yet handled, and the loop that handles them. */
@@ -121,39 +141,78 @@ interface HeldPartition {
 }
 
 class KafkaMember implements LogConsumer {
-  private readonly consumer: Consumer;
+  private consumer: Consumer;
   private stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
   private readonly held = new Map<number, HeldPartition>();
   private buffered = 0;
   private closing: Promise<void> | undefined;
   /** Assignment changes are applied one at a time, in the order the group announced them. */
   private changes = Promise.resolve();
+  private recovering: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly settings: Required<KafkaUpdateLogOptions>,
     private readonly options: ConsumeOptions,
   ) {
-    this.consumer = new Consumer({
-      clientId: `${settings.clientId}-${options.group}`,
-      bootstrapBrokers: settings.bootstrap,
-      groupId: options.group,
+    this.consumer = this.newConsumer();
+  }
+
+  private newConsumer(): Consumer {
+    const consumer = new Consumer({
+      clientId: `${this.settings.clientId}-${this.options.group}`,
+      bootstrapBrokers: this.settings.bootstrap,
+      groupId: this.options.group,
       autocommit: false,
-      sessionTimeout: settings.group.sessionTimeoutMs,
-      heartbeatInterval: settings.group.heartbeatIntervalMs,
-      rebalanceTimeout: settings.group.rebalanceTimeoutMs,
-      maxWaitTime: settings.maxWaitMs,
+      sessionTimeout: this.settings.group.sessionTimeoutMs,
+      heartbeatInterval: this.settings.group.heartbeatIntervalMs,
+      rebalanceTimeout: this.settings.group.rebalanceTimeoutMs,
+      maxWaitTime: this.settings.maxWaitMs,
     });
-    this.consumer.on("consumer:group:join", ({ assignments }) => {
-      const partitions = assignments?.find((assignment) => assignment.topic === options.topic)?.partitions ?? [];
-      this.enqueueChange(partitions);
+    consumer.on("consumer:group:join", ({ assignments }) => {
+      // A consumer replaced after a failure may still announce its last join.
+      if (consumer !== this.consumer) return;
+      this.enqueueChange(assignments?.find((assignment) => assignment.topic === this.options.topic)?.partitions ?? []);
     });
+    return consumer;
   }
 
   async start(): Promise<void> {
     const stream = await this.consumer.consume({ topics: [this.options.topic], mode: "committed", fallbackMode: "earliest", autocommit: false });
     this.stream = stream;
     stream.on("data", (message: Message) => this.received(message));
-    stream.on("error", (error: unknown) => this.options.failed?.(error, undefined));
+    stream.once("error", (error: unknown) => {
+      this.options.failed?.(error, undefined);
+      this.recovering = this.recover();
+    });
+  }
+
+  /**
+   * The client gives up on a stream whose broker went away (a restart, a network cut) and does not
+   * read again by itself: this member then gives its partitions up, leaves, and joins again with a
+   * new consumer, retrying every retry delay until the broker answers or the member is closed.
+   */
+  private async recover(): Promise<void> {
+    if (this.closing) return;
+    await this.changes;
+    await this.release([...this.held.keys()].sort((a, b) => a - b));
+    const stale = this.consumer;
+    const staleStream = this.stream;
+    this.stream = undefined;
+    this.buffered = 0;
+    await staleStream?.close().catch(() => undefined);
+    await leave(stale).catch(() => undefined);
+    while (!this.closing) {
+      await new Promise((resolve) => setTimeout(resolve, this.settings.retryDelayMs));
+      if (this.closing) return;
+      this.consumer = this.newConsumer();
+      try {
+        await this.start();
+        return;
+      } catch (error) {
+        this.options.failed?.(error, undefined);
+        await leave(this.consumer).catch(() => undefined);
+      }
+    }
   }
 
   private enqueueChange(partitions: number[]): void {
@@ -242,10 +301,13 @@ class KafkaMember implements LogConsumer {
           if (state.active) await pause(this.settings.retryDelayMs);
           continue;
         }
-        // Given away meanwhile: the new owner goes on from the last committed position.
-        if (!state.active) break;
-        state.queue.splice(0, messages.length);
-        this.unbuffer(messages.length);
+        // A release empties the queue itself (and unbuffers what it held).
+        if (state.active) {
+          state.queue.splice(0, messages.length);
+          this.unbuffer(messages.length);
+        }
+        // Committed even when released meanwhile: on a close we are still the member, and after a
+        // rebalance every offset below any committed one was handled by someone.
         try {
           await messages[messages.length - 1].commit();
         } catch (error) {
@@ -260,11 +322,11 @@ class KafkaMember implements LogConsumer {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      await this.recovering;
       await this.changes;
       await this.release([...this.held.keys()].sort((a, b) => a - b));
       await this.stream?.close();
-      // Leaving the group (rather than timing out of it) lets the others take the partitions at once.
-      await this.consumer.close(true);
+      await leave(this.consumer);
     })();
     return this.closing;
   }

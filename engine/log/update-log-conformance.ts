@@ -145,6 +145,15 @@ export function describeUpdateLogConformance(name: string, open: () => Promise<U
       for (const call of reader.calls) expect(call.offsets).to.deep.equal([...call.offsets].sort((a, b) => (a < b ? -1 : 1)));
     });
 
+    it("takes an append larger than one broker request (3 MiB on one key) and keeps its order", async () => {
+      const reader = await join(new Recorder(), unique("large"));
+      const filler = "x".repeat(1024);
+      const sent = Array.from({ length: 3_000 }, (_, i) => ({ key: "one-key", value: encoder.encode(`${i}:${filler}`) }));
+      await log.append(topic, sent);
+      await eventually("every record is handled", () => reader.records.length >= sent.length);
+      expect(reader.records.map((record) => Number(decoder.decode(record.value).split(":")[0]))).to.deep.equal(sent.map((_, i) => i));
+    });
+
     it("commits a partition's position only after its handle resolved: a member that left is followed from there, nothing lost", async () => {
       const group = unique("commit");
       const first = await join(new Recorder(), group);
@@ -222,6 +231,37 @@ export function describeUpdateLogConformance(name: string, open: () => Promise<U
       await log.append(topic, batch("later", 80, 16));
       await eventually("the later records are handled by the remaining member", () => b.values().filter((value) => value.startsWith("later")).length >= 80);
       expectCompletePartitions([...a.records, ...b.records], 160);
+    });
+
+    it("closes a member only after its handles in flight settled: revoked comes after them, and their records are not given again", async () => {
+      const group = unique("close");
+      let release: () => void = () => {};
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const events: string[] = [];
+      const slow = new Recorder(async (partition) => {
+        events.push(`handle ${partition} started`);
+        await released;
+        events.push(`handle ${partition} done`);
+      });
+      const options = slow.options(topic, group);
+      const consumer = await log.consume({ ...options, revoked: (partitions) => void events.push(`revoked ${partitions.join(",")}`) });
+      const key = "key-0";
+      const partition = partitionOf(key, partitions);
+      await log.append(topic, [{ key, value: encoder.encode("slow") }]);
+      await eventually("the handle is in flight", () => events.includes(`handle ${partition} started`));
+      const closed = consumer.close();
+      await sleep(200);
+      expect(events.some((event) => event.startsWith("revoked"))).to.equal(false);
+      release();
+      await closed;
+      expect(events.indexOf(`handle ${partition} done`)).to.be.lessThan(events.findIndex((event) => event.startsWith("revoked")));
+      expect(events.filter((event) => event.startsWith("revoked")).join(" ")).to.match(new RegExp(`\\b${partition}\\b`));
+
+      await log.append(topic, [{ key, value: encoder.encode("next") }]);
+      const successor = await join(new Recorder(), group);
+      await eventually("the successor handled the next record", () => successor.records.length >= 1);
+      await sleep(200);
+      expect(successor.values()).to.deep.equal(["next"]);
     });
 
     it("gives every record to each of two groups", async () => {
