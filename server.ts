@@ -41,7 +41,8 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
-import { WebhookFleetMember, WebhookTopic, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
+import { WebhookFleetMember, WebhookTopic, deliveryLockMs, deliveryLocks, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
+import { webhookTimeoutMs } from "./gateway/webhooks/delivery.js";
 import { KafkaUpdateLog } from "./engine/log/kafka-update-log.js";
 import { MemoryUpdateLog } from "./engine/log/memory-update-log.js";
 import type { UpdateLog } from "./engine/log/update-log.js";
@@ -147,6 +148,18 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     }
   }
 
+  // Short-lived shared state: Redis in a cluster, in memory when one process runs everything.
+  let ephemeral: EphemeralState | undefined;
+  if (roles.includes("engine") || roles.includes("webhooks")) {
+    ephemeral = options.adapters?.ephemeral;
+    if (!ephemeral) {
+      const { redisUrl, redisPrefix } = config.cluster;
+      const opened = redisUrl ? await RedisEphemeralState.open({ url: redisUrl, prefix: `${redisPrefix}ephemeral:`, onError: redisTrouble }) : new MemoryEphemeralState(clock);
+      cleanups.push(() => opened.close());
+      ephemeral = opened;
+    }
+  }
+
   // The update log: Kafka in a cluster, in memory when one process runs everything.
   let log: UpdateLog | undefined;
   const webhookTopic = webhookTopicName(config.cluster.kafkaTopicPrefix);
@@ -161,15 +174,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     await log.ensureTopic(webhookTopic, WebhookTopic.partitions);
   }
 
-  if (roles.includes("engine") && store && presence && log) {
+  if (roles.includes("engine") && store && presence && log && ephemeral) {
     const logger = broker.getLogger("engine");
-    let ephemeral = options.adapters?.ephemeral;
-    if (!ephemeral) {
-      const { redisUrl, redisPrefix } = config.cluster;
-      const opened = redisUrl ? await RedisEphemeralState.open({ url: redisUrl, prefix: `${redisPrefix}ephemeral:`, onError: redisTrouble }) : new MemoryEphemeralState(clock);
-      cleanups.push(() => opened.close());
-      ephemeral = opened;
-    }
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close());
     const placement = new ClusterPlacement(broker, (brokerSettings.heartbeatTimeout ?? 15) * 1000);
@@ -201,7 +207,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.createService(systemAgentService(deps));
   }
 
-  if (roles.includes("webhooks") && store && log) {
+  if (roles.includes("webhooks") && store && log && ephemeral) {
     const { agents, webhookJobs } = store;
     broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
     broker.createService(
@@ -213,6 +219,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         allowPrivateNetworks: config.webhookAllowPrivateNetworks,
         policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
         fleet: new WebhookFleetMember(log, webhookTopic),
+        claim: deliveryLocks(ephemeral, deliveryLockMs(options.webhooks?.timeoutMs ?? webhookTimeoutMs)),
       }),
     );
   }

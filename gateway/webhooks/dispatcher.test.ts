@@ -7,7 +7,10 @@ import { expect } from "chai";
 import { openSqliteStore } from "../../engine/store/sqlite/sqlite-store.js";
 import type { Store } from "../../engine/store/store.js";
 import type { DeliveryOutcome } from "./delivery.js";
-import { WebhookDispatcher, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
+import { WebhookDispatcher, type DispatcherOptions, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
+import { deliveryLocks } from "./fleet.js";
+import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
+import { AdjustableClock } from "../../engine/clock.js";
 
 // The SQLite queue answers synchronously, so once a timer fires every step in reach has run.
 const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
@@ -77,9 +80,10 @@ describe("WebhookDispatcher", () => {
     };
   });
 
-  const start = (poster: WebhookPoster, policy: Partial<DispatcherPolicy>) => {
+  const start = (poster: WebhookPoster, policy: Partial<DispatcherPolicy>, fleet: Partial<Pick<DispatcherOptions, "slice" | "claim">> = {}) => {
     dispatcher = new WebhookDispatcher(
       {
+        ...fleet,
         queue: store.webhookJobs,
         resolveTarget: async (agentUserId) => (notWebhook.has(agentUserId) ? undefined : { url: `https://agent-${agentUserId}.example/hook`, secretKey: "key" }),
         handBack: (agentUserId) => handBack(agentUserId),
@@ -113,6 +117,29 @@ describe("WebhookDispatcher", () => {
     expect(poster.sent).to.deep.equal(["1a", "2a", "3a", "1b"]);
     expect(poster.mostInFlight).to.equal(2);
     expect(await store.webhookJobs.due(Number.MAX_SAFE_INTEGER, [], 10)).to.deep.equal([]);
+  });
+
+  it("serves only its slice of the agents, and an agent another node holds the delivery lock of only once that lock is free", async () => {
+    for (const [agent, body] of [[1, "1a"], [2, "2a"], [3, "3a"]] as const) await store.webhookJobs.enqueue(agent, body, 1000);
+    const ephemeral = new MemoryEphemeralState(new AdjustableClock());
+    const claim = deliveryLocks(ephemeral, 60_000);
+    // Another node is delivering to agent 1 (it holds the lock).
+    const releaseElsewhere = (await claim(1))!;
+    const poster = new HeldPoster();
+    start(poster, { pollIntervalMs: 20 }, { slice: () => (agentUserId) => agentUserId !== 3, claim });
+    await settle();
+    expect(poster.open.map((e) => e.body)).to.deep.equal(["2a"]);
+    await releaseElsewhere();
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect(poster.open.map((e) => e.body).sort()).to.deep.equal(["1a", "2a"]);
+    // The lock is held while its delivery runs, and released after it.
+    expect(await claim(1)).to.equal(undefined);
+    poster.answer("1a");
+    poster.answer("2a");
+    await settle();
+    expect(await claim(1)).to.not.equal(undefined);
+    expect(poster.sent).to.not.include("3a");
+    await ephemeral.close();
   });
 
   it("looks at the queue when woken, without waiting for the next poll", async () => {

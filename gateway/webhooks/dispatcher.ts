@@ -71,6 +71,11 @@ export interface DispatcherOptions {
   poster?: WebhookPoster;
   /** The agents this node serves, when the fleet splits them (fleet.ts); every agent when absent. */
   slice?: () => AgentSlice;
+  /**
+   * Takes the agent's delivery lock across the fleet for one delivery (fleet.ts), answering its
+   * release, or undefined when another node holds it; no lock when absent (one dispatcher).
+   */
+  claim?: (agentUserId: number) => Promise<(() => Promise<void>) | undefined>;
 }
 
 /**
@@ -136,12 +141,24 @@ export class WebhookDispatcher {
     for (const job of jobs) {
       if (!this.running || this.busy.has(job.agentUserId)) continue;
       this.busy.add(job.agentUserId);
-      const delivery: Promise<void> = this.deliver(job)
+      let release: (() => Promise<void>) | undefined;
+      let lockedElsewhere = false;
+      const delivery: Promise<void> = (async () => {
+        if (this.options.claim) {
+          release = await this.options.claim(job.agentUserId);
+          // Another node delivers to this agent right now (a rebalance moving it): it goes on
+          // there, and this node looks again at its next poll, not at once.
+          lockedElsewhere = !release;
+          if (lockedElsewhere) return;
+        }
+        await this.deliver(job);
+      })()
         .catch((err: unknown) => this.logger.error(`webhook job ${job.jobId} of agent ${job.agentUserId} failed to settle`, err))
-        .finally(() => {
+        .finally(async () => {
+          await release?.().catch((err: unknown) => this.logger.warn(`releasing the delivery lock of agent ${job.agentUserId} failed: ${String(err)}`));
           this.busy.delete(job.agentUserId);
           this.deliveries.delete(delivery);
-          this.wake();
+          if (!lockedElsewhere) this.wake();
         });
       this.deliveries.add(delivery);
     }

@@ -5,10 +5,18 @@
 // node (dispatcher.ts), never another agent's turn. When the group rebalances (a node joins, leaves
 // or dies), a node lets its deliveries to the agents moving away finish before the partitions go.
 //
+// Kafka's client may hand a partition to its new member before the old one has let it go, so the
+// partitions alone do not make one node per agent: each delivery also holds the agent's lock in
+// the shared ephemeral state (Redis in a cluster), taken with one atomic set-if-absent and
+// released only by its holder. A node that dies holding it delays that agent by the lock's
+// lifetime, never another agent.
+//
 // The records are the engine's word that an agent's queue grew (the inbox appends them once the
 // entries and their jobs are durable, in one write): the queue in the store stays the truth, so a
 // record lost with a crash delays a delivery until the dispatcher's poll, and a record read twice
 // wakes the dispatcher twice.
+import { randomBytes } from "node:crypto";
+import type { EphemeralState } from "../../engine/ephemeral/ephemeral-state.js";
 import { partitionOf, type LogConsumer, type UpdateLog } from "../../engine/log/update-log.js";
 import type { AgentSlice } from "../../shared/agent-delivery.js";
 
@@ -29,6 +37,19 @@ export interface FleetDispatcher {
   wake(): void;
   /** Resolves once no delivery to an agent `leaving` names is in flight. */
   settle(leaving: AgentSlice): Promise<void>;
+}
+
+/** A delivery lock outlives the longest delivery (the request's answer limit and the queue writes around it). */
+export const deliveryLockMs = (requestTimeoutMs: number) => requestTimeoutMs + 30_000;
+
+/** The agent's delivery lock in the shared ephemeral state; see above. */
+export function deliveryLocks(ephemeral: EphemeralState, lockMs: number) {
+  return async (agentUserId: number): Promise<(() => Promise<void>) | undefined> => {
+    const key = `webhook-delivery:${agentUserId}`;
+    const holder = randomBytes(9).toString("base64url");
+    if (!(await ephemeral.setIfAbsent(key, holder, lockMs))) return undefined;
+    return async () => void (await ephemeral.deleteIfEquals(key, holder));
+  };
 }
 
 export class WebhookFleetMember {
