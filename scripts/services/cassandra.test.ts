@@ -1,42 +1,19 @@
 // `npm run services` with Cassandra: a real Cassandra 5.0 on 127.0.0.1:9042 (needs Java 17 and
 // Maven, or the jars already cached). Takes ~20-40 s: a first install resolves ~70 MB of jars,
 // each start is a few seconds, each clean stop ~6 s. Port 9042 must be free.
-import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { promisify } from "node:util";
+import { join } from "node:path";
 import { expect } from "chai";
+import { processesMentioning, runServices } from "../../test/support/services-cli.js";
 import { releaseTestCassandra } from "../../test/support/cassandra.js";
 import { cassandraPaths, ensureCassandra } from "./cassandra.js";
 import { decodeSupported, probeCql } from "./cql-probe.js";
 import { isAlive, portIsOpen, runningPid } from "./daemon.js";
 
-const repositoryRoot = resolve(import.meta.dirname, "../..");
-const run = promisify(execFile);
 
-async function services(dataDir: string, ...args: string[]): Promise<string> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", "scripts/services/main.ts", ...args], {
-    cwd: repositoryRoot,
-    env: { ...process.env, DATA_DIR: dataDir },
-    timeout: 300_000,
-  });
-  return stdout;
-}
+const services = (dataDir: string, ...args: string[]) => runServices(dataDir, args, {}, 300_000);
 
-/** Pids of live processes whose command line mentions `text`. */
-function processesMentioning(text: string): number[] {
-  return readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .filter((name) => {
-      try {
-        return readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
 
 function frame(opcode: number, body: Buffer): Buffer {
   const header = Buffer.from([0x84, 0, 0, 0, opcode, 0, 0, 0, 0]);

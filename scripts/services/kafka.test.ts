@@ -2,12 +2,13 @@
 // (9192, controller 9193), so neither the test Kafka nor a local cluster's is disturbed. Needs
 // Java 17 and Maven, or the jars already cached (~45 MB); a start takes ~3-5 s, a stop < 1 s.
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { Admin } from "@platformatic/kafka";
 import { expect } from "chai";
+import { processesMentioning } from "../../test/support/services-cli.js";
 import { isAlive, portIsOpen } from "./daemon.js";
 import { ensureKafka, kafkaPaths, startKafka, stopKafka } from "./kafka.js";
 
@@ -15,18 +16,6 @@ const ports = { port: 9192, controllerPort: 9193 };
 const run = promisify(execFile);
 const repositoryRoot = resolve(import.meta.dirname, "../..");
 
-function processesMentioning(text: string): number[] {
-  return readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .filter((name) => {
-      try {
-        return readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
 
 async function brokersOf(bootstrap: string): Promise<string[]> {
   const admin = new Admin({ clientId: "kafka-service-test", bootstrapBrokers: [bootstrap], retries: false });

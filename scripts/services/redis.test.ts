@@ -1,42 +1,19 @@
 // `npm run services` with Redis: a real Redis 7.0 from Debian's packages, on port 6391 here so that
 // neither a developer's Redis on 6379 nor the tests' own on 6390 is touched. Each start takes well
 // under a second once the packages are cached.
-import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { promisify } from "node:util";
+import { join } from "node:path";
 import { expect } from "chai";
+import { processesMentioning, runServices } from "../../test/support/services-cli.js";
 import { Redis } from "ioredis";
 import { isAlive, portIsOpen } from "./daemon.js";
 import { ensureRedis, pingRedis, redisPaths, restartRedis, startRedis, stopRedis } from "./redis.js";
 
-const repositoryRoot = resolve(import.meta.dirname, "../..");
-const run = promisify(execFile);
 const port = 6391;
 
-async function services(dataDir: string, ...args: string[]): Promise<string> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", "scripts/services/main.ts", ...args], {
-    cwd: repositoryRoot,
-    env: { ...process.env, DATA_DIR: dataDir, REDIS_PORT: String(port) },
-    timeout: 300_000,
-  });
-  return stdout;
-}
+const services = (dataDir: string, ...args: string[]) => runServices(dataDir, args, { REDIS_PORT: String(port) }, 300_000);
 
-/** Pids of live processes whose command line mentions `text`. */
-function processesMentioning(text: string): number[] {
-  return readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .filter((name) => {
-      try {
-        return readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
 
 describe("npm run services with redis (real Redis 7.0)", function () {
   this.timeout(120_000);

@@ -1,42 +1,20 @@
 // `npm run services` with s3: a real MinIO on a non-default port (9020, so neither a developer's
 // server on 9000 nor the tests' on 9010 is in the way). A machine's first run builds MinIO from
 // source through the Go module proxy (minutes); later runs reuse the cached binary, ~1 s a start.
-import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { promisify } from "node:util";
+import { join } from "node:path";
 import { ListBucketsCommand, S3Client } from "@aws-sdk/client-s3";
 import { expect } from "chai";
+import { processesMentioning, runServices } from "../../test/support/services-cli.js";
 import { isAlive, portIsOpen } from "./daemon.js";
 import { ensureS3, installS3, s3Paths } from "./s3.js";
 
-const repositoryRoot = resolve(import.meta.dirname, "../..");
-const run = promisify(execFile);
 const port = 9020;
 const endpoint = `http://127.0.0.1:${port}`;
 
-async function services(dataDir: string, ...args: string[]): Promise<string> {
-  const { stdout } = await run(process.execPath, ["--import", "tsx", "scripts/services/main.ts", ...args], {
-    cwd: repositoryRoot,
-    env: { ...process.env, DATA_DIR: dataDir, S3_PORT: String(port) },
-    timeout: 120_000,
-  });
-  return stdout;
-}
+const services = (dataDir: string, ...args: string[]) => runServices(dataDir, args, { S3_PORT: String(port) }, 120_000);
 
-function processesMentioning(text: string): number[] {
-  return readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .filter((name) => {
-      try {
-        return readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
 
 function client(secretAccessKey = "parley-secret"): S3Client {
   return new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true, credentials: { accessKeyId: "parley", secretAccessKey } });
