@@ -22,6 +22,9 @@ export function errorPartsOf(err: unknown, log: (message: string, err: unknown) 
   if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError" || name === "RequestTimeoutError") {
     return { entry: Errors.unavailable, metadata: {}, message: Errors.unavailable.message };
   }
+  // The engine node serving the call left the cluster (killed, or partitioned away) before it
+  // answered: the call may or may not have taken effect, as after a timeout.
+  if (name === "RequestRejectedError") return { entry: Errors.unavailable, metadata: { reason: "ENGINE_NODE_LOST" }, message: "the node serving this call left before answering; try again" };
   log("unexpected error while serving a request", err);
   return { entry: Errors.internal, metadata: {}, message: Errors.internal.message };
 }

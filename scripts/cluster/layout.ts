@@ -34,16 +34,17 @@ const countVariables: Record<Role, [name: string, fallback: number, min: number]
   webhooks: ["CLUSTER_WEBHOOK_NODES", 1, 1],
 };
 
-function count(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {
+function count(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max = 32): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < min || value > 32) throw new Error(`${name} must be ${min}..32; got ${raw}`);
+  if (!Number.isInteger(value) || value < min || value > max) throw new Error(`${name} must be ${min}..${max}; got ${raw}`);
   return value;
 }
 
 export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): ClusterLayout {
-  const basePort = count(env, "CLUSTER_BASE_PORT", 18_000, 1024);
+  // Room above it for the nodes' HTTP ports and, 1000 higher, their bus ports.
+  const basePort = count(env, "CLUSTER_BASE_PORT", 18_000, 1024, 64_000);
   const frontHost = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
   const frontUrl = `http://${frontHost}:${config.port}`;
   const s3 = { endpoint: `http://${s3Host}:${defaultS3Port}`, region: s3Region, ...s3Credentials(env) };
