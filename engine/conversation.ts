@@ -207,6 +207,8 @@ export function envelopeOf(record: MessageRecord, live?: LiveStream): MessageEnv
 export class ConversationActor {
   private readonly mailboxes = new Mailboxes();
   private readonly latestId = new Map<bigint, bigint>();
+  /** The lease epoch under which each conversation's inherited fan-outs were finished (finishInheritedFanOuts). */
+  private readonly settledUnder = new Map<bigint, number>();
   private readonly streams = new Map<string, LiveStream>();
   /** Deliveries a call's writes started, awaited once the call has left the mailbox. */
   private readonly deliveries = new WeakMap<Context, Promise<void>[]>();
@@ -277,6 +279,7 @@ export class ConversationActor {
     const inShard = (conversationId: bigint) => shardOf(conversationKey(conversationId)) === shard;
     this.checks.deleteWhere(inShard);
     for (const conversationId of [...this.latestId.keys()]) if (inShard(conversationId)) this.latestId.delete(conversationId);
+    for (const conversationId of [...this.settledUnder.keys()]) if (inShard(conversationId)) this.settledUnder.delete(conversationId);
     for (const key of [...this.streams.keys()]) if (inShard(BigInt(key.slice(0, key.indexOf(":"))))) this.streams.delete(key);
   }
 
@@ -312,13 +315,29 @@ export class ConversationActor {
    */
   private async writing<T>(ctx: Context, conversationId: bigint, work: () => Promise<T>): Promise<T> {
     try {
-      return await this.owned(conversationId, work);
+      return await this.owned(conversationId, async () => {
+        await this.finishInheritedFanOuts(ctx, conversationId);
+        return work();
+      });
     } finally {
       const started = this.deliveries.get(ctx);
       this.deliveries.delete(ctx);
       if (started) await Promise.all(started);
       else await this.deps.fanOuts.delivered(String(conversationId));
     }
+  }
+
+  /**
+   * The first write under a lease this node did not hold before (the conversation moved here, or
+   * this node restarted) first finishes the fan-outs the previous holder recorded and did not
+   * deliver (it died between its answer and its deliveries): a new event of the conversation must
+   * follow them in every stream, and nobody else remembers them but the outbox.
+   */
+  private async finishInheritedFanOuts(ctx: Context, conversationId: bigint): Promise<void> {
+    const fence = await this.deps.ownership.fence(conversationKey(conversationId));
+    if (this.settledUnder.get(conversationId) === fence.epoch) return;
+    await this.deps.fanOuts.finishScopeInOrder(ctx, String(conversationId));
+    if (this.deps.ownership.holds(fence)) this.settledUnder.set(conversationId, fence.epoch);
   }
 
   /** Starts delivering a fan-out the mailbox's write just recorded; writing() waits for it. */

@@ -14,11 +14,37 @@ export interface Pushes {
   send(event: PushEvent): void;
 }
 
+/** How long a push waits for a gateway the registry names but this node has not discovered yet. */
+const discoveryWaitMs = 5_000;
+
 export class PushRouter implements Pushes {
   constructor(
     private readonly broker: ServiceBroker,
     private readonly presence: PresenceRegistry,
   ) {}
+
+  /**
+   * Resolves once the node is known and up, or after the wait: a gateway that just started may
+   * hold connections (and be in the registry) before this node has heard of it (TCP gossip).
+   */
+  private discovered(nodeID: string): Promise<void> | undefined {
+    const registry = this.broker.registry as unknown as { nodes: { get(id: string): { available: boolean } | undefined } };
+    if (registry.nodes.get(nodeID)?.available) return undefined;
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, discoveryWaitMs);
+      timer.unref();
+      const onConnected = (payload: { node?: { id?: string } }) => {
+        if (payload.node?.id === nodeID) done();
+      };
+      function done() {
+        clearTimeout(timer);
+        bus.off("$node.connected", onConnected);
+        resolve();
+      }
+      const bus = this.broker.localBus;
+      bus.on("$node.connected", onConnected);
+    });
+  }
 
   send(event: PushEvent): void {
     this.route(event).catch((err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`));
@@ -34,8 +60,9 @@ export class PushRouter implements Pushes {
         users.add(userId);
       }
     }
-    const sends = [...byGateway].map(([nodeID, users]) => {
+    const sends = [...byGateway].map(async ([nodeID, users]) => {
       const part: PushEvent = "recipients" in event ? { update: event.update, recipients: event.recipients.filter(([userId]) => users.has(userId)) } : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
+      await this.discovered(nodeID);
       return this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
     });
     await Promise.all(sends);

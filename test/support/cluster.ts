@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { testKeyspace, testServicesDir } from "./cassandra.js";
 import { freePort } from "./harness.js";
@@ -39,8 +40,7 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
       CODE_DELIVERY: `file:${codesFile}`,
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
       CASSANDRA_KEYSPACE: testKeyspace("cluster"),
-      // Free when probed, with room above for the nodes' HTTP and bus ports (+1000).
-      CLUSTER_BASE_PORT: String(Math.min(await freePort(), 64_000)),
+      CLUSTER_BASE_PORT: String(await freeBasePort()),
       // Limits a load test would trip over, out of reach as for every test server.
       VERIFY_CODES_PER_ADDRESS_PER_MINUTE: "0",
       VERIFY_CODES_PER_MINUTE: "0",
@@ -61,6 +61,28 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
     await sleep(200);
   }
   return { cluster: { url: `http://127.0.0.1:${port}`, dataDir, codesFile }, child };
+}
+
+/** Whether something can listen on the port now. */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once("error", () => resolve(false));
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A base port below the kernel's ephemeral range (so no outgoing connection takes one of ours)
+ * whose node ports (+1..+16) and bus ports (+1001..+1016) are all free now.
+ */
+async function freeBasePort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * 10_000);
+    const ports = Array.from({ length: 16 }, (_, i) => [base + 1 + i, base + 1001 + i]).flat();
+    if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
+  }
+  throw new Error("no free port range for the cluster's nodes");
 }
 
 export async function testCluster(): Promise<TestCluster> {
