@@ -65,7 +65,10 @@ export function installKafka(): string {
   return installJars("kafka", kafkaVersion, [`org.apache.kafka:kafka_2.13:${kafkaVersion}`, `org.apache.logging.log4j:log4j-slf4j-impl:${log4jVersion}`]);
 }
 
-/** A KRaft cluster id (16 bytes, base64url) fixed by the data directory. */
+/**
+ * A KRaft cluster id (16 bytes, base64url) fixed by the data directory. It may begin with "-", so
+ * it is passed as --cluster-id=<id> (as a separate argument the tool would read it as an option).
+ */
 function clusterId(paths: KafkaPaths): string {
   return createHash("sha256").update(paths.home).digest().subarray(0, 16).toString("base64url");
 }
@@ -128,7 +131,7 @@ function javaArguments(lib: string, paths: KafkaPaths, mainClass: string, args: 
 /** Formats the storage the first time (KRaft refuses to start on an unformatted log dir). */
 function formatStorage(java: string, lib: string, paths: KafkaPaths): void {
   if (existsSync(paths.formatted)) return;
-  const result = spawnSync(java, javaArguments(lib, paths, "kafka.tools.StorageTool", ["format", "--cluster-id", clusterId(paths), "--config", paths.config, "--ignore-formatted"]), { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8", timeout: 120_000 });
+  const result = spawnSync(java, javaArguments(lib, paths, "kafka.tools.StorageTool", ["format", `--cluster-id=${clusterId(paths)}`, "--config", paths.config, "--ignore-formatted"]), { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8", timeout: 120_000 });
   if (result.status !== 0) throw new Error(`kafka-storage format failed (${result.error?.message ?? `exit ${result.status}`}):\n${result.stdout}${result.stderr}`);
 }
 
