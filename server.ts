@@ -101,13 +101,13 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
-/** What the api and gateway roles call; they answer requests only once these are reachable. */
 /**
  * Consumer-group timing in a cluster: a member that stops heartbeating (a killed webhooks node)
  * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
  */
 const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
 
+/** What the api and gateway roles call; they answer requests only once these are reachable. */
 const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
@@ -120,10 +120,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const uws = servesClients && config.socketDriver === "uws" ? loadNativeUws() : undefined;
   const everyRole = allRoles.every((role) => roles.includes(role));
   const brokerSettings = brokerOptions({
-      logLevel: config.logLevel,
-      nodeID: config.cluster.transporter || !everyRole ? config.cluster.nodeId : undefined,
-      transporter: transporterOf(config.cluster.transporter, config.cluster.nodeId),
-      ...options.broker,
+    logLevel: config.logLevel,
+    nodeID: config.cluster.transporter || !everyRole ? config.cluster.nodeId : undefined,
+    transporter: transporterOf(config.cluster.transporter, config.cluster.nodeId),
+    ...options.broker,
   });
   const broker = new moleculer.ServiceBroker(brokerSettings);
   const cleanups: (() => Promise<void>)[] = [];
@@ -189,8 +189,19 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
     cleanups.push(() => ownership.stop());
-    const deps: EngineDeps = { config, clock, store, ephemeral, codeSender, pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger), fanOuts, ownership, presence, pushes: new PushRouter(broker, presence),
-      webhookQueued: (agentUserId) => void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => logger.warn(`announcing webhook jobs failed (the fleet's poll finds them): ${String(err)}`)),
+    const deps: EngineDeps = {
+      config,
+      clock,
+      store,
+      ephemeral,
+      codeSender,
+      pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger),
+      fanOuts,
+      ownership,
+      presence,
+      pushes: new PushRouter(broker, presence),
+      webhookQueued: (agentUserId) =>
+        void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => logger.warn(`announcing webhook jobs failed (the fleet's poll finds them): ${String(err)}`)),
     };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
