@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { expect } from "chai";
+import { freeStablePort } from "../../test/support/ports.js";
 import WebSocket, { WebSocketServer } from "ws";
 import { startTestFront } from "../../test/support/nginx.js";
 import { isAlive, portIsOpen } from "./daemon.js";
@@ -64,14 +65,6 @@ class Upstream {
   }
 }
 
-async function freePort(): Promise<number> {
-  const server = createTcpServer();
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((done) => server.close(() => done()));
-  return port;
-}
-
 interface Answer {
   status: number;
   body: string;
@@ -118,7 +111,7 @@ describe("nginx front (real nginx from Debian's packages)", function () {
     [apiA, apiB, gateway, health] = [new Upstream("api-a"), new Upstream("api-b"), new Upstream("gateway"), new Upstream("health")];
     options = {
       listenHost: "127.0.0.1",
-      listenPort: await freePort(),
+      listenPort: await freeStablePort(),
       apiUpstreams: [await apiA.listen(), await apiB.listen()],
       gatewayUpstreams: [await gateway.listen()],
       healthUpstream: await health.listen(),

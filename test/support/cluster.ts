@@ -5,10 +5,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { testKeyspace, testServicesDir } from "./cassandra.js";
-import { freePort } from "./harness.js";
+import { freeStablePort } from "./ports.js";
 
 export interface TestCluster {
   /** The front, e.g. http://127.0.0.1:8090. */
@@ -27,7 +26,7 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
     const dataDir = process.env.PARLEY_TEST_CLUSTER_DIR ?? "";
     return { cluster: { url: existing, dataDir, codesFile: join(dataDir, "codes.jsonl") } };
   }
-  const port = await freePort();
+  const port = await freeStablePort();
   const dataDir = join(testServicesDir, "cluster");
   const codesFile = join(dataDir, `cluster-codes-${process.pid}.jsonl`);
   const child = spawn(process.execPath, ["--import", "tsx", "scripts/cluster/main.ts"], {
@@ -63,27 +62,8 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
   return { cluster: { url: `http://127.0.0.1:${port}`, dataDir, codesFile }, child };
 }
 
-/** Whether something can listen on the port now. */
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = createServer();
-    probe.once("error", () => resolve(false));
-    probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
-  });
-}
-
-/**
- * A base port below the kernel's ephemeral range (so no outgoing connection takes one of ours)
- * whose node ports (+1..+16) and bus ports (+1001..+1016) are all free now.
- */
-async function freeBasePort(): Promise<number> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 10_000);
-    const ports = Array.from({ length: 16 }, (_, i) => [base + 1 + i, base + 1001 + i]).flat();
-    if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
-  }
-  throw new Error("no free port range for the cluster's nodes");
-}
+/** The cluster's node ports (base +1..+16) and their bus ports (+1001..+1016), all free. */
+const freeBasePort = () => freeStablePort(Array.from({ length: 16 }, (_, i) => [1 + i, 1001 + i]).flat());
 
 export async function testCluster(): Promise<TestCluster> {
   running ??= start();

@@ -2,9 +2,9 @@
 // with its files under $TMPDIR/parley-test-services (testServicesDir), and the end of the run stops
 // every front the run started and still running.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { reloadNginx, renderFrontConfig, startNginx, stopNginx } from "../../scripts/services/nginx.js";
+import { freeStablePort } from "./ports.js";
 import { testServicesDir } from "./cassandra.js";
 
 export interface TestFrontUpstreams {
@@ -28,19 +28,11 @@ export interface TestFront {
 
 const running = new Set<string>();
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((done) => server.close(() => done()));
-  return port;
-}
-
 export async function startTestFront(upstreams: TestFrontUpstreams): Promise<TestFront> {
   mkdirSync(testServicesDir, { recursive: true });
   const runDir = mkdtempSync(join(testServicesDir, "nginx-"));
   const configPath = join(runDir, "nginx.conf");
-  const port = await freePort();
+  const port = await freeStablePort();
   const write = (chosen: TestFrontUpstreams) =>
     writeFileSync(
       configPath,
