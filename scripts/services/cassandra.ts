@@ -11,7 +11,7 @@ import { mkdirSync, openSync, closeSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { probeCql, type CqlSupported } from "./cql-probe.js";
-import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { isAlive, portIsOpen, runningPid, stopProcess, withLock, stopRecorded } from "./daemon.js";
 import { checkJava17, installJars, javaExecutable, tail } from "./java-jars.js";
 
 /** The newest 5.0.x on Maven Central when this was written. */
@@ -218,11 +218,7 @@ export async function startCassandra(dataDir: string): Promise<CassandraInstance
 /** Stops the Cassandra started for `dataDir` (SIGTERM, SIGKILL after 30 s); answers whether one was running. */
 export async function stopCassandra(dataDir: string): Promise<boolean> {
   const paths = cassandraPaths(dataDir);
-  const pid = runningPid(paths.pidFile, paths.config);
-  if (pid === undefined) return false;
-  await stopProcess(pid, stopGraceMs);
-  rmSync(paths.pidFile, { force: true });
-  return true;
+  return stopRecorded(paths.pidFile, paths.config, stopGraceMs);
 }
 
 /**

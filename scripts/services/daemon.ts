@@ -116,3 +116,15 @@ export async function stopProcess(pid: number, graceMs: number): Promise<void> {
   }
   if (!(await waitForExit(pid, 10_000))) throw new Error(`process ${pid} survived SIGKILL`);
 }
+
+/**
+ * Stops the service whose pid `pidFile` records (believed only while its command line contains
+ * `marker`) and removes the pid file; answers whether one was running.
+ */
+export async function stopRecorded(pidFile: string, marker: string, graceMs: number): Promise<boolean> {
+  const pid = runningPid(pidFile, marker);
+  if (pid === undefined) return false;
+  await stopProcess(pid, graceMs);
+  rmSync(pidFile, { force: true });
+  return true;
+}

@@ -14,7 +14,7 @@ import { closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync } fro
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Admin } from "@platformatic/kafka";
-import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { isAlive, portIsOpen, runningPid, stopProcess, withLock, stopRecorded } from "./daemon.js";
 import { checkJava17, installJars, javaExecutable, tail } from "./java-jars.js";
 
 /** The newest release on Maven Central when this was written (2026-11); its classes are Java 17's. */
@@ -216,11 +216,7 @@ export async function startKafka(dataDir: string, options: Partial<KafkaPorts> =
 /** Stops the Kafka started for `dataDir` (SIGTERM, SIGKILL after 30 s); answers whether one was running. */
 export async function stopKafka(dataDir: string): Promise<boolean> {
   const paths = kafkaPaths(dataDir);
-  const pid = runningPid(paths.pidFile, paths.config);
-  if (pid === undefined) return false;
-  await stopProcess(pid, stopGraceMs);
-  rmSync(paths.pidFile, { force: true });
-  return true;
+  return stopRecorded(paths.pidFile, paths.config, stopGraceMs);
 }
 
 /**

@@ -13,7 +13,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } f
 import { connect } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { isAlive, portIsOpen, runningPid, stopProcess, withLock, stopRecorded } from "./daemon.js";
 import { unpackDebianPackages } from "./debian-packages.js";
 
 export const redisHost = "127.0.0.1";
@@ -189,11 +189,7 @@ export async function startRedis(dataDir: string, options: RedisOptions = {}): P
 /** Stops the Redis started for `dataDir` (SIGTERM: Redis flushes its append-only file and exits); answers whether one was running. */
 export async function stopRedis(dataDir: string): Promise<boolean> {
   const paths = redisPaths(dataDir);
-  const pid = runningPid(paths.pidFile, paths.config);
-  if (pid === undefined) return false;
-  await stopProcess(pid, stopGraceMs);
-  rmSync(paths.pidFile, { force: true });
-  return true;
+  return stopRecorded(paths.pidFile, paths.config, stopGraceMs);
 }
 
 /**

@@ -14,7 +14,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, 
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
+import { isAlive, portIsOpen, runningPid, stopProcess, withLock, stopRecorded } from "./daemon.js";
 
 export const minioModule = "github.com/minio/minio";
 /** MinIO's master of 2026-02-12, the newest version on the Go module proxy when this was written; builds with Go ≥ 1.24. */
@@ -202,11 +202,7 @@ export async function startS3(dataDir: string, options: { port?: number; env?: N
 /** Stops the S3 server started for `dataDir` (SIGTERM, SIGKILL after 15 s); answers whether one was running. */
 export async function stopS3(dataDir: string): Promise<boolean> {
   const paths = s3Paths(dataDir);
-  const pid = runningPid(paths.pidFile, paths.data);
-  if (pid === undefined) return false;
-  await stopProcess(pid, stopGraceMs);
-  rmSync(paths.pidFile, { force: true });
-  return true;
+  return stopRecorded(paths.pidFile, paths.data, stopGraceMs);
 }
 
 /**
