@@ -25,6 +25,21 @@ export function leaseStore(ctx: CassandraContext): LeaseStore {
     return row && leaseOf(row);
   };
 
+  /** Gives the lease to `holder` with the next epoch, only while it still is `from`; the new lease, or undefined. */
+  const takeFrom = async (from: LeaseRecord, holder: LeaseHolder, expiresAt: number): Promise<LeaseRecord | undefined> => {
+    const epoch = from.epoch + 1;
+    const taken = await cql.lwt("UPDATE leases SET node = ?, instance = ?, epoch = ?, expires_at = ? WHERE shard = ? IF epoch = ? AND instance = ?", [
+      holder.node,
+      holder.instance,
+      epoch,
+      BigInt(expiresAt),
+      from.shard,
+      from.epoch,
+      from.instance,
+    ]);
+    return taken.applied ? { shard: from.shard, node: holder.node, instance: holder.instance, epoch, expiresAt } : undefined;
+  };
+
   return {
     async acquire(shard, holder, now, ttlMs) {
       const expiresAt = now + ttlMs;
@@ -46,35 +61,14 @@ export function leaseStore(ctx: CassandraContext): LeaseStore {
           continue;
         }
         if (!isFreeFor(current, holder, now)) return current;
-        const epoch = current.epoch + 1;
-        const takenOver = await cql.lwt("UPDATE leases SET node = ?, instance = ?, epoch = ?, expires_at = ? WHERE shard = ? IF epoch = ? AND instance = ?", [
-          holder.node,
-          holder.instance,
-          epoch,
-          BigInt(expiresAt),
-          shard,
-          current.epoch,
-          current.instance,
-        ]);
-        if (takenOver.applied) return { shard, node: holder.node, instance: holder.instance, epoch, expiresAt };
+        const taken = await takeFrom(current, holder, expiresAt);
+        if (taken) return taken;
       }
       throw new Error(`lease of shard ${shard}: still contended after ${maxAcquireAttempts} attempts`);
     },
 
     async takeOver(shard, holder, from, now, ttlMs) {
-      const expiresAt = now + ttlMs;
-      const epoch = from.epoch + 1;
-      const taken = await cql.lwt("UPDATE leases SET node = ?, instance = ?, epoch = ?, expires_at = ? WHERE shard = ? IF epoch = ? AND instance = ?", [
-        holder.node,
-        holder.instance,
-        epoch,
-        BigInt(expiresAt),
-        shard,
-        from.epoch,
-        from.instance,
-      ]);
-      if (taken.applied) return { shard, node: holder.node, instance: holder.instance, epoch, expiresAt };
-      return (await read(shard)) ?? this.acquire(shard, holder, now, ttlMs);
+      return (await takeFrom(from, holder, now + ttlMs)) ?? (await read(shard)) ?? this.acquire(shard, holder, now, ttlMs);
     },
 
     async renew(holder, fences, now, ttlMs) {
