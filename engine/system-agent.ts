@@ -87,11 +87,18 @@ export async function ensureSystemAgent(store: Store, now: number): Promise<void
       },
     );
   } catch (err) {
-    // Another engine node created it first.
-    if (await store.agents.getAgent(systemAgentUserId)) return;
-    throw err;
+    // Another engine node claimed the account first; on Cassandra its agent row follows the
+    // account's conditional insert by one more write, so it may not be readable yet.
+    for (let waited = 0; waited <= otherNodeCreationWaitMs; waited += otherNodeCreationPollMs) {
+      if (await store.agents.getAgent(systemAgentUserId)) return;
+      await new Promise((resolve) => setTimeout(resolve, otherNodeCreationPollMs));
+    }
+    throw new Error(`the system agent's account ${systemAgentUserId} exists without its agent record`, { cause: err });
   }
 }
+
+const otherNodeCreationWaitMs = 10_000;
+const otherNodeCreationPollMs = 100;
 
 export function systemAgentService(deps: EngineDeps): ServiceSchema {
   const { store } = deps;
