@@ -26,7 +26,20 @@ export function transporterOf(raw: string | undefined, nodeId: string): BrokerOp
   const own = urls.find((entry) => entry.endsWith(`/${nodeId}`));
   const port = own && Number(/:(\d+)\//.exec(own)?.[1]);
   if (!port) throw new Error(`TRANSPORTER lists no host:port/${nodeId} entry for this node (NODE_ID=${nodeId})`);
-  return { type: "TCP", options: { udpDiscovery: false, port, urls } };
+  return meshTransporter(port, urls);
+}
+
+/**
+ * Largest packet a node takes from the mesh. Moleculer's TCP default (1 MiB) refused, as
+ * RequestRejectedError, every call carrying more: an UploadFile of more than about 750 KB (its
+ * bytes travel as base64) and large fan-out batches. A call carries at most one request body
+ * (api/api-service.ts maxRequestBytes, 8 MiB) grown by a third as base64, plus its envelope.
+ */
+export const meshMaxPacketBytes = 16 * 1024 * 1024;
+
+/** Moleculer's TCP transporter as the static mesh: listens on `port`, finds the others in `urls` (host:port/nodeID), no UDP discovery. */
+export function meshTransporter(port: number, urls: string[]): BrokerOptions["transporter"] {
+  return { type: "TCP", options: { udpDiscovery: false, port, urls, maxPacketSize: meshMaxPacketBytes } };
 }
 
 export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {

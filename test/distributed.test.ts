@@ -4,7 +4,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
+import { randomBytes } from "node:crypto";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
+import { MediaService } from "../shared/gen/api/v1/media_pb.js";
+import { MediaPurpose } from "../shared/gen/shared/v1/media_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { ServerFrameType } from "../shared/gen/api/v1/gateway_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
@@ -40,6 +43,22 @@ describe("API tier and engine on two brokers over the TCP transporter", () => {
   });
 
   for (const mode of wireModes) {
+    it(`carries a 5 MB upload and its download across nodes, over Moleculer's default packet limit (${mode})`, async () => {
+      const asServer = { url: edge.url, codesFile } as TestServer;
+      const auth = client(edge, AuthService, mode);
+      const email = freshEmail("distributed-upload");
+      const { verifyToken } = await auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: email });
+      const { accessToken } = await auth.verifyCode({ verifyToken, code: lastCode(asServer, email), deviceInfo: device() });
+      const data = randomBytes(5 * 1024 * 1024);
+      const media = client(edge, MediaService, mode, accessToken);
+      const { file } = await media.uploadFile({ fileName: "big.bin", contentType: "application/octet-stream", purpose: MediaPurpose.MESSAGE, data });
+      expect(file?.size).to.equal(BigInt(data.length));
+      const { url } = await media.getDownloadURL({ fileId: file!.fileId });
+      const downloaded = await fetch(url.startsWith("http") ? url : `${edge.url}${url}`);
+      expect(downloaded.status).to.equal(200);
+      expect(Buffer.from(await downloaded.arrayBuffer()).equals(data)).to.equal(true);
+    });
+
     it(`serves sign-in, profile events, the update stream, live push and revocation across nodes (${mode})`, async () => {
       const asServer = { url: edge.url, codesFile } as TestServer;
       const auth = client(edge, AuthService, mode);

@@ -12,6 +12,7 @@ import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import { AdjustableClock } from "../engine/clock.js";
 import type { Store } from "../engine/store/store.js";
+import { meshTransporter } from "../moleculer.config.js";
 import { startParley, type Parley } from "../server.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { AuthService, RequestVerifyCodeRequestSchema } from "../shared/gen/api/v1/auth_pb.js";
@@ -57,7 +58,7 @@ async function startCluster(faults: FailingContacts): Promise<Cluster> {
   const names = ["engine", "lean", "connect-es", "uws-lean"].map((role) => `lean-wire-${process.pid}-${role}`);
   const ports = [await freePort(), await freePort(), await freePort(), await freePort()];
   const urls = names.map((name, i) => `127.0.0.1:${ports[i]}/${name}`);
-  const transporter = (port: number) => ({ type: "TCP", options: { udpDiscovery: false, port, urls } });
+  const transporter = (port: number) => meshTransporter(port, urls);
   // The byte-for-byte comparison runs on the node:http front, where Connect-ES ran before; the
   // uWS front is compared by status, content type and body (its framing headers differ).
   const config = await testConfig(dataDir, { LOG_LEVEL: "error", SOCKET_DRIVER: "ws" });

@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
-import type { BrokerSettings } from "../../moleculer.config.js";
+import { meshTransporter, type BrokerSettings } from "../../moleculer.config.js";
 import { portIsOpen, stopProcess } from "../services/daemon.js";
 import { unpackDebianPackages } from "../services/debian-packages.js";
 import { installNatsServer, natsServerVersion } from "../services/nats-server.js";
@@ -65,7 +65,7 @@ async function tcpTransport(): Promise<Transport> {
   return {
     name: "TCP",
     describe: "Moleculer TCP transporter, static node list, UDP discovery off",
-    transporterFor: (nodeID) => ({ type: "TCP", options: { udpDiscovery: false, port: ports.get(nodeID), urls } }),
+    transporterFor: (nodeID) => meshTransporter(ports.get(nodeID)!, urls),
     stop: async () => undefined,
   };
 }
