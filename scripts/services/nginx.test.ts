@@ -185,13 +185,16 @@ describe("nginx front (real nginx from Debian's packages)", function () {
     expect(apiB.seen.map((seen) => seen.url)).to.deep.equal(["/crash/media/abc"]);
   });
 
-  it("passes an upload-sized body (7 MB) and refuses one past its limit with 413", async () => {
+  it("passes an upload-sized body (7 MB) and refuses one past its limit unsent, as an api node would (resource_exhausted, REQUEST_TOO_LARGE)", async () => {
     await startNginx(configPath, runDir);
     const upload = await send(options.listenPort, "POST", "/api.v1.MediaService/UploadFile", { body: Buffer.alloc(7_000_000, 0x61) });
     expect(upload.status).to.equal(200);
     expect([...apiA.seen, ...apiB.seen].map((seen) => seen.bodyBytes)).to.deep.equal([7_000_000]);
     const tooLarge = await send(options.listenPort, "POST", "/api.v1.MediaService/UploadFile", { body: Buffer.alloc(10 * 1024 * 1024, 0x61) });
-    expect(tooLarge.status).to.equal(413);
+    expect(tooLarge.status).to.equal(429);
+    const refusal = JSON.parse(tooLarge.body) as { code: string; details: { debug: { errorName: string } }[] };
+    expect(refusal.code).to.equal("resource_exhausted");
+    expect(refusal.details.map((detail) => detail.debug.errorName)).to.deep.equal(["REQUEST_TOO_LARGE"]);
     expect(apiA.seen.length + apiB.seen.length).to.equal(1);
   });
 

@@ -13,6 +13,8 @@ import { userInfo } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { maxRequestBytes } from "../../api/api-service.js";
+import { errorBodyJson } from "../../api/errors.js";
+import { Errors } from "../../shared/errors.js";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
 import { unpackDebianPackages } from "./debian-packages.js";
 
@@ -67,6 +69,12 @@ function serverLines(upstreams: string[]): string {
   // One refused connection takes a node out for 5 s (open-source nginx has no active health
   // checks): requests go to the others meanwhile, and a restarted node is back within 5 s.
   return upstreams.map((upstream) => `    server ${upstream} max_fails=1 fail_timeout=5s;`).join("\n");
+}
+
+/** `text` inside single quotes in nginx's configuration, where `$` would start a variable. */
+function nginxString(text: string): string {
+  if (/[$'\\\n]/.test(text)) throw new Error(`not representable in an nginx string: ${text}`);
+  return text;
 }
 
 /** A complete nginx.conf for a front with these upstreams; it reads nothing outside `runDir`. */
@@ -154,6 +162,14 @@ ${serverLines([options.healthUpstream])}
     proxy_next_upstream error timeout;
     proxy_next_upstream_tries 2;
     proxy_next_upstream_timeout 10s;
+
+    # A body over the limit is refused here, before an api node sees it, with the answer an api
+    # node gives (Connect's resource_exhausted and its ErrorDetail), not nginx's HTML page.
+    error_page 413 = @request_too_large;
+    location @request_too_large {
+      default_type application/json;
+      return 429 '${nginxString(errorBodyJson(Errors.requestTooLarge))}';
+    }
 
     location = /healthz {
       proxy_pass http://parley_health;
