@@ -112,7 +112,8 @@ for (const mode of wireModes) {
     before(async () => {
       // The main server trusts the loopback peer as a proxy, so tests can present client addresses.
       server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", TRUSTED_PROXIES: "127.0.0.1" } });
-      strict = await startTestServer();
+      // Proxy trust is a node's own setting; a cluster always trusts its front.
+      strict = await startTestServer({ topology: "single" });
       ok = await startHttpsReceiver(() => 200);
       failing = await startHttpsReceiver(() => 500);
       owner = await signInWithCode(server, mode);

@@ -28,7 +28,7 @@ describe("GET /healthz and GET /metrics", () => {
   });
 
   it("/healthz answers 503 while draining", async () => {
-    const draining = await startTestServer({ healthGraceMs: 500 });
+    const draining = await startTestServer({ healthGraceMs: 500, topology: "single" });
     const stopping = draining.dispose();
     const response = await fetch(draining.url + "/healthz");
     expect(response.status).to.equal(503);

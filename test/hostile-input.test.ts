@@ -39,7 +39,7 @@ describe("hostile HTTP input", () => {
   let user: SignedIn;
   before(async () => {
     // A short request limit bounds any fuzzed request that waits for bytes never sent.
-    server = await startTestServer({ http: { headersTimeoutMs: 2_000, requestTimeoutMs: 2_000 } });
+    server = await startTestServer({ http: { headersTimeoutMs: 2_000, requestTimeoutMs: 2_000 }, topology: "single" });
     user = await signInWithCode(server);
     await client(server, UserService, "json", user.accessToken).updateProfile({ nickname: "Survivor" });
   });
@@ -141,7 +141,7 @@ describe("hostile HTTP input", () => {
     describe(`the WebSocket upgrade path (${driver} driver)`, () => {
       let upgrading: TestServer;
       before(async () => {
-        upgrading = await startTestServer({ env: { SOCKET_DRIVER: driver } });
+        upgrading = await startTestServer({ env: { SOCKET_DRIVER: driver }, topology: "single" });
       });
       after(async () => upgrading.dispose());
 

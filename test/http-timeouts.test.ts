@@ -33,7 +33,7 @@ describe("HTTP request timeouts", () => {
   let server: TestServer;
   let user: SignedIn;
   before(async () => {
-    server = await startTestServer({ http: { headersTimeoutMs, requestTimeoutMs } });
+    server = await startTestServer({ http: { headersTimeoutMs, requestTimeoutMs }, topology: "single" });
     user = await signInWithCode(server);
     await client(server, UserService, "json", user.accessToken).updateProfile({ nickname: "Patient" });
   });

@@ -357,7 +357,7 @@ describe("graceful shutdown of npm start", function () {
 
 for (const driver of socketDrivers)
 describe(`Parley.stop drain window (${driver} driver)`, () => {
-  const startOnDriver = (env: Record<string, string>) => startTestServer({ env: { SOCKET_DRIVER: driver, ...env } });
+  const startOnDriver = (env: Record<string, string>) => startTestServer({ env: { SOCKET_DRIVER: driver, ...env }, topology: "single" });
 
   it("cuts a request still running when DRAIN_TIMEOUT_MS has passed, then stops", async () => {
     const server = await startOnDriver({ DRAIN_TIMEOUT_MS: "200" });

@@ -11,10 +11,15 @@ import { AdjustableClock } from "../../engine/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { openStore } from "../../engine/store/open-store.js";
 import { testBucketFor, testS3 } from "./s3.js";
-import { testRedis } from "./redis.js";
+import { deleteTestRedisKeys, testRedis } from "./redis.js";
+import { clusterTestEnv, startTestCluster, testTopology } from "./cluster-topology.js";
+import { testKafka } from "./kafka.js";
+
+export { testTopology };
 import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-registry.js";
 import type { Store } from "../../engine/store/store.js";
+import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 import { serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
 
@@ -72,6 +77,21 @@ export async function testStoreEnv(dataDir: string): Promise<Record<string, stri
   // The prefix follows the data directory, so a restarted server finds what it left.
   if (testEphemeral === "redis") Object.assign(env, { REDIS_URL: await testRedis(), REDIS_PREFIX: `test:${basename(dataDir).replace(/[^A-Za-z0-9._-]/g, "_").slice(-24)}:` });
   return env;
+}
+
+// The backing services start cold in well over a test hook's 30 s on this machine; started once up
+// front (a root hook: this module is loaded by the tests themselves), no test's hook pays for them.
+if (typeof before === "function") {
+  before(async function () {
+    this.timeout(300_000);
+    const cluster = testTopology === "cluster";
+    await Promise.all([
+      testStore === "cassandra" && testCassandra(),
+      testBlobs === "s3" && testS3(),
+      (cluster || testEphemeral === "redis") && testRedis(),
+      cluster && testKafka(),
+    ]);
+  });
 }
 
 /** A second handle on a test server's data, as another process would open it (the caller closes it). */
@@ -134,12 +154,31 @@ export async function testConfig(dataDir: string, env: Record<string, string> = 
   });
 }
 
-export async function startTestServer(overrides: Partial<ParleyOptions> & { env?: Record<string, string>; dataDir?: string } = {}): Promise<TestServer> {
+export interface TestServerOptions extends Partial<ParleyOptions> {
+  env?: Record<string, string>;
+  dataDir?: string;
+  /**
+   * "single": one process even in a cluster-topology run, for tests of one node's own HTTP front
+   * (its parser, timeouts, drain, proxy trust), which nginx stands in front of in a cluster.
+   */
+  topology?: "single";
+}
+
+export async function startTestServer(overrides: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = overrides.dataDir ?? mkdtempSync(join(tmpdir(), "parley-test-"));
   const codesFile = join(dataDir, "codes.jsonl");
-  const config = await testConfig(dataDir, overrides.env);
   const clock = (overrides.clock as AdjustableClock | undefined) ?? new AdjustableClock();
-  const parley = whileRunning(await startParley({ ...overrides, config, clock }), dataDir);
+  const { env, topology, ...options } = overrides;
+  let config: ParleyConfig;
+  let started: Parley;
+  if (testTopology === "cluster" && topology !== "single") {
+    config = await testConfig(dataDir, { ...(await clusterTestEnv(dataDir)), ...env });
+    started = await startTestCluster(config, clock, options);
+  } else {
+    config = await testConfig(dataDir, env);
+    started = await startParley({ ...options, config, clock });
+  }
+  const parley = whileRunning(started, dataDir);
   const server: TestServer = {
     ...parley,
     dataDir,
@@ -152,6 +191,7 @@ export async function startTestServer(overrides: Partial<ParleyOptions> & { env?
     },
     async dispose() {
       await parley.stop();
+      if (config.cluster.redisUrl) await deleteTestRedisKeys(config.cluster.redisPrefix);
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
@@ -232,7 +272,7 @@ export async function startNodes<K extends string>(dataDir: string, name: string
   const shared = { ephemeral: new MemoryEphemeralState(clock), presence: new MemoryPresenceRegistry() };
   const started = await Promise.all(
     keys.map((key) =>
-      startParley({ config, clock, adapters: shared, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: { type: "TCP", options: { udpDiscovery: false, port: ports.get(key)!, urls } } } }).then(
+      startParley({ config, clock, adapters: shared, roles: roles[key], broker: { nodeID: `${name}-${key}`, transporter: meshTransporter(ports.get(key)!, urls) } }).then(
         (node) => whileRunning(node, dataDir),
       ),
     ),
