@@ -110,8 +110,31 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         await store.users.updateProfile(a.userId, { nickname: "Ada" });
         const after = await store.users.updateProfile(a.userId, { signature: "hi", avatarUrl: "" });
         expect(after).to.deep.include({ nickname: "Ada", signature: "hi", avatarUrl: "" });
-        await store.users.setPasswordHash(a.userId, "hash");
+        expect(await store.users.setPasswordHash(a.userId, "hash")).to.equal(true);
         expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("hash");
+      });
+
+      it("sets a password hash on condition: none set, or the expected one; of two writers expecting the same hash one applies", async () => {
+        const a = await newUser("a@x.io");
+        expect(await store.users.setPasswordHash(a.userId, "h1", { ifPasswordHash: "h0" })).to.equal(false);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(null);
+        const firsts = await Promise.all(["h1a", "h1b"].map((hash) => store.users.setPasswordHash(a.userId, hash, { ifPasswordHash: null })));
+        expect(firsts.filter(Boolean)).to.have.length(1);
+        const first = firsts[0] ? "h1a" : "h1b";
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(first);
+        expect(await store.users.setPasswordHash(a.userId, "h1c", { ifPasswordHash: null })).to.equal(false);
+        const changes = await Promise.all(["h2a", "h2b"].map((hash) => store.users.setPasswordHash(a.userId, hash, { ifPasswordHash: first })));
+        expect(changes.filter(Boolean)).to.have.length(1);
+        const second = changes[0] ? "h2a" : "h2b";
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(second);
+        // Unconditional (a reset) replaces whatever is stored.
+        expect(await store.users.setPasswordHash(a.userId, "h3")).to.equal(true);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("h3");
+        expect(await store.users.setPasswordHash(a.userId, "h4", { ifPasswordHash: second })).to.equal(false);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("h3");
+        expect(await store.users.setPasswordHash(999_999_999, "h", { ifPasswordHash: null })).to.equal(false);
+        expect(await store.users.setPasswordHash(999_999_999, "h")).to.equal(false);
+        expect(await store.users.getUser(999_999_999)).to.equal(undefined);
       });
     });
 

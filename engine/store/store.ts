@@ -63,6 +63,11 @@ export interface PushTokenRecord {
   updatedAt: number;
 }
 
+/** The password hash a conditional password write expects to replace; null for "no password set". */
+export interface PasswordCondition {
+  ifPasswordHash: string | null;
+}
+
 export interface UserStore {
   /** Public, active agents whose nickname, username or description contains the text (case-insensitive). */
   searchAgents(text: string, limit: number): Promise<UserRecord[]>;
@@ -85,8 +90,12 @@ export interface UserStore {
    * Answers "taken" when another account holds it, "already-set" when this one chose one already.
    */
   setCustomUsername(userId: number, username: string, events?: EventsOf<"ok" | "taken" | "already-set">): Promise<"ok" | "taken" | "already-set">;
-  /** Replaces the password hash. */
-  setPasswordHash(userId: number, passwordHash: string): Promise<void>;
+  /**
+   * Sets the password hash; with `ifPasswordHash`, only while the stored hash is still that one
+   * (null: no password set), so of writers that read the same hash exactly one applies. Answers
+   * whether it applied (false also when the account does not exist).
+   */
+  setPasswordHash(userId: number, passwordHash: string, condition?: PasswordCondition): Promise<boolean>;
 }
 
 export interface SessionStore {
