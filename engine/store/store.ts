@@ -639,6 +639,11 @@ export interface UploadSessionRecord {
   size: number;
   /** Bytes received so far. */
   uploaded: number;
+  /**
+   * The blob-store names of the staged parts that make up the bytes received, in order: each the
+   * one attempt at its offset that moved `uploaded` (another attempt's part is not the upload's).
+   */
+  parts: string[];
   createdAt: number;
   expiresAt: number;
 }
@@ -654,8 +659,11 @@ export interface MediaStore {
   getSession(sessionId: string): Promise<UploadSessionRecord | undefined>;
   /** The owner's newest session with exactly these declared attributes that is open at `now`, or undefined. */
   findResumableSession(ownerId: number, fileName: string, contentType: string, size: number, now: number): Promise<UploadSessionRecord | undefined>;
-  /** Moves `uploaded` from `expected` to `next`; answers false (changing nothing) when it was not `expected`. */
-  advanceSession(sessionId: string, expected: number, next: number): Promise<boolean>;
+  /**
+   * Moves `uploaded` from `expected` to `next` and appends `part` (the staged bytes in between) to
+   * `parts`, as one change; answers false (changing nothing) when `uploaded` was not `expected`.
+   */
+  advanceSession(sessionId: string, expected: number, next: number, part: string): Promise<boolean>;
   /** Deletes the session; answers whether it existed. */
   deleteSession(sessionId: string): Promise<boolean>;
   /** Stores the finished files and deletes the session in one unit; answers false (storing nothing) when the session is gone. */
