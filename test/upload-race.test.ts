@@ -14,9 +14,10 @@ import { UploadChunkRequestSchema, MediaService } from "../shared/gen/api/v1/med
 import { parleyErrorParts } from "../shared/errors.js";
 import type { ParleyConfig } from "../shared/config.js";
 import { toWire } from "../shared/wire.js";
+import type { AdjustableClock } from "../engine/clock.js";
 import type { Parley } from "../server.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startNodes, testConfig, type TestServer } from "./support/harness.js";
+import { client, openServerStore, startNodes, testConfig, type TestServer } from "./support/harness.js";
 import { eventually } from "./support/messaging.js";
 import { testS3Client } from "./support/s3.js";
 
@@ -25,6 +26,7 @@ const nodeName = "uprace";
 describe("MediaService.UploadChunk racing on two engine nodes", () => {
   let nodes: Record<"a" | "b", Parley>;
   let codesFile: string;
+  let clock: AdjustableClock;
   let dataDir: string;
   let config: ParleyConfig;
   let user: SignedIn;
@@ -36,7 +38,7 @@ describe("MediaService.UploadChunk racing on two engine nodes", () => {
   before(async function () {
     this.timeout(60_000);
     dataDir = mkdtempSync(join(tmpdir(), "parley-upload-race-"));
-    ({ nodes, codesFile } = await startNodes(dataDir, nodeName, { a: ["api", "gateway", "engine"], b: ["api", "gateway", "engine", "webhooks"] }));
+    ({ nodes, codesFile, clock } = await startNodes(dataDir, nodeName, { a: ["api", "gateway", "engine"], b: ["api", "gateway", "engine", "webhooks"] }));
     await eventually(() => engineNodes(nodes.a.broker).length === 2 && engineNodes(nodes.b.broker).length === 2, "both nodes seeing both engines", 30_000);
     config = await testConfig(dataDir);
     user = await signInWithCode({ url: nodes.a.url, codesFile } as TestServer);
@@ -118,5 +120,30 @@ describe("MediaService.UploadChunk racing on two engine nodes", () => {
     expect(await stagedParts(sessionId)).to.have.length(2);
     const { file } = await media().completeUpload({ sessionId });
     expect(Buffer.compare(await download(file!.fileId), data)).to.equal(0);
+  });
+
+  it("drops a session staged before parts were recorded (UPLOAD_SESSION_NOT_FOUND), so the client starts again", async () => {
+    const store = await openServerStore({ config, dataDir });
+    try {
+      const now = clock.now();
+      const sessionId = randomBytes(16).toString("hex");
+      await store.media.createSession({
+        sessionId,
+        ownerId: user.userId,
+        fileId: randomBytes(16).toString("hex"),
+        fileName: "old.bin",
+        contentType: "application/octet-stream",
+        size: 20,
+        uploaded: 10,
+        parts: [],
+        createdAt: now,
+        expiresAt: now + 60 * 60 * 1000,
+      });
+      expect(await chunkOn("a", sessionId, 10, randomBytes(10))).to.equal("UPLOAD_SESSION_NOT_FOUND");
+      expect(await store.media.getSession(sessionId)).to.equal(undefined);
+      expect(await stagedParts(sessionId)).to.deep.equal([]);
+    } finally {
+      await store.close();
+    }
   });
 });
