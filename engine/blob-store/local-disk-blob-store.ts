@@ -121,7 +121,7 @@ export class LocalDiskBlobStore implements BlobStore {
       try {
         stagedSize += (await stat(path)).size;
       } catch (err) {
-        if (isCode(err, "ENOENT")) throw new Error(`staged upload ${uploadKey} has no part ${parts[index]}`);
+        if (isCode(err, "ENOENT")) throw new Error(`staged upload ${uploadKey} has no part ${parts[index]}`, { cause: err });
         throw err;
       }
     }
