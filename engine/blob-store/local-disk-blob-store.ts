@@ -5,8 +5,7 @@
 // A blob becomes visible by a hard link from tmp/ (or from a staged upload's only part) into
 // blobs/, which is atomic and never replaces an existing blob.
 import { randomBytes } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { link, mkdir, open, rm, stat } from "node:fs/promises";
+import { link, mkdir, open, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { BlobNotFoundError, checkBlobKey, type BlobStore, type ByteRange } from "./blob-store.js";
@@ -152,10 +151,9 @@ export class LocalDiskBlobStore implements BlobStore {
   }
 }
 
+/** The parts' bytes in order, a part at a time (a part is one client chunk, bounded by the request size). */
 async function* concatenated(paths: readonly string[]): AsyncIterable<Uint8Array> {
-  for (const path of paths) {
-    for await (const chunk of createReadStream(path)) yield chunk as Uint8Array;
-  }
+  for (const path of paths) yield await readFile(path);
 }
 
 async function writeFully(handle: import("node:fs/promises").FileHandle, bytes: Uint8Array, position: number): Promise<void> {
