@@ -139,6 +139,10 @@ export function describeBlobStoreConformance(name: string, open: () => Promise<B
       await blobs.discardStaged("tossed");
       await blobs.discardStaged("tossed");
       expect(await rejection(blobs.commitStaged("tossed", ["p0"], "file4", 10))).to.be.instanceOf(BlobNotFoundError);
+      // A part written after its upload was committed, then discarded: nothing of the upload stays.
+      await blobs.writeStaged("late", "p0", bytes(10));
+      await blobs.discardStagedPart("late", "p0");
+      expect(await rejection(blobs.commitStaged("late", ["p0"], "file7", 10))).to.be.instanceOf(BlobNotFoundError);
     });
 
     it("keeps blobs and staged uploads across a reopen", async function () {

@@ -59,7 +59,7 @@ export interface BlobStore {
    * has `size` bytes) succeeds, so a caller that crashed after committing can finish its work.
    */
   commitStaged(uploadKey: string, parts: readonly string[], key: string, size: number): Promise<void>;
-  /** Removes one part of a staged upload if it exists (an attempt that lost). */
+  /** Removes one part of a staged upload if it exists (an attempt that lost); the last one gone, so is the upload. */
   discardStagedPart(uploadKey: string, part: string): Promise<void>;
   /** Removes a staged upload with all its parts if it exists. */
   discardStaged(uploadKey: string): Promise<void>;

@@ -5,7 +5,7 @@
 // A blob becomes visible by a hard link from tmp/ (or from a staged upload's only part) into
 // blobs/, which is atomic and never replaces an existing blob.
 import { randomBytes } from "node:crypto";
-import { link, mkdir, open, readFile, rm, stat } from "node:fs/promises";
+import { link, mkdir, open, readFile, rm, rmdir, stat, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { BlobNotFoundError, checkBlobKey, type BlobStore, type ByteRange } from "./blob-store.js";
@@ -92,15 +92,26 @@ export class LocalDiskBlobStore implements BlobStore {
   }
 
   async writeStaged(uploadKey: string, part: string, bytes: Uint8Array): Promise<void> {
-    const path = this.stagedPartPath(uploadKey, part);
-    await mkdir(this.stagedFolder(uploadKey), { recursive: true });
-    // "wx": a part is written once; a name used twice is the caller's bug, not a chunk to replace.
-    const handle = await open(path, "wx");
+    const handle = await this.createPart(uploadKey, part);
     try {
       await writeFully(handle, bytes, 0);
       await handle.datasync();
     } finally {
       await handle.close();
+    }
+  }
+
+  private async createPart(uploadKey: string, part: string): Promise<FileHandle> {
+    const path = this.stagedPartPath(uploadKey, part);
+    for (let attempt = 1; ; attempt++) {
+      await mkdir(this.stagedFolder(uploadKey), { recursive: true });
+      try {
+        // "wx": a part is written once; a name used twice is the caller's bug, not a chunk to replace.
+        return await open(path, "wx");
+      } catch (err) {
+        // discardStagedPart removed the folder, empty, between the two calls: make it again.
+        if (!isCode(err, "ENOENT") || attempt >= 3) throw err;
+      }
     }
   }
 
@@ -143,6 +154,11 @@ export class LocalDiskBlobStore implements BlobStore {
 
   async discardStagedPart(uploadKey: string, part: string): Promise<void> {
     await rm(this.stagedPartPath(uploadKey, part), { force: true });
+    // A part written after its upload was committed or discarded was the folder's only file; a
+    // folder left empty would be found by nothing.
+    await rmdir(this.stagedFolder(uploadKey)).catch((err: unknown) => {
+      if (!isCode(err, "ENOTEMPTY") && !isCode(err, "ENOENT") && !isCode(err, "EEXIST")) throw err;
+    });
   }
 
   async discardStaged(uploadKey: string): Promise<void> {
@@ -156,7 +172,7 @@ async function* concatenated(paths: readonly string[]): AsyncIterable<Uint8Array
   for (const path of paths) yield await readFile(path);
 }
 
-async function writeFully(handle: import("node:fs/promises").FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
   let written = 0;
   while (written < bytes.byteLength) {
     const { bytesWritten } = await handle.write(bytes, written, bytes.byteLength - written, position + written);
