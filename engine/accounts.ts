@@ -389,10 +389,10 @@ export class Accounts {
     // other writer happened to set this very old password (then this change applies after it).
     // Each refusal means another write applied, so the loop ends.
     for (let verified = user.passwordHash; !(await this.deps.store.users.setPasswordHash(user.userId, newHash, { ifPasswordHash: verified })); ) {
-      const now = await this.requireUser(caller.userId);
-      if (!now.passwordHash) throw new ParleyError(Errors.passwordNotSet);
-      if (!(await verifyPassword(oldPassword, now.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
-      verified = now.passwordHash;
+      const current = await this.requireUser(caller.userId);
+      if (!current.passwordHash) throw new ParleyError(Errors.passwordNotSet);
+      if (!(await verifyPassword(oldPassword, current.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
+      verified = current.passwordHash;
     }
     const removed = await this.deps.store.sessions.deleteSessionsExcept(user.userId, caller.deviceId);
     await this.revokeDevices(user.userId, removed);
