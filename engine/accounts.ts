@@ -370,7 +370,10 @@ export class Accounts {
     const user = await this.requireUser(caller.userId);
     if (user.passwordHash) throw new ParleyError(Errors.passwordAlreadySet);
     Accounts.checkStrength(newPassword);
-    await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
+    // Stored only while there is still no password: of first passwords set at once (from two
+    // nodes, or two calls in one), one is kept and the others answer as if they came second.
+    const stored = await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword), { ifPasswordHash: null });
+    if (!stored) throw new ParleyError(Errors.passwordAlreadySet);
   }
 
   async changePassword(caller: Caller, oldPassword: string, newPassword: string, clientIp: string): Promise<void> {
@@ -379,7 +382,18 @@ export class Accounts {
     await this.limits.secretCheckedFrom(clientIp);
     if (!(await verifyPassword(oldPassword, user.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
     Accounts.checkStrength(newPassword);
-    await this.deps.store.users.setPasswordHash(user.userId, await hashPassword(newPassword));
+    const newHash = await hashPassword(newPassword);
+    // Stored only while the hash just verified is still the account's. When another change or a
+    // reset got in first, the old password is checked again against what that one stored, so the
+    // answer is the one this call would have had coming second: WRONG_OLD_PASSWORD, unless the
+    // other writer happened to set this very old password (then this change applies after it).
+    // Each refusal means another write applied, so the loop ends.
+    for (let verified = user.passwordHash; !(await this.deps.store.users.setPasswordHash(user.userId, newHash, { ifPasswordHash: verified })); ) {
+      const current = await this.requireUser(caller.userId);
+      if (!current.passwordHash) throw new ParleyError(Errors.passwordNotSet);
+      if (!(await verifyPassword(oldPassword, current.passwordHash))) throw new ParleyError(Errors.wrongOldPassword);
+      verified = current.passwordHash;
+    }
     const removed = await this.deps.store.sessions.deleteSessionsExcept(user.userId, caller.deviceId);
     await this.revokeDevices(user.userId, removed);
   }
@@ -401,6 +415,10 @@ export class Accounts {
     Accounts.checkStrength(newPassword);
     const userId = Number(await this.deps.ephemeral.take(key));
     if (!userId) throw new ParleyError(Errors.resetTokenNotFound);
+    // Unconditional: the token proves control of the account's email or phone, not knowledge of
+    // the current password, so the reset replaces whatever is stored. A change racing it is
+    // ordered before it (and then replaced) or after it (and then refused: its old password no
+    // longer verifies); a condition here would let such a change defeat the owner's reset.
     await this.deps.store.users.setPasswordHash(userId, await hashPassword(newPassword));
     await this.deps.ephemeral.delete(loginAttemptsKey(userId));
     const removed = await this.deps.store.sessions.deleteSessionsExcept(userId, null);

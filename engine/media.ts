@@ -5,7 +5,11 @@
 // An upload session is worked on by one caller at a time per session id: chunk writes and the
 // completion of one session run through a mailbox (and are sharded by session id across nodes),
 // and the store moves `uploaded` only from the position the writer saw, so a second writer that
-// slipped past the routing is refused rather than interleaving bytes.
+// slipped past the routing (two nodes during an ownership move) is refused rather than
+// interleaving bytes. Each attempt stages its chunk under a part name of its own before that
+// compare-and-set, which records the part with the new position: the refused attempt's bytes
+// cannot have replaced the accepted ones, it removes them itself, and completion assembles the
+// recorded parts only (what a crashed attempt left goes with the session's staged upload).
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
@@ -228,6 +232,7 @@ class MediaService {
       contentType: request.contentType,
       size,
       uploaded: 0,
+      parts: [],
       createdAt: now,
       expiresAt: now + MediaLimits.sessionTtlMs,
     };
@@ -239,7 +244,10 @@ class MediaService {
   private async openSession(caller: Caller, sessionId: string): Promise<UploadSessionRecord> {
     const session = await this.deps.store.media.getSession(sessionId);
     if (!session || session.ownerId !== caller.userId) throw new ParleyError(Errors.uploadSessionNotFound);
-    if (session.expiresAt <= this.deps.clock.now()) {
+    // A session begun before staged parts were recorded holds bytes in the earlier layout, which
+    // nothing assembles any more: the client starts the upload again.
+    const earlierLayout = session.uploaded > 0 && session.parts.length === 0;
+    if (session.expiresAt <= this.deps.clock.now() || earlierLayout) {
       await this.discard(session);
       throw new ParleyError(Errors.uploadSessionNotFound);
     }
@@ -265,8 +273,19 @@ class MediaService {
       }
       // An empty chunk at the right offset is a harmless probe of the position.
       if (request.chunk.byteLength === 0) return { uploaded: BigInt(session.uploaded) };
-      await this.blobs.writeStaged(session.sessionId, session.uploaded, request.chunk);
-      if (!(await this.deps.store.media.advanceSession(session.sessionId, session.uploaded, next))) {
+      // Offset first (zero-padded, so a listing is in upload order), then this attempt's own id.
+      const part = `${String(session.uploaded).padStart(15, "0")}-${randomBytes(8).toString("hex")}`;
+      // "refused" until the store says otherwise: a part whose write failed is nobody's either. When
+      // the store's answer is lost ("unknown") the part stays, as it may be recorded.
+      let outcome: "refused" | "unknown" | "recorded" = "refused";
+      try {
+        await this.blobs.writeStaged(session.sessionId, part, request.chunk);
+        outcome = "unknown";
+        outcome = (await this.deps.store.media.advanceSession(session.sessionId, session.uploaded, next, part)) ? "recorded" : "refused";
+      } finally {
+        if (outcome === "refused") await this.blobs.discardStagedPart(session.sessionId, part).catch(() => undefined);
+      }
+      if (outcome !== "recorded") {
         const now = await this.deps.store.media.getSession(session.sessionId);
         if (!now) throw new ParleyError(Errors.uploadSessionNotFound);
         throw offsetMismatch(now.uploaded);
@@ -283,7 +302,7 @@ class MediaService {
       }
       // The session's file id was fixed at InitUpload, so a completion interrupted after the
       // commit finds its blob again instead of making a second one.
-      await this.blobs.commitStaged(session.sessionId, session.fileId, session.size);
+      await this.blobs.commitStaged(session.sessionId, session.parts, session.fileId, session.size);
       const hash = createHash("sha256");
       for await (const chunk of await this.blobs.read(session.fileId)) hash.update(chunk as Uint8Array);
       const described = await this.describe(session.fileId, session.fileName, session.contentType, MediaPurpose.MESSAGE);

@@ -90,61 +90,69 @@ export function describeBlobStoreConformance(name: string, open: () => Promise<B
       expect(Buffer.compare(read, data)).to.equal(0);
     });
 
-    it("builds a staged upload at offsets, dropping bytes past the latest write, and commits a prefix", async () => {
+    it("commits the named staged parts in the given order, leaving out parts it does not name, and removes them all", async () => {
       const data = bytes(100, 3);
-      await blobs.writeStaged("session1", 0, data.subarray(0, 40));
-      // A write that was never acknowledged, then the client retries a shorter chunk at the same offset.
-      await blobs.writeStaged("session1", 40, bytes(50, 99));
-      await blobs.writeStaged("session1", 40, data.subarray(40, 70));
-      await blobs.writeStaged("session1", 70, data.subarray(70));
-      await blobs.commitStaged("session1", "file1", 100);
+      // Written out of order, and with a part of an attempt that lost (never named).
+      await blobs.writeStaged("session1", "p2", data.subarray(70));
+      await blobs.writeStaged("session1", "p0", data.subarray(0, 40));
+      await blobs.writeStaged("session1", "p1-lost", bytes(30, 99));
+      await blobs.writeStaged("session1", "p1", data.subarray(40, 70));
+      await blobs.commitStaged("session1", ["p0", "p1", "p2"], "file1", 100);
       expect(Buffer.compare(await collect(await blobs.read("file1")), data)).to.equal(0);
       // Committing again after a crash between commit and bookkeeping succeeds without the staged bytes.
-      await blobs.commitStaged("session1", "file1", 100);
-      expect(await rejection(blobs.commitStaged("session1", "file2", 100))).to.be.instanceOf(BlobNotFoundError);
+      await blobs.commitStaged("session1", ["p0", "p1", "p2"], "file1", 100);
+      // Every part went, the unnamed one too.
+      expect(await rejection(blobs.commitStaged("session1", ["p1-lost"], "file2", 30))).to.be.instanceOf(BlobNotFoundError);
     });
 
-    it("cuts an earlier staged write where a later write starts inside it, and commits a prefix ending inside a write", async () => {
-      const data = bytes(80, 4);
-      await blobs.writeStaged("inside", 0, bytes(50, 8));
-      await blobs.writeStaged("inside", 20, bytes(40, 6));
-      // Rewinds into the middle of both earlier writes; everything past this write's end goes.
-      await blobs.writeStaged("inside", 0, data.subarray(0, 10));
-      await blobs.writeStaged("inside", 10, data.subarray(10, 70));
-      await blobs.writeStaged("inside", 35, data.subarray(35, 80));
-      await blobs.commitStaged("inside", "file5", 60);
-      expect(Buffer.compare(await collect(await blobs.read("file5")), data.subarray(0, 60))).to.equal(0);
-    });
-
-    it("commits an empty staged upload as an empty blob", async () => {
-      await blobs.writeStaged("empty", 0, new Uint8Array(0));
-      await blobs.commitStaged("empty", "file6", 0);
+    it("commits a single part, and an empty part as an empty blob", async () => {
+      const data = bytes(64, 4);
+      await blobs.writeStaged("single", "only", data);
+      await blobs.commitStaged("single", ["only"], "file5", 64);
+      expect(Buffer.compare(await collect(await blobs.read("file5")), data)).to.equal(0);
+      await blobs.writeStaged("empty", "p0", new Uint8Array(0));
+      await blobs.commitStaged("empty", ["p0"], "file6", 0);
       expect(await blobs.size("file6")).to.equal(0);
       expect((await collect(await blobs.read("file6"))).length).to.equal(0);
     });
 
-    it("refuses a staged write that would leave a hole, and a commit longer than the staged bytes", async () => {
-      expect(String(await rejection(blobs.writeStaged("holey", 5, bytes(3))))).to.match(/fewer than the offset/);
-      await blobs.writeStaged("short", 0, bytes(10));
-      expect(String(await rejection(blobs.commitStaged("short", "file3", 11)))).to.match(/fewer than 11/);
+    it("refuses a commit naming a missing part or whose parts do not add up to the size, and keeps the parts", async () => {
+      await blobs.writeStaged("short", "p0", bytes(10));
+      expect(String(await rejection(blobs.commitStaged("short", ["p0", "p1"], "file3", 10)))).to.match(/no part p1/);
+      expect(String(await rejection(blobs.commitStaged("short", ["p0"], "file3", 11)))).to.match(/holds 10 bytes/);
+      expect(String(await rejection(blobs.commitStaged("short", ["p0"], "file3", 9)))).to.match(/holds 10 bytes/);
       expect(await blobs.size("file3")).to.equal(undefined);
+      await blobs.commitStaged("short", ["p0"], "file3", 10);
+      expect(await blobs.size("file3")).to.equal(10);
     });
 
-    it("discards a staged upload", async () => {
-      await blobs.writeStaged("tossed", 0, bytes(10));
+    it("refuses a part name outside the key alphabet", async () => {
+      expect(String(await rejection(blobs.writeStaged("named", "../escape", bytes(3))))).to.match(/invalid blob key/);
+    });
+
+    it("discards one part, and a whole staged upload", async () => {
+      await blobs.writeStaged("tossed", "p0", bytes(10));
+      await blobs.writeStaged("tossed", "p1", bytes(5));
+      await blobs.discardStagedPart("tossed", "p1");
+      await blobs.discardStagedPart("tossed", "p1");
+      expect(String(await rejection(blobs.commitStaged("tossed", ["p0", "p1"], "file4", 15)))).to.match(/no part p1/);
       await blobs.discardStaged("tossed");
       await blobs.discardStaged("tossed");
-      expect(await rejection(blobs.commitStaged("tossed", "file4", 10))).to.be.instanceOf(BlobNotFoundError);
+      expect(await rejection(blobs.commitStaged("tossed", ["p0"], "file4", 10))).to.be.instanceOf(BlobNotFoundError);
+      // A part written after its upload was committed, then discarded: nothing of the upload stays.
+      await blobs.writeStaged("late", "p0", bytes(10));
+      await blobs.discardStagedPart("late", "p0");
+      expect(await rejection(blobs.commitStaged("late", ["p0"], "file7", 10))).to.be.instanceOf(BlobNotFoundError);
     });
 
     it("keeps blobs and staged uploads across a reopen", async function () {
       if (!subject.reopen) this.skip();
       await blobs.put("durable", [bytes(64)]);
-      await blobs.writeStaged("pending", 0, bytes(16));
+      await blobs.writeStaged("pending", "p0", bytes(16));
       blobs = await subject.reopen!();
       expect(await blobs.size("durable")).to.equal(64);
-      await blobs.writeStaged("pending", 16, bytes(16, 5));
-      await blobs.commitStaged("pending", "durable2", 32);
+      await blobs.writeStaged("pending", "p1", bytes(16, 5));
+      await blobs.commitStaged("pending", ["p0", "p1"], "durable2", 32);
       expect(await blobs.size("durable2")).to.equal(32);
     });
   });

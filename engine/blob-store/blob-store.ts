@@ -3,10 +3,12 @@
 // lives in the store port; a blob is only bytes under a key.
 //
 // Keys are chosen by the engine (random ids), 1..128 characters of [A-Za-z0-9_-]. A blob is
-// immutable once written. A staged upload is a blob under construction: bytes arrive at known
-// offsets over many calls and possibly across restarts, and become a blob when committed. On S3
-// a staged upload maps to one object per written part, concatenated into a multipart upload on
-// commit; on disk it is one file written in place.
+// immutable once written. A staged upload is a blob under construction: a set of named parts, each
+// written whole by one call (possibly across restarts and nodes), of which the commit concatenates
+// the ones it names, in the order it names them. Part names are the engine's and name one attempt
+// each (the engine records which attempts count), so two writers never write the same part and a
+// part the commit does not name is left over from an attempt that lost. On S3 a part is an object,
+// concatenated into a multipart upload on commit; on disk a file.
 import type { Readable } from "node:stream";
 import { fileIdPattern } from "../../shared/media-download.js";
 
@@ -46,16 +48,19 @@ export interface BlobStore {
   withLocalFile<T>(key: string, use: (path: string) => Promise<T>): Promise<T>;
 
   /**
-   * Writes `bytes` at `offset` of the staged upload (created empty when absent) and drops whatever
-   * lay beyond them, so the staged upload ends at offset + bytes.length. Durable when it resolves.
+   * Stores `bytes` as the part `part` (a key) of the staged upload, created when absent. Each part
+   * name is written once. Durable when it resolves.
    */
-  writeStaged(uploadKey: string, offset: number, bytes: Uint8Array): Promise<void>;
+  writeStaged(uploadKey: string, part: string, bytes: Uint8Array): Promise<void>;
   /**
-   * Turns the first `size` bytes of the staged upload into the blob `key` and removes the staged
-   * upload. Repeating a commit that already happened (the staged upload is gone and the blob has
-   * `size` bytes) succeeds, so a caller that crashed after committing can finish its work.
+   * Turns the named parts, in this order, into the blob `key`, and removes the staged upload with
+   * every part, named or not; refuses when a named part is missing or the parts do not add up to
+   * `size` bytes. Repeating a commit that already happened (the staged upload is gone and the blob
+   * has `size` bytes) succeeds, so a caller that crashed after committing can finish its work.
    */
-  commitStaged(uploadKey: string, key: string, size: number): Promise<void>;
-  /** Removes a staged upload if it exists. */
+  commitStaged(uploadKey: string, parts: readonly string[], key: string, size: number): Promise<void>;
+  /** Removes one part of a staged upload if it exists (an attempt that lost); the last one gone, so is the upload. */
+  discardStagedPart(uploadKey: string, part: string): Promise<void>;
+  /** Removes a staged upload with all its parts if it exists. */
   discardStaged(uploadKey: string): Promise<void>;
 }

@@ -74,12 +74,13 @@ describe("S3 blob store (real MinIO)", function () {
       return (listed.Contents ?? []).map((object) => object.Key!).sort();
     }
 
-    it("keeps blobs and staged parts under the key prefix, one object per staged write", async () => {
+    it("keeps blobs and staged parts under the key prefix, one object per staged part", async () => {
       await blobs.put("abc", [bytes(3)]);
-      await blobs.writeStaged("up1", 0, bytes(4));
-      await blobs.writeStaged("up1", 4, bytes(4));
-      expect(await objectKeys()).to.deep.equal(["p1/blobs/abc", "p1/staging/up1/000000000000000", "p1/staging/up1/000000000000004"]);
-      await blobs.commitStaged("up1", "done1", 8);
+      await blobs.writeStaged("up1", "a0", bytes(4));
+      await blobs.writeStaged("up1", "a4", bytes(4));
+      await blobs.writeStaged("up1", "b4", bytes(4));
+      expect(await objectKeys()).to.deep.equal(["p1/blobs/abc", "p1/staging/up1/a0", "p1/staging/up1/a4", "p1/staging/up1/b4"]);
+      await blobs.commitStaged("up1", ["a0", "b4"], "done1", 8);
       expect(await objectKeys()).to.deep.equal(["p1/blobs/abc", "p1/blobs/done1"]);
     });
 
@@ -112,19 +113,25 @@ describe("S3 blob store (real MinIO)", function () {
       this.timeout(60_000);
       const data = bytes(partSize + 300_000, 7);
       const chunk = 1024 * 1024;
-      for (let at = 0; at < data.length; at += chunk) await blobs.writeStaged("many", at, data.subarray(at, at + chunk));
-      await blobs.commitStaged("many", "manyblob", data.length);
+      const parts: string[] = [];
+      for (let at = 0; at < data.length; at += chunk) {
+        parts.push(`p${at}`);
+        await blobs.writeStaged("many", `p${at}`, data.subarray(at, at + chunk));
+      }
+      await blobs.commitStaged("many", parts, "manyblob", data.length);
       expect(Buffer.compare(await collect(await blobs.read("manyblob")), data)).to.equal(0);
     });
 
-    it("commits large staged writes partly by server-side copy, mixed with small ones and cut ones", async function () {
+    it("commits large staged parts partly by server-side copy, mixed with small ones", async function () {
       this.timeout(60_000);
       const mib = 1024 * 1024;
       const data = bytes(16 * mib, 11);
       // Sizes chosen so commit fills an open part from a large write, copies a ≥ 5 MiB remainder and ends on a small part.
-      const writes: [number, number][] = [[0, 1 * mib], [1 * mib, 7 * mib], [7 * mib, 9 * mib], [8 * mib, 15 * mib], [15 * mib, 15.5 * mib]];
-      for (const [from, to] of writes) await blobs.writeStaged("mixed", from, data.subarray(from, to));
       const size = 15.5 * mib - 100;
+      const writes: [number, number][] = [[0, 1 * mib], [1 * mib, 7 * mib], [7 * mib, 8 * mib], [8 * mib, 15 * mib], [15 * mib, size]];
+      for (const [from, to] of writes) await blobs.writeStaged("mixed", `p${from}`, data.subarray(from, to));
+      // A part of an attempt that lost: never named, removed with the others.
+      await blobs.writeStaged("mixed", "lost", data.subarray(0, 100));
       const sent: string[] = [];
       blobs.client.middlewareStack.add(
         (next, context) => (args) => {
@@ -133,7 +140,7 @@ describe("S3 blob store (real MinIO)", function () {
         },
         { step: "initialize", name: "recordCommands" },
       );
-      await blobs.commitStaged("mixed", "mixedblob", size);
+      await blobs.commitStaged("mixed", writes.map(([from]) => `p${from}`), "mixedblob", size);
       expect(sent.filter((name) => name === "UploadPartCopyCommand")).to.have.length(1);
       expect(sent.filter((name) => name === "UploadPartCommand")).to.have.length(3);
       expect(await blobs.size("mixedblob")).to.equal(size);
@@ -160,27 +167,27 @@ describe("S3 blob store (real MinIO)", function () {
 
     it("lets another instance (a restarted node) continue and commit a staged upload", async () => {
       const data = bytes(100, 4);
-      await blobs.writeStaged("moved", 0, data.subarray(0, 60));
+      await blobs.writeStaged("moved", "p0", data.subarray(0, 60));
       blobs.client.destroy();
       const other = await subject.reopen();
-      await other.writeStaged("moved", 30, data.subarray(30));
-      await other.commitStaged("moved", "moved1", 100);
+      await other.writeStaged("moved", "p60", data.subarray(60));
+      await other.commitStaged("moved", ["p0", "p60"], "moved1", 100);
       expect(Buffer.compare(await collect(await other.read("moved1")), data)).to.equal(0);
       const third = await subject.reopen();
-      await third.commitStaged("moved", "moved1", 100);
+      await third.commitStaged("moved", ["p0", "p60"], "moved1", 100);
       blobs = third;
     });
 
     it("finishes a commit interrupted after the blob was written, and refuses one whose blob differs", async () => {
-      await blobs.writeStaged("half", 0, bytes(20));
+      await blobs.writeStaged("half", "p0", bytes(20));
       // As if a commit had crashed after writing the blob, before removing the parts.
       await blobs.put("halfblob", [bytes(20)]);
-      await blobs.commitStaged("half", "halfblob", 20);
+      await blobs.commitStaged("half", ["p0"], "halfblob", 20);
       expect(await objectKeys()).to.deep.equal(["p1/blobs/halfblob"]);
 
-      await blobs.writeStaged("clash", 0, bytes(20));
+      await blobs.writeStaged("clash", "p0", bytes(20));
       await blobs.put("other", [bytes(5)]);
-      expect(String(await rejection(blobs.commitStaged("clash", "other", 20)))).to.match(/already exists/);
+      expect(String(await rejection(blobs.commitStaged("clash", ["p0"], "other", 20)))).to.match(/already exists/);
       expect(await blobs.size("other")).to.equal(5);
     });
 
@@ -192,7 +199,7 @@ describe("S3 blob store (real MinIO)", function () {
         const raw = (await rejection(wrong.send(new ListObjectsV2Command({ Bucket: subject.bucket })))) as Error;
         expect(raw.name).to.equal("SignatureDoesNotMatch");
         const refused = new S3BlobStore(wrong, { bucket: subject.bucket, keyPrefix: "p1/" });
-        for (const attempt of [() => refused.size("x"), () => refused.read("x"), () => refused.put("x", [bytes(1)]), () => refused.writeStaged("x", 0, bytes(1))]) {
+        for (const attempt of [() => refused.size("x"), () => refused.read("x"), () => refused.put("x", [bytes(1)]), () => refused.writeStaged("x", "p0", bytes(1))]) {
           const error = await rejection(attempt());
           expect(error).to.be.instanceOf(S3BlobStoreError);
           expect((error as S3BlobStoreError).code).to.equal("SignatureDoesNotMatch");

@@ -1,17 +1,13 @@
 // The cluster blob store: objects in one S3 bucket (AWS, or an S3-compatible server such as MinIO),
 // under an optional key prefix so deployments can share a bucket.
 //   <prefix>blobs/<key>                          committed blobs
-//   <prefix>staging/<upload key>/<offset>         one object per staged write, the offset zero-padded
-//                                                 to 15 digits so listing order is offset order
-// A staged upload is the list of its parts: each part counts from its offset up to the next part's
-// offset (a later write at an earlier offset cut it there), the last one whole. A write at offset O
-// first stores its part (replacing a part at O, S3 writes being atomic), then deletes the parts
-// beyond O: all the state lives in S3, so any node can continue or commit an upload after a restart.
-// S3 has no append and no truncate, and multipart parts other than the last must be ≥ 5 MiB, which
-// client chunks need not be. So commit makes a multipart upload of the parts' ranges in which S3
+//   <prefix>staging/<upload key>/<part>          one object per staged part
+// A staged part is one PUT; all the state lives in S3, so any node can continue or commit an upload
+// after a restart. S3 has no append, and multipart parts other than the last must be ≥ 5 MiB, which
+// client chunks need not be. So commit makes a multipart upload of the named parts in which S3
 // copies the large ones itself (UploadPartCopy) and the small ones pass through this process to be
 // gathered into parts of the minimum size (below one part size: a single PUT); only then are the
-// staged parts removed.
+// staged parts removed, the ones the commit did not name with them.
 import { createWriteStream } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -54,7 +50,6 @@ const minimumPartSize = 5 * 1024 * 1024;
 const defaultPartSize = 8 * 1024 * 1024;
 /** S3's largest part, copied or uploaded. */
 const maximumCopyPartSize = 5 * 1024 * 1024 * 1024;
-const offsetDigits = 15;
 
 /** An S3 request that failed for another reason than a missing object: names the operation, the object and S3's error code. */
 export class S3BlobStoreError extends Error {
@@ -93,10 +88,9 @@ interface CopyRange {
   end: number;
 }
 
-/** A staged part as listed: the object, where it starts in the upload, how many bytes it holds. */
+/** A staged part as listed: the object and how many bytes it holds. */
 interface StagedPart {
   objectKey: string;
-  offset: number;
   size: number;
 }
 
@@ -345,22 +339,20 @@ export class S3BlobStore implements BlobStore {
     return getSignedUrl(this.presigner, command, { expiresIn: expiresInSeconds });
   }
 
-  /** The upload's parts in offset order. */
-  private async stagedParts(uploadKey: string): Promise<StagedPart[]> {
+  /** The upload's parts, by part name. */
+  private async stagedParts(uploadKey: string): Promise<Map<string, StagedPart>> {
     const folder = this.stagingFolder(uploadKey);
-    const parts: StagedPart[] = [];
+    const parts = new Map<string, StagedPart>();
     let continuationToken: string | undefined;
     do {
       const token = continuationToken;
       const page = await this.request("ListObjectsV2", folder, () => this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: folder, ContinuationToken: token })));
       for (const object of page.Contents ?? []) {
-        const name = object.Key?.slice(folder.length) ?? "";
-        if (!/^\d+$/.test(name)) continue;
-        parts.push({ objectKey: object.Key!, offset: Number(name), size: object.Size ?? 0 });
+        if (object.Key) parts.set(object.Key.slice(folder.length), { objectKey: object.Key, size: object.Size ?? 0 });
       }
       continuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (continuationToken);
-    return parts.sort((a, b) => a.offset - b.offset);
+    return parts;
   }
 
   private async deleteObjects(objectKeys: string[], what: string): Promise<void> {
@@ -372,35 +364,33 @@ export class S3BlobStore implements BlobStore {
     }
   }
 
-  async writeStaged(uploadKey: string, offset: number, bytes: Uint8Array): Promise<void> {
-    const parts = await this.stagedParts(uploadKey);
-    const last = parts.at(-1);
-    const stagedSize = last ? last.offset + last.size : 0;
-    // Writing past the end would leave a hole inside the upload: the bytes before the offset must already be here.
-    if (stagedSize < offset) throw new Error(`staged upload ${uploadKey} holds ${stagedSize} bytes, fewer than the offset ${offset}`);
-    const objectKey = `${this.stagingFolder(uploadKey)}${String(offset).padStart(offsetDigits, "0")}`;
+  async writeStaged(uploadKey: string, part: string, bytes: Uint8Array): Promise<void> {
+    const objectKey = `${this.stagingFolder(uploadKey)}${checkBlobKey(part)}`;
     const body = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     await this.request("PutObject", objectKey, () => this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: objectKey, Body: body, ContentLength: body.byteLength })));
-    await this.deleteObjects(
-      parts.filter((part) => part.offset > offset).map((part) => part.objectKey),
-      this.stagingFolder(uploadKey),
-    );
   }
 
-  async commitStaged(uploadKey: string, key: string, size: number): Promise<void> {
-    const parts = await this.stagedParts(uploadKey);
+  async commitStaged(uploadKey: string, parts: readonly string[], key: string, size: number): Promise<void> {
+    const staged = await this.stagedParts(uploadKey);
     const existing = await this.size(key);
-    if (parts.length === 0) {
+    if (staged.size === 0) {
       // Committed before: the blob is there with the right size.
       if (existing === size) return;
       throw new BlobNotFoundError(uploadKey);
     }
-    const last = parts.at(-1)!;
-    const stagedSize = last.offset + last.size;
-    if (stagedSize < size) throw new Error(`staged upload ${uploadKey} holds ${stagedSize} bytes, fewer than ${size}`);
+    const named = parts.map((part) => {
+      const found = staged.get(checkBlobKey(part));
+      if (!found) throw new Error(`staged upload ${uploadKey} has no part ${part}`);
+      return found;
+    });
+    const stagedSize = named.reduce((total, part) => total + part.size, 0);
+    if (stagedSize !== size) throw new Error(`staged upload ${uploadKey} holds ${stagedSize} bytes in the named parts, not ${size}`);
     if (existing === undefined) {
       try {
-        await this.upload(this.blobObject(key), this.stagedRanges(parts, size));
+        await this.upload(
+          this.blobObject(key),
+          named.filter((part) => part.size > 0).map((part) => ({ copyFrom: part.objectKey, start: 0, end: part.size - 1 })),
+        );
       } catch (err) {
         // Another node finished the same commit meanwhile.
         if (!(err instanceof S3BlobStoreError && err.code === "PreconditionFailed" && (await this.size(key)) === size)) throw err;
@@ -410,23 +400,20 @@ export class S3BlobStore implements BlobStore {
     }
     // A crash before this line leaves the parts beside the blob: the commit's repetition lands here.
     await this.deleteObjects(
-      parts.map((part) => part.objectKey),
+      [...staged.values()].map((part) => part.objectKey),
       this.stagingFolder(uploadKey),
     );
   }
 
-  /** The first `size` bytes of the upload: each part's bytes up to the next part's offset. */
-  private stagedRanges(parts: StagedPart[], size: number): CopyRange[] {
-    return parts.flatMap((part, index) => {
-      const end = Math.min(parts[index + 1]?.offset ?? size, size);
-      return end > part.offset ? [{ copyFrom: part.objectKey, start: 0, end: end - part.offset - 1 }] : [];
-    });
+  async discardStagedPart(uploadKey: string, part: string): Promise<void> {
+    const objectKey = `${this.stagingFolder(uploadKey)}${checkBlobKey(part)}`;
+    await this.request("DeleteObject", objectKey, () => this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: objectKey })));
   }
 
   async discardStaged(uploadKey: string): Promise<void> {
-    const parts = await this.stagedParts(uploadKey);
+    const staged = await this.stagedParts(uploadKey);
     await this.deleteObjects(
-      parts.map((part) => part.objectKey),
+      [...staged.values()].map((part) => part.objectKey),
       this.stagingFolder(uploadKey),
     );
   }

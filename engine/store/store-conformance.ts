@@ -110,8 +110,31 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         await store.users.updateProfile(a.userId, { nickname: "Ada" });
         const after = await store.users.updateProfile(a.userId, { signature: "hi", avatarUrl: "" });
         expect(after).to.deep.include({ nickname: "Ada", signature: "hi", avatarUrl: "" });
-        await store.users.setPasswordHash(a.userId, "hash");
+        expect(await store.users.setPasswordHash(a.userId, "hash")).to.equal(true);
         expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("hash");
+      });
+
+      it("sets a password hash on condition: none set, or the expected one; of two writers expecting the same hash one applies", async () => {
+        const a = await newUser("a@x.io");
+        expect(await store.users.setPasswordHash(a.userId, "h1", { ifPasswordHash: "h0" })).to.equal(false);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(null);
+        const firsts = await Promise.all(["h1a", "h1b"].map((hash) => store.users.setPasswordHash(a.userId, hash, { ifPasswordHash: null })));
+        expect(firsts.filter(Boolean)).to.have.length(1);
+        const first = firsts[0] ? "h1a" : "h1b";
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(first);
+        expect(await store.users.setPasswordHash(a.userId, "h1c", { ifPasswordHash: null })).to.equal(false);
+        const changes = await Promise.all(["h2a", "h2b"].map((hash) => store.users.setPasswordHash(a.userId, hash, { ifPasswordHash: first })));
+        expect(changes.filter(Boolean)).to.have.length(1);
+        const second = changes[0] ? "h2a" : "h2b";
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal(second);
+        // Unconditional (a reset) replaces whatever is stored.
+        expect(await store.users.setPasswordHash(a.userId, "h3")).to.equal(true);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("h3");
+        expect(await store.users.setPasswordHash(a.userId, "h4", { ifPasswordHash: second })).to.equal(false);
+        expect((await store.users.getUser(a.userId))?.passwordHash).to.equal("h3");
+        expect(await store.users.setPasswordHash(999_999_999, "h", { ifPasswordHash: null })).to.equal(false);
+        expect(await store.users.setPasswordHash(999_999_999, "h")).to.equal(false);
+        expect(await store.users.getUser(999_999_999)).to.equal(undefined);
       });
     });
 
@@ -638,6 +661,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         contentType: "video/mp4",
         size: 5000,
         uploaded: 0,
+        parts: [],
         createdAt: 1000,
         expiresAt: 2000,
         ...overrides,
@@ -658,15 +682,24 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.media.getFile("fresh")).to.equal(undefined);
       });
 
-      it("creates, reads and advances a session only from the expected position", async () => {
+      it("creates, reads and advances a session only from the expected position, recording each accepted part in order", async () => {
         await store.media.createSession(session("s1"));
         expect(await store.media.getSession("s1")).to.deep.equal(session("s1"));
-        expect(await store.media.advanceSession("s1", 0, 100)).to.equal(true);
-        expect(await store.media.advanceSession("s1", 0, 200)).to.equal(false);
-        expect(await store.media.advanceSession("s1", 100, 250)).to.equal(true);
-        expect((await store.media.getSession("s1"))?.uploaded).to.equal(250);
-        expect(await store.media.advanceSession("missing", 0, 1)).to.equal(false);
+        expect(await store.media.advanceSession("s1", 0, 100, "p0-a")).to.equal(true);
+        expect(await store.media.advanceSession("s1", 0, 200, "p0-b")).to.equal(false);
+        expect(await store.media.advanceSession("s1", 100, 250, "p100-a")).to.equal(true);
+        expect(await store.media.getSession("s1")).to.deep.include({ uploaded: 250, parts: ["p0-a", "p100-a"] });
+        expect(await store.media.advanceSession("missing", 0, 1, "p0")).to.equal(false);
         expect(await store.media.getSession("missing")).to.equal(undefined);
+      });
+
+      it("lets exactly one of writers racing from the same position advance, and records only its part", async () => {
+        await store.media.createSession(session("race"));
+        const parts = ["000-a", "000-b", "000-c", "000-d"];
+        const outcomes = await Promise.all(parts.map((part, i) => store.media.advanceSession("race", 0, 10 + i, part)));
+        expect(outcomes.filter(Boolean)).to.have.length(1);
+        const winner = outcomes.indexOf(true);
+        expect(await store.media.getSession("race")).to.deep.include({ uploaded: 10 + winner, parts: [parts[winner]] });
       });
 
       it("finds the owner's newest open session with the same name, type and size", async () => {

@@ -63,6 +63,11 @@ export interface PushTokenRecord {
   updatedAt: number;
 }
 
+/** The password hash a conditional password write expects to replace; null for "no password set". */
+export interface PasswordCondition {
+  ifPasswordHash: string | null;
+}
+
 export interface UserStore {
   /** Public, active agents whose nickname, username or description contains the text (case-insensitive). */
   searchAgents(text: string, limit: number): Promise<UserRecord[]>;
@@ -85,8 +90,12 @@ export interface UserStore {
    * Answers "taken" when another account holds it, "already-set" when this one chose one already.
    */
   setCustomUsername(userId: number, username: string, events?: EventsOf<"ok" | "taken" | "already-set">): Promise<"ok" | "taken" | "already-set">;
-  /** Replaces the password hash. */
-  setPasswordHash(userId: number, passwordHash: string): Promise<void>;
+  /**
+   * Sets the password hash; with `ifPasswordHash`, only while the stored hash is still that one
+   * (null: no password set), so of writers that read the same hash exactly one applies. Answers
+   * whether it applied (false also when the account does not exist).
+   */
+  setPasswordHash(userId: number, passwordHash: string, condition?: PasswordCondition): Promise<boolean>;
 }
 
 export interface SessionStore {
@@ -630,6 +639,11 @@ export interface UploadSessionRecord {
   size: number;
   /** Bytes received so far. */
   uploaded: number;
+  /**
+   * The blob-store names of the staged parts that make up the bytes received, in order: each the
+   * one attempt at its offset that moved `uploaded` (another attempt's part is not the upload's).
+   */
+  parts: string[];
   createdAt: number;
   expiresAt: number;
 }
@@ -645,8 +659,11 @@ export interface MediaStore {
   getSession(sessionId: string): Promise<UploadSessionRecord | undefined>;
   /** The owner's newest session with exactly these declared attributes that is open at `now`, or undefined. */
   findResumableSession(ownerId: number, fileName: string, contentType: string, size: number, now: number): Promise<UploadSessionRecord | undefined>;
-  /** Moves `uploaded` from `expected` to `next`; answers false (changing nothing) when it was not `expected`. */
-  advanceSession(sessionId: string, expected: number, next: number): Promise<boolean>;
+  /**
+   * Moves `uploaded` from `expected` to `next` and appends `part` (the staged bytes in between) to
+   * `parts`, as one change; answers false (changing nothing) when `uploaded` was not `expected`.
+   */
+  advanceSession(sessionId: string, expected: number, next: number, part: string): Promise<boolean>;
   /** Deletes the session; answers whether it existed. */
   deleteSession(sessionId: string): Promise<boolean>;
   /** Stores the finished files and deletes the session in one unit; answers false (storing nothing) when the session is gone. */

@@ -76,8 +76,12 @@ async function measure(blobs: BlobStore, size: number): Promise<Record<"put" | "
   });
   const staged = await timed(count, size, async (index) => {
     const upload = `s${keys[index]}`;
-    for (let offset = 0; offset < size; offset += chunk) await blobs.writeStaged(upload, offset, data.subarray(offset, offset + chunk));
-    await blobs.commitStaged(upload, `c${keys[index]}`, size);
+    const parts: string[] = [];
+    for (let offset = 0; offset < size; offset += chunk) {
+      parts.push(`p${offset}`);
+      await blobs.writeStaged(upload, `p${offset}`, data.subarray(offset, offset + chunk));
+    }
+    await blobs.commitStaged(upload, parts, `c${keys[index]}`, size);
   });
   await Promise.all(keys.flatMap((key) => [blobs.delete(key), blobs.delete(`c${key}`)]));
   return { put, read, staged };

@@ -26,7 +26,7 @@ const readWidth = 64;
 const lwtAttempts = 3;
 
 const fileColumns = "file_id, owner_id, purpose, file_name, content_type, size, checksum, width, height, duration_ms, thumbnail_file_id, created_at";
-const sessionColumns = "session_id, owner_id, file_id, file_name, content_type, size, uploaded, created_at, expires_at";
+const sessionColumns = "session_id, owner_id, file_id, file_name, content_type, size, uploaded, parts, created_at, expires_at";
 
 const toFile = (row: Row): MediaFileRecord => ({
   fileId: row.file_id as string,
@@ -51,6 +51,8 @@ const toSession = (row: Row): UploadSessionRecord => ({
   contentType: row.content_type as string,
   size: numberOf(row.size),
   uploaded: numberOf(row.uploaded),
+  // An empty list reads as null.
+  parts: (row.parts as string[] | null) ?? [],
   createdAt: numberOf(row.created_at),
   expiresAt: numberOf(row.expires_at),
 });
@@ -78,6 +80,7 @@ const sessionParams = (session: UploadSessionRecord): Params => [
   session.contentType,
   BigInt(session.size),
   BigInt(session.uploaded),
+  session.parts,
   BigInt(session.createdAt),
   BigInt(session.expiresAt),
 ];
@@ -130,7 +133,7 @@ export function mediaStore(ctx: CassandraContext): MediaStore {
 
   /** Inserts the session row unless one exists; answers whether this call's row is there. */
   const insertSession = async (session: UploadSessionRecord) => {
-    const outcome = await settledLwt(cql, `INSERT INTO upload_sessions (${sessionColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`, sessionParams(session), async () => {
+    const outcome = await settledLwt(cql, `INSERT INTO upload_sessions (${sessionColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`, sessionParams(session), async () => {
       const found = await readSession(session.sessionId, true);
       return found ? found.fileId === session.fileId && found.createdAt === session.createdAt : undefined;
     });
@@ -197,11 +200,13 @@ export function mediaStore(ctx: CassandraContext): MediaStore {
       return sessions.find((session) => session !== undefined && session.ownerId === ownerId && session.expiresAt > now);
     },
 
-    async advanceSession(sessionId, expected, next) {
-      const outcome = await settledLwt(cql, "UPDATE upload_sessions SET uploaded = ? WHERE session_id = ? IF uploaded = ?", [BigInt(next), sessionId, BigInt(expected)], async () => {
-        const uploaded = (await readSession(sessionId, true))?.uploaded;
-        if (uploaded === next) return true;
-        return uploaded === expected ? undefined : false;
+    async advanceSession(sessionId, expected, next, part) {
+      const query = "UPDATE upload_sessions SET uploaded = ?, parts = parts + ? WHERE session_id = ? IF uploaded = ?";
+      const outcome = await settledLwt(cql, query, [BigInt(next), [part], sessionId, BigInt(expected)], async () => {
+        const session = await readSession(sessionId, true);
+        // The part names one attempt, so finding it recorded tells this write from another writer's.
+        if (session?.parts.includes(part)) return true;
+        return session?.uploaded === expected ? undefined : false;
       });
       return outcome.applied;
     },

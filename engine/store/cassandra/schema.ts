@@ -131,6 +131,14 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
       `CREATE TABLE IF NOT EXISTS server_secrets (name text PRIMARY KEY, value text, created_at bigint)`,
     ],
   },
+  {
+    version: 2,
+    statements: [
+      // The staged part each accepted chunk was written to, in order (§5.11): parts are named per
+      // attempt, so the session says which attempt at an offset counts.
+      `ALTER TABLE upload_sessions ADD IF NOT EXISTS parts list<text>`,
+    ],
+  },
 ];
 
 export const cassandraSchemaVersion = cassandraMigrations[cassandraMigrations.length - 1].version;

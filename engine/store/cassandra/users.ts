@@ -6,11 +6,14 @@ import { randomUUID } from "node:crypto";
 import { AccountType, type AccountTypeValue, type UserRecord, type UserStore } from "../store.js";
 import { directoryStatement, isListed, matchesText, searchDirectory } from "./agent-directory.js";
 import type { CassandraContext } from "./context.js";
-import { numberOf, type Row, type Statement } from "./cql.js";
+import { isUnknownLwtOutcome, numberOf, type Params, type Row, type Statement } from "./cql.js";
 import { commitWithEvents, outboxStatements } from "./outbox-rows.js";
 import { orphanClaimAgeMs, UniqueClaims, type ClaimKind, type ClaimOutcome } from "./unique-claims.js";
 
 export const defaultUsername = (userId: number) => `u_${userId}`;
+
+/** Tries of a password write whose outcome was unknown (a timeout) and found not applied. */
+const passwordLwtAttempts = 3;
 
 export function toUser(row: Row): UserRecord {
   return {
@@ -250,10 +253,30 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
       return "ok";
     },
 
-    async setPasswordHash(userId, passwordHash) {
-      // Accounts are never deleted, so a read first makes "no account, no write" exact without an LWT.
-      if (!(await readUser(ctx, userId))) return;
-      await cql.write("UPDATE users SET password_hash = ? WHERE user_id = ?", [passwordHash, userId]);
+    async setPasswordHash(userId, passwordHash, condition) {
+      // Accounts are never deleted, so a read first makes "no account, no write" exact (an LWT
+      // update would otherwise create a row for a missing account).
+      if (!(await readUser(ctx, userId))) return false;
+      // Every write of the hash is a lightweight transaction, the unconditional one too (IF
+      // EXISTS): a plain write next to Paxos rounds on the same cell could be ordered by its own
+      // timestamp behind a conditional write it followed.
+      const [query, params]: [string, Params] = !condition
+        ? ["UPDATE users SET password_hash = ? WHERE user_id = ? IF EXISTS", [passwordHash, userId]]
+        : condition.ifPasswordHash === null
+          ? ["UPDATE users SET password_hash = ? WHERE user_id = ? IF password_hash = null", [passwordHash, userId]]
+          : ["UPDATE users SET password_hash = ? WHERE user_id = ? IF password_hash = ?", [passwordHash, userId, condition.ifPasswordHash]];
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return (await cql.lwt(query, params)).applied;
+        } catch (err) {
+          if (!isUnknownLwtOutcome(err) || attempt >= passwordLwtAttempts) throw err;
+          // A timeout leaves the outcome unknown: the serial read settles it. Every hash is salted,
+          // so finding this one means this write applied.
+          const stored = (await cql.row("SELECT password_hash FROM users WHERE user_id = ?", [userId], { serial: true }))?.password_hash ?? null;
+          if (stored === passwordHash) return true;
+          if (condition && stored !== condition.ifPasswordHash) return false;
+        }
+      }
     },
   };
 }

@@ -24,6 +24,8 @@ interface SessionRow {
   content_type: string;
   size: number;
   uploaded: number;
+  /** JSON array of part names. */
+  parts: string;
   created_at: number;
   expires_at: number;
 }
@@ -51,6 +53,7 @@ const toSession = (row: SessionRow): UploadSessionRecord => ({
   contentType: row.content_type,
   size: row.size,
   uploaded: row.uploaded,
+  parts: JSON.parse(row.parts) as string[],
   createdAt: row.created_at,
   expiresAt: row.expires_at,
 });
@@ -61,14 +64,14 @@ export function mediaStore(db: Database.Database): MediaStore {
     VALUES (@fileId, @ownerId, @purpose, @fileName, @contentType, @size, @checksum, @width, @height, @durationMs, @thumbnailFileId, @createdAt)`);
   const fileById = db.prepare<[string], FileRow>("SELECT * FROM media_files WHERE file_id = ?");
   const insertSession = db.prepare(`
-    INSERT INTO upload_sessions (session_id, owner_id, file_id, file_name, content_type, size, uploaded, created_at, expires_at)
-    VALUES (@sessionId, @ownerId, @fileId, @fileName, @contentType, @size, @uploaded, @createdAt, @expiresAt)`);
+    INSERT INTO upload_sessions (session_id, owner_id, file_id, file_name, content_type, size, uploaded, parts, created_at, expires_at)
+    VALUES (@sessionId, @ownerId, @fileId, @fileName, @contentType, @size, @uploaded, @parts, @createdAt, @expiresAt)`);
   const sessionById = db.prepare<[string], SessionRow>("SELECT * FROM upload_sessions WHERE session_id = ?");
   const resumable = db.prepare<[number, string, string, number, number], SessionRow>(
     `SELECT * FROM upload_sessions WHERE owner_id = ? AND file_name = ? AND content_type = ? AND size = ? AND expires_at > ?
      ORDER BY created_at DESC, rowid DESC LIMIT 1`,
   );
-  const advance = db.prepare("UPDATE upload_sessions SET uploaded = ? WHERE session_id = ? AND uploaded = ?");
+  const advance = db.prepare("UPDATE upload_sessions SET uploaded = ?, parts = json_insert(parts, '$[#]', ?) WHERE session_id = ? AND uploaded = ?");
   const removeSession = db.prepare("DELETE FROM upload_sessions WHERE session_id = ?");
   const expired = db.prepare<[number, number], SessionRow>("SELECT * FROM upload_sessions WHERE expires_at <= ? ORDER BY expires_at, rowid LIMIT ?");
   const insertSecret = db.prepare("INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING");
@@ -96,7 +99,7 @@ export function mediaStore(db: Database.Database): MediaStore {
       return row && toFile(row);
     },
     async createSession(session) {
-      insertSession.run(session);
+      insertSession.run({ ...session, parts: JSON.stringify(session.parts) });
     },
     async getSession(sessionId) {
       const row = sessionById.get(sessionId);
@@ -106,8 +109,8 @@ export function mediaStore(db: Database.Database): MediaStore {
       const row = resumable.get(ownerId, fileName, contentType, size, now);
       return row && toSession(row);
     },
-    async advanceSession(sessionId, expected, next) {
-      return advance.run(next, sessionId, expected).changes === 1;
+    async advanceSession(sessionId, expected, next, part) {
+      return advance.run(next, part, sessionId, expected).changes === 1;
     },
     async deleteSession(sessionId) {
       return removeSession.run(sessionId).changes === 1;

@@ -370,6 +370,13 @@ export const migrations: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 12,
+    // The staged part each accepted chunk was written to (a JSON array of blob-store names, in
+    // order): parts are named per attempt, so the session says which attempt at an offset counts.
+    // A session from before has none; the engine drops it (its bytes are in the old layout).
+    up: `ALTER TABLE upload_sessions ADD COLUMN parts TEXT NOT NULL DEFAULT '[]';`,
+  },
 ];
 
 /**

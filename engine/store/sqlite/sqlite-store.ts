@@ -126,6 +126,8 @@ function userStore(db: Database.Database, record: Recorder): UserStore {
   const byIds = db.prepare<[string], UserRow>("SELECT * FROM users WHERE user_id IN (SELECT value FROM json_each(?))");
   const setUsername = db.prepare("UPDATE users SET username = ?, username_custom = 1 WHERE user_id = ? AND username_custom = 0");
   const setPassword = db.prepare("UPDATE users SET password_hash = ? WHERE user_id = ?");
+  // IS, not =: it matches NULL too, the "no password set" condition.
+  const setPasswordIf = db.prepare("UPDATE users SET password_hash = ? WHERE user_id = ? AND password_hash IS ?");
   const updateProfile = db.prepare(
     "UPDATE users SET nickname = COALESCE(?, nickname), avatar_url = COALESCE(?, avatar_url), signature = COALESCE(?, signature) WHERE user_id = ?",
   );
@@ -195,8 +197,9 @@ function userStore(db: Database.Database, record: Recorder): UserStore {
         throw err;
       }
     },
-    async setPasswordHash(userId, passwordHash) {
-      setPassword.run(passwordHash, userId);
+    async setPasswordHash(userId, passwordHash, condition) {
+      const changed = condition ? setPasswordIf.run(passwordHash, userId, condition.ifPasswordHash) : setPassword.run(passwordHash, userId);
+      return changed.changes === 1;
     },
   };
 }
