@@ -178,3 +178,23 @@ export async function readAll<Key, Value>(keys: readonly Key[], width: number, r
   await Promise.all(Array.from({ length: Math.min(width, keys.length) }, worker));
   return values;
 }
+
+/** Tries of a lightweight transaction whose outcome was unknown and found not applied. */
+const lwtAttempts = 3;
+
+/**
+ * A lightweight transaction whose unknown outcome (a timeout) is settled by `judge`, which reads at
+ * LOCAL_SERIAL: applied (true), refused (false), or surely not applied and worth trying again
+ * (undefined). `judged` tells the caller the outcome was inferred, not answered.
+ */
+export async function settledLwt(cql: Cql, query: string, params: Params, judge: () => Promise<boolean | undefined>): Promise<LwtOutcome & { judged?: boolean }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await cql.lwt(query, params);
+    } catch (err) {
+      if (!isUnknownLwtOutcome(err) || attempt >= lwtAttempts) throw err;
+      const applied = await judge();
+      if (applied !== undefined) return { applied, row: undefined, judged: true };
+    }
+  }
+}

@@ -5,7 +5,7 @@
 // through the sweep index, indexed at the wall-clock hour they fall due.
 import type { MediaFileRecord, MediaStore, UploadSessionRecord } from "../store.js";
 import type { CassandraContext } from "./context.js";
-import { isUnknownLwtOutcome, numberOf, readAll, type Cql, type LwtOutcome, type Params, type Row } from "./cql.js";
+import { numberOf, readAll, settledLwt, type LwtOutcome, type Params, type Row } from "./cql.js";
 import { hourOf, sweepEntry } from "./sweep-index.js";
 
 const hourMs = 3_600_000;
@@ -22,8 +22,6 @@ const indexHorizonHours = 48;
 
 /** Session rows read at once by a sweep (the rest queue behind them). */
 const readWidth = 64;
-/** Tries of a lightweight transaction whose outcome was unknown and found not applied. */
-const lwtAttempts = 3;
 
 const fileColumns = "file_id, owner_id, purpose, file_name, content_type, size, checksum, width, height, duration_ms, thumbnail_file_id, created_at";
 const sessionColumns = "session_id, owner_id, file_id, file_name, content_type, size, uploaded, parts, created_at, expires_at";
@@ -98,23 +96,6 @@ const ownerIndexKey = (session: UploadSessionRecord): Params => [
 function indexHourMs(session: UploadSessionRecord, wallClockMs: number): number {
   const created = hourOf(wallClockMs);
   return Math.max(created, Math.min(hourOf(session.expiresAt), created + indexHorizonHours)) * hourMs;
-}
-
-/**
- * A lightweight transaction whose unknown outcome (a timeout) is settled by `judge`, which reads at
- * LOCAL_SERIAL: applied (true), refused (false), or surely not applied and worth trying again
- * (undefined). `judged` tells the caller the outcome was inferred, not answered.
- */
-async function settledLwt(cql: Cql, query: string, params: Params, judge: () => Promise<boolean | undefined>): Promise<LwtOutcome & { judged?: boolean }> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await cql.lwt(query, params);
-    } catch (err) {
-      if (!isUnknownLwtOutcome(err) || attempt >= lwtAttempts) throw err;
-      const applied = await judge();
-      if (applied !== undefined) return { applied, row: undefined, judged: true };
-    }
-  }
 }
 
 export function mediaStore(ctx: CassandraContext): MediaStore {

@@ -6,14 +6,12 @@ import { randomUUID } from "node:crypto";
 import { AccountType, type AccountTypeValue, type UserRecord, type UserStore } from "../store.js";
 import { directoryStatement, isListed, matchesText, searchDirectory } from "./agent-directory.js";
 import type { CassandraContext } from "./context.js";
-import { isUnknownLwtOutcome, numberOf, type Params, type Row, type Statement } from "./cql.js";
+import { numberOf, settledLwt, type Params, type Row, type Statement } from "./cql.js";
 import { commitWithEvents, outboxStatements } from "./outbox-rows.js";
 import { orphanClaimAgeMs, UniqueClaims, type ClaimKind, type ClaimOutcome } from "./unique-claims.js";
 
 export const defaultUsername = (userId: number) => `u_${userId}`;
 
-/** Tries of a password write whose outcome was unknown (a timeout) and found not applied. */
-const passwordLwtAttempts = 3;
 
 export function toUser(row: Row): UserRecord {
   return {
@@ -265,18 +263,13 @@ export function userStore(ctx: CassandraContext, options: UserStoreOptions = {})
         : condition.ifPasswordHash === null
           ? ["UPDATE users SET password_hash = ? WHERE user_id = ? IF password_hash = null", [passwordHash, userId]]
           : ["UPDATE users SET password_hash = ? WHERE user_id = ? IF password_hash = ?", [passwordHash, userId, condition.ifPasswordHash]];
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return (await cql.lwt(query, params)).applied;
-        } catch (err) {
-          if (!isUnknownLwtOutcome(err) || attempt >= passwordLwtAttempts) throw err;
-          // A timeout leaves the outcome unknown: the serial read settles it. Every hash is salted,
-          // so finding this one means this write applied.
-          const stored = (await cql.row("SELECT password_hash FROM users WHERE user_id = ?", [userId], { serial: true }))?.password_hash ?? null;
-          if (stored === passwordHash) return true;
-          if (condition && stored !== condition.ifPasswordHash) return false;
-        }
-      }
+      const outcome = await settledLwt(cql, query, params, async () => {
+        // Every hash is salted, so finding this one means this write applied.
+        const stored = (await cql.row("SELECT password_hash FROM users WHERE user_id = ?", [userId], { serial: true }))?.password_hash ?? null;
+        if (stored === passwordHash) return true;
+        return condition && stored !== condition.ifPasswordHash ? false : undefined;
+      });
+      return outcome.applied;
     },
   };
 }
