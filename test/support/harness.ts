@@ -198,6 +198,19 @@ export async function startTestServer(overrides: TestServerOptions = {}): Promis
   return server;
 }
 
+/**
+ * Calls `action` once on every node serving it, as each node's own timer calls a per-node sweep
+ * (one node in one process, each engine in a cluster); answers each node's answer.
+ */
+export async function callOnEveryNode<T>(server: Pick<Parley, "broker">, action: string, params: object = {}): Promise<T[]> {
+  const endpoints = server.broker.registry.actions.get(action)?.endpoints ?? [];
+  const nodeIds = [...new Set(endpoints.map((endpoint) => endpoint.node.id as string))].sort();
+  if (nodeIds.length === 0) throw new Error(`no node serves ${action}`);
+  const answers: T[] = [];
+  for (const nodeID of nodeIds) answers.push((await server.broker.call(action, params, { nodeID })) as T);
+  return answers;
+}
+
 export function client<S extends DescService>(server: { url: string }, service: S, mode: WireMode, token?: string): Client<S> {
   const interceptors: Interceptor[] = token
     ? [
