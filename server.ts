@@ -41,7 +41,7 @@ import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./gateway/webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./gateway/webhooks/dispatcher.js";
-import { WebhookFleetMember, WebhookTopic, deliveryLockMs, deliveryLocks, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
+import { WebhookFleetMember, WebhookTopic, deliveryLockMs, deliveryLocks, webhookFleetGroup, webhookQueuedRecord, webhookTopicName } from "./gateway/webhooks/fleet.js";
 import { webhookTimeoutMs } from "./gateway/webhooks/delivery.js";
 import { KafkaUpdateLog } from "./engine/log/kafka-update-log.js";
 import { MemoryUpdateLog } from "./engine/log/memory-update-log.js";
@@ -229,7 +229,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
         now: () => clock.now(),
         allowPrivateNetworks: config.webhookAllowPrivateNetworks,
         policy: { concurrency: config.webhookConcurrency, ...options.webhooks },
-        fleet: new WebhookFleetMember(log, webhookTopic),
+        fleet: new WebhookFleetMember(log, webhookTopic, webhookFleetGroup(config.cluster.kafkaTopicPrefix)),
         claim: deliveryLocks(ephemeral, deliveryLockMs(options.webhooks?.timeoutMs ?? webhookTimeoutMs)),
       }),
     );

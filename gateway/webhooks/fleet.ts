@@ -23,10 +23,15 @@ import type { AgentSlice } from "../../shared/agent-delivery.js";
 export const WebhookTopic = {
   /** Partitions of the webhooks topic: the most webhooks nodes that can share the agents. */
   partitions: 32,
-  group: "webhook-fleet",
 } as const;
 
 export const webhookTopicName = (prefix: string) => `${prefix}webhooks`;
+/**
+ * The fleet's consumer group carries the deployment's prefix too: deployments sharing a Kafka (or
+ * the clusters of a test run) must not share a group, where every member's join or departure
+ * would stall the others' deliveries through a rebalance.
+ */
+export const webhookFleetGroup = (prefix: string) => `${prefix}webhook-fleet`;
 
 const encoder = new TextEncoder();
 
@@ -59,6 +64,7 @@ export class WebhookFleetMember {
   constructor(
     private readonly log: UpdateLog,
     private readonly topic: string,
+    private readonly group: string,
   ) {}
 
   /** The agents this node serves now. */
@@ -67,7 +73,7 @@ export class WebhookFleetMember {
   async join(dispatcher: FleetDispatcher, onError: (err: unknown) => void): Promise<void> {
     await this.log.ensureTopic(this.topic, WebhookTopic.partitions);
     this.consumer = await this.log.consume({
-      group: WebhookTopic.group,
+      group: this.group,
       topic: this.topic,
       handle: async () => dispatcher.wake(),
       assigned: (partitions) => {
