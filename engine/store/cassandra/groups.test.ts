@@ -1,7 +1,7 @@
 // What the Cassandra group path adds to the port's promises (DATA-MODEL.md §5.9): a fenced group
 // change commits through its conversation's head, so a stale owner whose lease read passed is still
-// refused by the head, a change whose head LWT applied is written by whoever reads the head, and
-// writing a change again late never undoes what followed it.
+// refused by the head, a change whose head LWT applied is written by whoever reads the head (before
+// the next change is computed), and writing a change again late never undoes what followed it.
 import { expect } from "chai";
 import { OwnershipLostError, type Fence } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
@@ -69,6 +69,26 @@ describe("cassandra group path", () => {
     expect(await other.outbox.pending(10, String(conversationId))).to.deep.equal([fanOut]);
     expect(await memberIds(other, groupId)).to.deep.equal([7, 8, 9, 11]);
     expect(await other.groups.groupIdsOf(11)).to.deep.equal([groupId]);
+  });
+
+  it("computes a change on top of one an earlier owner committed but did not write", async () => {
+    const { groupId, conversationId } = await newGroup();
+    const old = fenceOf(await store.leases.acquire(shard, { node: "a", instance: "a-1" }, 1000, ttl));
+    // The old owner's removal of 9, committed in the head; its process stopped before writing it.
+    const removal = encodePendingWrite({
+      kind: "group",
+      statements: [
+        { query: "DELETE FROM group_members WHERE group_id = ? AND user_id = ?", params: [groupId, 9] },
+        { query: "DELETE FROM groups_of_user WHERE user_id = ? AND group_id = ?", params: [9, groupId] },
+      ],
+      at: store.cql.nextTimestamp(),
+    });
+    await store.cql.lwt("UPDATE conversations SET owner_epoch = ?, pending_write = ? WHERE conversation_id = ? IF owner_epoch = 0", [old.epoch, removal, conversationId]);
+    const current = fenceOf(await other.leases.acquire(shard, { node: "b", instance: "b-1" }, 1000 + ttl, ttl));
+    // The new owner's invitation of 9 finds 9 gone, so it adds them back.
+    expect(await other.groups.addMembers(groupId, [member(9)], undefined, { fence: current })).to.deep.equal([9]);
+    expect(await memberIds(other, groupId)).to.deep.equal([7, 8, 9]);
+    expect(await other.groups.groupIdsOf(9)).to.deep.equal([groupId]);
   });
 
   it("a change written again late, by a process that resumed after its successor, undoes nothing its successor did", async () => {

@@ -60,6 +60,15 @@ export function groupStore(ctx: CassandraContext): GroupStore {
   const readGroup = (groupId: number) => cql.row("SELECT * FROM groups WHERE group_id = ?", [groupId]);
   const readMembers = async (groupId: number) => (await cql.rows("SELECT * FROM group_members WHERE group_id = ?", [groupId])).map(toMember);
 
+  /**
+   * Before a fenced change reads what it changes: the head as this handle knows it, so a change an
+   * earlier owner committed there but did not write (it stopped) is written first (a reload rolls
+   * it forward) and the change is computed on top of it.
+   */
+  const settled = async (groupId: number, write: FencedWrite | undefined) => {
+    if (write?.fence) await heads.known(conversationOf(groupId));
+  };
+
   /** A head whose owner epoch passed the fence: another owner wrote the group's conversation. */
   const refuseStale = (head: Pick<HeadSnapshot, "ownerEpoch">, fence: Fence) => {
     if (head.ownerEpoch !== null && head.ownerEpoch > fence.epoch) throw new OwnershipLostError(fence);
@@ -142,6 +151,7 @@ export function groupStore(ctx: CassandraContext): GroupStore {
       return row && toGroup(row);
     },
     async updateGroup(groupId, change, events, write) {
+      await settled(groupId, write);
       const row = await readGroup(groupId);
       if (!row) throw new Error(`group ${groupId} does not exist`);
       const updated: GroupRecord = {
@@ -159,6 +169,7 @@ export function groupStore(ctx: CassandraContext): GroupStore {
       );
     },
     async dissolveGroup(groupId, events, write) {
+      await settled(groupId, write);
       const [row, members] = await Promise.all([readGroup(groupId), readMembers(groupId)]);
       const removed = members.sort(byJoinTime).map((member) => member.userId);
       // A group that does not exist has nothing to dissolve (an update would make a row of it).
@@ -179,6 +190,7 @@ export function groupStore(ctx: CassandraContext): GroupStore {
       return row && toMember(row);
     },
     async addMembers(groupId, added, events, write) {
+      await settled(groupId, write);
       const [present, head] = await Promise.all([readMembers(groupId), readHead(cql, conversationOf(groupId))]);
       const existing = new Set(present.map((member) => member.userId));
       const fresh = distinctMembers(added).filter((member) => !existing.has(member.userId));
@@ -192,6 +204,7 @@ export function groupStore(ctx: CassandraContext): GroupStore {
       );
     },
     async removeMember(groupId, userId, events, write) {
+      await settled(groupId, write);
       const member = await cql.row("SELECT user_id FROM group_members WHERE group_id = ? AND user_id = ?", [groupId, userId]);
       // The member keeps the conversation in their list, as the SQLite adapter keeps their state row.
       const change: Statement[] = member
