@@ -14,6 +14,7 @@
 // wrote the head since, and hence that the pending write it replaces was rolled forward (by the
 // read that filled the snapshot, or by this handle's own write, which rolls forward before it
 // answers). A refused LWT reloads the snapshot at LOCAL_SERIAL, rolling forward what it finds.
+import { Mailboxes } from "../../mailbox.js";
 import type { FanOutRecord, MessageRecord } from "../store.js";
 import { bytesOf, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
@@ -114,8 +115,19 @@ const snapshotCapacity = 50_000;
 
 export class ConversationHeads {
   private readonly snapshots = new Map<bigint, HeadSnapshot>();
+  private readonly writers = new Mailboxes();
 
   constructor(private readonly cql: Cql) {}
+
+  /**
+   * Runs a head write (its LWT and its roll-forward) after this handle's earlier ones of the same
+   * conversation. Its LWT then never replaces a pending write whose rows this handle is still
+   * writing, and a group change does not keep losing its LWT to the messages its node writes to
+   * the group meanwhile (the conversation actor serialises only those).
+   */
+  exclusive<T>(conversationId: bigint, work: () => Promise<T>): Promise<T> {
+    return this.writers.run(String(conversationId), work);
+  }
 
   /** The snapshot to condition the next write on: remembered, or read (and rolled forward). */
   async known(conversationId: bigint): Promise<HeadSnapshot> {

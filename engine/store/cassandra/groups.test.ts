@@ -91,6 +91,22 @@ describe("cassandra group path", () => {
     expect(await other.groups.groupIdsOf(9)).to.deep.equal([groupId]);
   });
 
+  it("a group change goes through while its handle writes a burst of messages to the group", async () => {
+    const { groupId, conversationId } = await newGroup();
+    const fence = fenceOf(await store.leases.acquire(shard, { node: "a", instance: "a-1" }, 1000, ttl));
+    const message = (messageId: bigint) => ({ conversationId, messageId, senderId: 7, clientMessageId: messageId, body: new Uint8Array([1]), replyTo: null, metadata: {}, createdAt: 7, updatedAt: null, edited: false });
+    // One message after another, as the conversation actor writes them; the group changes beside them.
+    const burst = (async () => {
+      for (let id = 1n; id <= 200n; id++) expect((await store.messages.insertMessage(message(id), { fence })).outcome).to.equal("ok");
+    })();
+    const joining = Array.from({ length: 24 }, (_, i) => 10 + i);
+    const changes = Promise.all(joining.map((userId) => store.groups.addMembers(groupId, [member(userId)], undefined, { fence })));
+    await Promise.all([burst, changes]);
+    expect(await changes).to.deep.equal(joining.map((userId) => [userId]));
+    expect(await memberIds(other, groupId)).to.deep.equal([7, 8, 9, ...joining]);
+    expect(await other.messages.latestMessageId(conversationId)).to.equal(200n);
+  });
+
   it("a change written again late, by a process that resumed after its successor, undoes nothing its successor did", async () => {
     const { groupId, conversationId } = await newGroup();
     const fence = fenceOf(await store.leases.acquire(shard, { node: "a", instance: "a-1" }, 1000, ttl));

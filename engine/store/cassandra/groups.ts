@@ -8,7 +8,7 @@
 // batch as the head's pending write, then the batch is written (rolled forward, again by whoever
 // finds it there if this process stops first). A stale owner is refused before writing (the lease
 // read) or by the LWT (a newer owner epoch), nothing written.
-import { OwnershipLostError, ConversationKind, GroupStatus, type EventsOf, type Fence, type FencedWrite, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+import { ConversationKind, GroupStatus, OwnershipLostError, type EventsOf, type Fence, type FencedWrite, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { isUnknownLwtOutcome, numberOf, type Row, type Statement } from "./cql.js";
 import { conversationHeads, encodePendingWrite, type HeadSnapshot, type PendingWrite } from "./conversation-head.js";
@@ -16,7 +16,7 @@ import { orderRowStatements } from "./conversation-order.js";
 import { createHead, readHead } from "./conversations.js";
 import { outboxStatements } from "./outbox-rows.js";
 
-/** Head LWTs refused by a write this handle did not know of (a message of the group), reloaded and retried before answering. */
+/** Head LWTs refused by a write this handle did not know of (another handle's), reloaded and retried before answering. */
 const maxHeadAttempts = 4;
 
 const toGroup = (row: Row): GroupRecord => ({
@@ -119,7 +119,7 @@ export function groupStore(ctx: CassandraContext): GroupStore {
     const fence = write?.fence;
     const [recorded] = await Promise.all([outboxStatements(cql, events ? events(result) : []), fence && ctx.checkFences([fence])]);
     const statements = [...change, ...recorded];
-    if (fence) await commitFenced(groupId, fence, statements);
+    if (fence) await heads.exclusive(conversationOf(groupId), () => commitFenced(groupId, fence, statements));
     else await cql.batch(statements);
     return result;
   };
