@@ -45,6 +45,8 @@ import {
   AgentVisibility,
   GroupStatus,
   MemberRole,
+  OwnershipLostError,
+  type FencedWrite,
   type GroupRecord,
   type MemberRecord,
   type UserRecord,
@@ -69,12 +71,19 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   // both pass the size checks, nothing is added to a group being dissolved, and the system
   // messages come in the order of the changes they announce. Across nodes, changes are routed to
   // the node owning the group's conversation, and run only while it holds that shard's lease: a
-  // node that lost it (or was never given it) refuses with a retryable UNAVAILABLE.
+  // node that lost it (or was never given it) refuses with a retryable UNAVAILABLE. Every write
+  // carries the lease's fence, so a node that paused past its lease and still believes it owns the
+  // group is refused by the store, nothing written; it forgets the shard and answers as the
+  // conversation actor does for a write refused the same way.
   const changes = new Mailboxes();
-  const serialised = <T>(groupId: number, work: () => Promise<T>) =>
+  const serialised = <T>(groupId: number, work: (write: FencedWrite) => Promise<T>) =>
     changes.run(groupId, async () => {
-      await deps.ownership.fence(conversationKey(BigInt(groupId)));
-      return work();
+      const fence = await deps.ownership.fence(conversationKey(BigInt(groupId)));
+      return work({ fence }).catch((err: unknown) => {
+        if (!(err instanceof OwnershipLostError)) throw err;
+        deps.ownership.lost(err.fence);
+        throw new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took this conversation over; try again");
+      });
     });
   /**
    * The group's conversation actor checks members and status from memory: it must drop them
@@ -131,11 +140,11 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   };
 
   function changeInfo(ctx: Context, caller: Caller, groupId: number, change: Parameters<typeof groups.updateGroup>[1], field: string) {
-    return serialised(groupId, async () => {
+    return serialised(groupId, async (write) => {
       await requireOwnedGroup(caller, groupId);
       const operator = await currentMember(groupId, caller.userId);
       const events = deps.fanOuts.batch();
-      await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "shared.v1.GroupInfoChangedEvent", operator, field } })]);
+      await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "shared.v1.GroupInfoChangedEvent", operator, field } })], write);
       await groupChanged(ctx, groupId);
       await events.deliver(ctx);
       return {};
@@ -170,13 +179,17 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       }),
       dissolveGroup: { ...routeByGroup, handler: rpcAction(DissolveGroupRequestSchema, DissolveGroupResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
-        return serialised(request.groupId, async () => {
+        return serialised(request.groupId, async (write) => {
           const group = await requireOwnedGroup(owner, request.groupId);
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
           const events = deps.fanOuts.batch();
-          await groups.dissolveGroup(group.groupId, (removed) => [
-            events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "shared.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
-          ]);
+          await groups.dissolveGroup(
+            group.groupId,
+            (removed) => [
+              events.add(accountScope(owner.userId), removed, { case: "groupDissolved", value: { $typeName: "shared.v1.GroupDissolvedEvent", operatorId: owner.userId, groupId: group.groupId } }, [], [info]),
+            ],
+            write,
+          );
           await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
@@ -194,7 +207,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       ) },
       inviteMembers: { ...routeByGroup, handler: rpcAction(InviteMembersRequestSchema, InviteMembersResponseSchema, ({ request, caller, ctx }) => {
         const inviter = requireUser(caller);
-        return serialised(request.groupId, async () => {
+        return serialised(request.groupId, async (write) => {
           const group = await requireOwnedGroup(inviter, request.groupId);
           const current = await groups.listMembers(group.groupId);
           const currentIds = new Set(current.map((m) => m.userId));
@@ -207,12 +220,17 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const inviterInfo = await currentMember(group.groupId, inviter.userId);
           const events = deps.fanOuts.batch();
           const invited = candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }));
-          await groups.addMembers(group.groupId, invited, (addedIds) => {
-            const added = new Set(addedIds);
-            if (added.size === 0) return [];
-            const joined = invited.filter((m) => added.has(m.userId)).map(memberInfo);
-            return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "shared.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
-          });
+          await groups.addMembers(
+            group.groupId,
+            invited,
+            (addedIds) => {
+              const added = new Set(addedIds);
+              if (added.size === 0) return [];
+              const joined = invited.filter((m) => added.has(m.userId)).map(memberInfo);
+              return [announce(events, group.groupId, { case: "memberJoined", value: { $typeName: "shared.v1.MemberJoinedEvent", members: joined, inviter: inviterInfo } })];
+            },
+            write,
+          );
           await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};
@@ -220,7 +238,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       }) },
       removeMember: { ...routeByGroup, handler: rpcAction(RemoveMemberRequestSchema, RemoveMemberResponseSchema, ({ request, caller, ctx }) => {
         const owner = requireUser(caller);
-        return serialised(request.groupId, async () => {
+        return serialised(request.groupId, async (write) => {
           const group = await requireOwnedGroup(owner, request.groupId);
           if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
           // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them, recorded
@@ -228,13 +246,17 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           const events = deps.fanOuts.batch();
           const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "shared.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
           const memberRemoved = { $typeName: "shared.v1.MemberRemovedEvent", member: await currentMember(group.groupId, request.targetId), operator: await currentMember(group.groupId, owner.userId) } as const;
-          const removed = await groups.removeMember(group.groupId, request.targetId, (done) =>
-            done
-              ? [
-                  events.add(accountScope(owner.userId), [request.targetId], removedFromGroup, [], [groupInfoView(group)]),
-                  announce(events, group.groupId, { case: "memberRemoved", value: memberRemoved }),
-                ]
-              : [],
+          const removed = await groups.removeMember(
+            group.groupId,
+            request.targetId,
+            (done) =>
+              done
+                ? [
+                    events.add(accountScope(owner.userId), [request.targetId], removedFromGroup, [], [groupInfoView(group)]),
+                    announce(events, group.groupId, { case: "memberRemoved", value: memberRemoved }),
+                  ]
+                : [],
+            write,
           );
           if (!removed) throw new ParleyError(Errors.memberNotFound);
           await groupChanged(ctx, group.groupId);
@@ -244,7 +266,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
       }) },
       leaveGroup: { ...routeByGroup, handler: rpcAction(LeaveGroupRequestSchema, LeaveGroupResponseSchema, ({ request, caller, ctx }) => {
         const member = requireCaller(caller);
-        return serialised(request.groupId, async () => {
+        return serialised(request.groupId, async (write) => {
           const group = await groups.getGroup(request.groupId);
           if (!group) throw new ParleyError(Errors.groupNotFound);
           if (group.status === GroupStatus.dissolved) throw new ParleyError(Errors.groupDissolved);
@@ -255,7 +277,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           // their other devices they left.
           const memberLeft = { $typeName: "shared.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
           const events = deps.fanOuts.batch();
-          await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []));
+          await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []), write);
           await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);
           return {};

@@ -1,5 +1,6 @@
 // The conversation head on the message path (DATA-MODEL.md §5.10): the static columns one LWT per
-// message commits through, and the roll-forward of the write that LWT committed.
+// message commits through, and the roll-forward of the write that LWT committed. A group's changes
+// commit through its conversation's head too (§5.9), under the same owner epoch.
 //
 // A message write is durable once its head LWT applies: the LWT stores the whole write in
 // `pending_write`. Its rows (the message, its client id, its outbox fan-out, its open stream, its
@@ -13,6 +14,7 @@
 // wrote the head since, and hence that the pending write it replaces was rolled forward (by the
 // read that filled the snapshot, or by this handle's own write, which rolls forward before it
 // answers). A refused LWT reloads the snapshot at LOCAL_SERIAL, rolling forward what it finds.
+import { Mailboxes } from "../../mailbox.js";
 import type { FanOutRecord, MessageRecord } from "../store.js";
 import { bytesOf, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
@@ -41,6 +43,13 @@ export type PendingWrite =
       message: MessageRecord | null;
       fanOut?: FanOutRecord;
       closesStream: boolean;
+    }
+  | {
+      /** A group change of the group's conversation (groups.ts): its rows and outbox records. */
+      kind: "group";
+      statements: Statement[];
+      /** Their write timestamp (µs), fixed at commit: writing them again never overrides what was written after them. */
+      at: bigint;
     };
 
 /** The head as this handle last saw it: what its next LWT is conditioned on. */
@@ -106,8 +115,19 @@ const snapshotCapacity = 50_000;
 
 export class ConversationHeads {
   private readonly snapshots = new Map<bigint, HeadSnapshot>();
+  private readonly writers = new Mailboxes();
 
   constructor(private readonly cql: Cql) {}
+
+  /**
+   * Runs a head write (its LWT and its roll-forward) after this handle's earlier ones of the same
+   * conversation. Its LWT then never replaces a pending write whose rows this handle is still
+   * writing, and a group change does not keep losing its LWT to the messages its node writes to
+   * the group meanwhile (the conversation actor serialises only those).
+   */
+  exclusive<T>(conversationId: bigint, work: () => Promise<T>): Promise<T> {
+    return this.writers.run(String(conversationId), work);
+  }
 
   /** The snapshot to condition the next write on: remembered, or read (and rolled forward). */
   async known(conversationId: bigint): Promise<HeadSnapshot> {
@@ -154,6 +174,7 @@ export class ConversationHeads {
 
   /** Writes the rows of a committed write: everything else first, the message row last (it marks the write complete). */
   async rollForward(write: PendingWrite): Promise<void> {
+    if (write.kind === "group") return this.cql.batch(write.statements, { timestamp: write.at });
     await this.cql.writeAll(sideStatements(write));
     if (!write.message) return;
     const row = messageRowStatement(write.message);
@@ -167,7 +188,9 @@ export class ConversationHeads {
 
   /** Whether the write's message row is there as the write left it (an update of a missing message is always written again: harmless). */
   private async isRolledForward(write: PendingWrite): Promise<boolean> {
-    if (!write.message) return false;
+    // A group change has no row that marks it written: it is written again, harmlessly (its fixed
+    // timestamp), and rarely, since its own system message's write usually replaces it at once.
+    if (write.kind === "group" || !write.message) return false;
     const stored = await readMessage(this.cql, write.message.conversationId, write.message.messageId);
     if (!stored) return false;
     if (write.kind === "insert") return true;
@@ -175,8 +198,8 @@ export class ConversationHeads {
   }
 }
 
-/** The rows of a committed write besides the message row. */
-function sideStatements(write: PendingWrite): Statement[] {
+/** The rows of a committed message write besides the message row. */
+function sideStatements(write: Exclude<PendingWrite, { kind: "group" }>): Statement[] {
   const statements: Statement[] = [];
   if (write.fanOut) statements.push(...fanOutStatements(write.fanOut));
   if (write.kind === "insert") {
@@ -247,7 +270,26 @@ const fanOutFromJson = (j: Record<string, Json>): FanOutRecord => ({
   createdAt: j.createdAt as number,
 });
 
+/** A statement parameter as JSON: int64 values and bytes tagged, the rest as they are. */
+function paramJson(value: unknown): Json {
+  if (typeof value === "bigint") return { int64: String(value) };
+  if (value instanceof Uint8Array) return { bytes: Buffer.from(value).toString("base64") };
+  if (Array.isArray(value)) return value.map(paramJson);
+  if (value === null || typeof value === "number" || typeof value === "string" || typeof value === "boolean") return value;
+  throw new Error(`conversation head: a pending write cannot keep a parameter of type ${typeof value}`);
+}
+
+function paramFromJson(j: Json): unknown {
+  if (Array.isArray(j)) return j.map(paramFromJson);
+  if (j === null || typeof j !== "object") return j;
+  return "int64" in j ? BigInt(j.int64 as string) : Buffer.from(j.bytes as string, "base64");
+}
+
 export function encodePendingWrite(write: PendingWrite): Buffer {
+  if (write.kind === "group") {
+    const statements = write.statements.map((statement): Json => ({ query: statement.query, params: statement.params.map(paramJson) }));
+    return Buffer.from(JSON.stringify({ kind: "group", statements, at: String(write.at) }));
+  }
   const json: Json =
     write.kind === "insert"
       ? {
@@ -290,6 +332,10 @@ export function decodePendingWrite(bytes: Buffer): PendingWrite {
       fanOut,
       closesStream: j.closesStream as boolean,
     };
+  }
+  if (j.kind === "group") {
+    const statements = (j.statements as { query: string; params: Json[] }[]).map((statement) => ({ query: statement.query, params: statement.params.map(paramFromJson) }));
+    return { kind: "group", statements, at: BigInt(j.at as string) };
   }
   throw new Error(`conversation head: unknown pending write kind ${String(j.kind)}`);
 }

@@ -35,19 +35,23 @@ export class Cql {
   private constructor(
     readonly client: cassandra.Client,
     readonly keyspace: string,
+    private readonly timestamps: cassandra.policies.timestampGeneration.TimestampGenerator,
   ) {}
 
   /** Connects without a keyspace (migrations create it), then uses it for every statement. */
   static async connect(settings: CqlSettings): Promise<Cql> {
+    // The driver's default generator (its default settings), kept so that a timestamp taken up front (nextTimestamp) orders with the other writes.
+    const timestamps = new cassandra.policies.timestampGeneration.MonotonicTimestampGenerator(1000, 1000);
     const client = new cassandra.Client({
       contactPoints: [...settings.contactPoints],
+      policies: { timestampGeneration: timestamps },
       localDataCenter: settings.localDataCenter ?? "datacenter1",
       encoding: { useBigIntAsLong: true, useBigIntAsVarint: true, map: Map, set: Set },
       queryOptions: { prepare: true, consistency: consistencies.localQuorum, serialConsistency: consistencies.localSerial },
       socketOptions: { connectTimeout: 10_000, readTimeout: 12_000 },
     });
     await client.connect();
-    return new Cql(client, settings.keyspace);
+    return new Cql(client, settings.keyspace, timestamps);
   }
 
   /** Every connection of the session uses the keyspace from now on (the driver applies USE pool-wide). */
@@ -98,11 +102,20 @@ export class Cql {
    * A logged batch of idempotent writes: all of them or none, across partitions. Used where a change
    * and its outbox records must commit together without a condition (DATA-MODEL.md §1.5 P2).
    */
-  async batch(statements: readonly Statement[]): Promise<void> {
+  async batch(statements: readonly Statement[], options: { timestamp?: bigint } = {}): Promise<void> {
     if (statements.length === 0) return;
-    if (statements.length === 1) return this.write(statements[0].query, statements[0].params);
+    if (statements.length === 1 && options.timestamp === undefined) return this.write(statements[0].query, statements[0].params);
     for (const statement of statements) this.noteWrite(statement.query);
-    await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: true });
+    const timestamp = options.timestamp === undefined ? {} : { timestamp: cassandra.types.Long.fromString(String(options.timestamp)) };
+    await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: true, ...timestamp });
+  }
+
+  /**
+   * A write timestamp (µs) after every one this handle used so far, for a batch written again
+   * later with the same timestamp (batch's `timestamp`): the repeat then never overrides a newer write.
+   */
+  nextTimestamp(): bigint {
+    return BigInt(String(this.timestamps.next(this.client)));
   }
 
   /** Statements that need not commit together, run in parallel. */

@@ -172,31 +172,33 @@ export function messageStore(ctx: CassandraContext): MessageStore {
         opensStream: options.opensStream === true,
         listMove: options.recordAsLast ? { participants: [...options.recordAsLast.participants], previousTime: head.lastMessageTime } : undefined,
       });
-      const applied = await commit(
-        m.conversationId,
-        fence,
-        (head) => (head.latestMessageId ?? 0n) === m.messageId - 1n,
-        (head) => {
-          // The sequence always moves; the listed last message only with recordAsLast (as ConversationStore.recordMessage).
-          const sets = { latest_message_id: m.messageId, ...(options.recordAsLast ? { last_message_id: m.messageId, last_message_time: BigInt(m.createdAt) } : {}) };
-          const statements = [headUpdate(m.conversationId, head, fence, sets, written(head))];
-          if (options.postsSystemMessage !== undefined) {
-            statements.push({ query: "DELETE FROM conversations WHERE conversation_id = ? AND system_message_id = ?", params: [m.conversationId, options.postsSystemMessage] });
-          }
-          return statements;
-        },
-        (pending) => pending?.kind === "insert" && pending.message.messageId === m.messageId && pending.message.senderId === m.senderId && pending.message.clientMessageId === m.clientMessageId,
-      );
-      if (!applied) return { outcome: "conflict" };
-      const write = written(applied);
-      heads.remember(m.conversationId, {
-        latestMessageId: m.messageId,
-        ownerEpoch: fence ? fence.epoch : applied.ownerEpoch,
-        lastMessageTime: options.recordAsLast ? m.createdAt : applied.lastMessageTime,
-        pending: write,
+      return heads.exclusive(m.conversationId, async () => {
+        const applied = await commit(
+          m.conversationId,
+          fence,
+          (head) => (head.latestMessageId ?? 0n) === m.messageId - 1n,
+          (head) => {
+            // The sequence always moves; the listed last message only with recordAsLast (as ConversationStore.recordMessage).
+            const sets = { latest_message_id: m.messageId, ...(options.recordAsLast ? { last_message_id: m.messageId, last_message_time: BigInt(m.createdAt) } : {}) };
+            const statements = [headUpdate(m.conversationId, head, fence, sets, written(head))];
+            if (options.postsSystemMessage !== undefined) {
+              statements.push({ query: "DELETE FROM conversations WHERE conversation_id = ? AND system_message_id = ?", params: [m.conversationId, options.postsSystemMessage] });
+            }
+            return statements;
+          },
+          (pending) => pending?.kind === "insert" && pending.message.messageId === m.messageId && pending.message.senderId === m.senderId && pending.message.clientMessageId === m.clientMessageId,
+        );
+        if (!applied) return { outcome: "conflict" } as const;
+        const write = written(applied);
+        heads.remember(m.conversationId, {
+          latestMessageId: m.messageId,
+          ownerEpoch: fence ? fence.epoch : applied.ownerEpoch,
+          lastMessageTime: options.recordAsLast ? m.createdAt : applied.lastMessageTime,
+          pending: write,
+        });
+        await heads.rollForward(write);
+        return { outcome: "ok" } as const;
       });
-      await heads.rollForward(write);
-      return { outcome: "ok" };
     },
 
     async latestMessageId(conversationId) {
@@ -225,16 +227,18 @@ export function messageStore(ctx: CassandraContext): MessageStore {
         closesStream: options.closesStream === true,
       };
       const encoded = encodePendingWrite(write);
-      const applied = await commit(
-        conversationId,
-        fence,
-        () => true,
-        (head) => [headUpdate(conversationId, head, fence, {}, write)],
-        (pending) => pending !== undefined && encodePendingWrite(pending).equals(encoded),
-      );
-      if (!applied) throw new Error(`conversation ${conversationId}: the update of message ${messageId} was refused`);
-      heads.remember(conversationId, { ...applied, ownerEpoch: fence ? fence.epoch : applied.ownerEpoch, pending: write });
-      await heads.rollForward(write);
+      await heads.exclusive(conversationId, async () => {
+        const applied = await commit(
+          conversationId,
+          fence,
+          () => true,
+          (head) => [headUpdate(conversationId, head, fence, {}, write)],
+          (pending) => pending !== undefined && encodePendingWrite(pending).equals(encoded),
+        );
+        if (!applied) throw new Error(`conversation ${conversationId}: the update of message ${messageId} was refused`);
+        heads.remember(conversationId, { ...applied, ownerEpoch: fence ? fence.epoch : applied.ownerEpoch, pending: write });
+        await heads.rollForward(write);
+      });
     },
 
     async listOpenStreams(startedBefore, limit) {

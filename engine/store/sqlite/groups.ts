@@ -1,5 +1,6 @@
 import type Database from "better-sqlite3";
-import { ConversationKind, GroupStatus, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+import { ConversationKind, GroupStatus, type FencedWrite, type GroupRecord, type GroupStore, type MemberRecord } from "../store.js";
+import type { FenceCheck } from "./leases.js";
 import type { Recorder } from "./outbox.js";
 
 interface GroupRow {
@@ -30,7 +31,7 @@ const toGroup = (row: GroupRow): GroupRecord => ({
 });
 const toMember = (row: MemberRow): MemberRecord => ({ groupId: row.group_id, userId: row.user_id, role: row.role, joinedAt: row.joined_at });
 
-export function groupStore(db: Database.Database, record: Recorder): GroupStore {
+export function groupStore(db: Database.Database, record: Recorder, requireFence: FenceCheck): GroupStore {
   const insertGroup = db.prepare("INSERT INTO groups (name, avatar_url, description, owner_id, status, created_at) VALUES (?, ?, ?, ?, ?, ?)");
   const insertMember = db.prepare("INSERT OR IGNORE INTO group_members (group_id, user_id, role, joined_at) VALUES (?, ?, ?, ?)");
   const byId = db.prepare<[number], GroupRow>("SELECT * FROM groups WHERE group_id = ?");
@@ -65,12 +66,19 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
     add(groupId, initial);
     return toGroup(byId.get(groupId)!);
   };
-  const dissolve = db.transaction((groupId: number) => {
+  const dissolve = (groupId: number) => {
     const removed = members.all(groupId).map((row) => row.user_id);
     setStatus.run(GroupStatus.dissolved, groupId);
     deleteMembers.run(groupId);
     return removed;
-  });
+  };
+  /** A change under the owner's fence: checked first in the change's transaction (record's), so a stale one writes nothing. */
+  const fenced =
+    <Result>(write: FencedWrite | undefined, change: () => Result) =>
+    () => {
+      requireFence(write?.fence);
+      return change();
+    };
 
   return {
     async createGroup(group, initial, events) {
@@ -80,14 +88,20 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
       const row = byId.get(groupId);
       return row && toGroup(row);
     },
-    async updateGroup(groupId, change, events) {
-      return record(() => {
-        update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
-        return toGroup(byId.get(groupId)!);
-      }, events);
+    async updateGroup(groupId, change, events, write) {
+      return record(
+        fenced(write, () => {
+          update.run(change.name ?? null, change.avatarUrl ?? null, change.description ?? null, groupId);
+          return toGroup(byId.get(groupId)!);
+        }),
+        events,
+      );
     },
-    async dissolveGroup(groupId, events) {
-      return record(() => dissolve(groupId), events);
+    async dissolveGroup(groupId, events, write) {
+      return record(
+        fenced(write, () => dissolve(groupId)),
+        events,
+      );
     },
     async listMembers(groupId) {
       return members.all(groupId).map(toMember);
@@ -96,11 +110,17 @@ export function groupStore(db: Database.Database, record: Recorder): GroupStore 
       const row = member.get(groupId, userId);
       return row && toMember(row);
     },
-    async addMembers(groupId, added, events) {
-      return record(() => add(groupId, added), events);
+    async addMembers(groupId, added, events, write) {
+      return record(
+        fenced(write, () => add(groupId, added)),
+        events,
+      );
     },
-    async removeMember(groupId, userId, events) {
-      return record(() => deleteMember.run(groupId, userId).changes === 1, events);
+    async removeMember(groupId, userId, events, write) {
+      return record(
+        fenced(write, () => deleteMember.run(groupId, userId).changes === 1),
+        events,
+      );
     },
     async listGroupsOf(userId, afterId, limit) {
       return groupsOf.all(userId, GroupStatus.normal, afterId, limit).map(toGroup);

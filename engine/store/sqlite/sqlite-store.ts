@@ -332,7 +332,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
     social: socialStore(db, record),
-    groups: groupStore(db, record),
+    groups: groupStore(db, record, requireFence),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
     messages: messageStore(db, recordAsLast, outboxWrites, record, requireFence),
