@@ -1,9 +1,8 @@
 import { expect } from "chai";
 import WebSocket from "ws";
 import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import type { AppendFanOutsParams } from "../engine/inbox.js";
 import { encodeEntry } from "../engine/stream-entry.js";
-import { nextTestFanOutId } from "./support/fan-outs.js";
+import { appendThroughInbox, nextTestFanOutId } from "./support/fan-outs.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { signInWithCode } from "./support/accounts.js";
 import { client, socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
@@ -51,7 +50,7 @@ describe(`WebSocket gateway limits (${driver} driver)`, () => {
     const entry = encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } });
     for (let i = 0; i < 20; i++) {
       const fanOuts = Array.from({ length: 10 }, () => ({ fanOutId: String(nextTestFanOutId()), entry, recipients: [user.userId] }));
-      await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams);
+      await appendThroughInbox(server.broker, fanOuts);
     }
     const metrics = await (await fetch(server.url + "/metrics")).text();
     expect(Number(/parley_websocket_connections (\d+)/.exec(metrics)?.[1])).to.equal(0);
@@ -74,7 +73,7 @@ describe(`WebSocket gateway limits (${driver} driver)`, () => {
     let lastSn = 0;
     for (let i = 0; i < 20; i++) {
       const fanOuts = Array.from({ length: 10 }, () => ({ fanOutId: String(nextTestFanOutId()), entry, recipients: [agentUserId] }));
-      const { sns } = (await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams)) as { sns: [number, number][][] };
+      const sns = await appendThroughInbox(server.broker, fanOuts);
       lastSn = Math.max(lastSn, ...sns.flat().map(([, sn]) => sn));
     }
     const ws = await GatewayClient.connect(server.url, "json");

@@ -2,9 +2,9 @@ import { expect } from "chai";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
-import { InboxPolicy, type AppendFanOutsParams } from "../engine/inbox.js";
+import { InboxPolicy } from "../engine/inbox.js";
 import { encodeEntry } from "../engine/stream-entry.js";
-import { nextTestFanOutId } from "./support/fan-outs.js";
+import { appendThroughInbox, nextTestFanOutId } from "./support/fan-outs.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, startTestServer, wireModes, type TestServer } from "./support/harness.js";
@@ -28,7 +28,7 @@ for (const mode of wireModes) {
           entry: encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId, newNickname: `n${done + i}` } }),
           recipients: [userId],
         }));
-        await server.broker.call("inbox.appendFanOuts", { fanOuts } satisfies AppendFanOutsParams);
+        await appendThroughInbox(server.broker, fanOuts);
       }
     }
 

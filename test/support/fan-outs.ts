@@ -1,3 +1,8 @@
+import type { ServiceBroker } from "moleculer";
+import type { AppendedSns, AppendFanOutsParams, FanOutAppend } from "../../engine/inbox.js";
+import { userStreamKey } from "../../engine/ownership.js";
+import { engineNodes, keysByOwner } from "../../engine/shard-owners.js";
+
 /**
  * Fan-out ids for events a test appends straight through the inbox: from 2^62 up, a range the
  * server's own ids (milliseconds since 2026 << 22) reach only decades from now, so they never
@@ -5,3 +10,20 @@
  */
 let lastTestFanOutId = 1n << 62n;
 export const nextTestFanOutId = () => ++lastTestFanOutId;
+
+/**
+ * Appends fan-outs straight through the inbox (the path every event takes), each sent to the
+ * engine that owns its recipient's stream, as engine/fan-out.ts sends them (an inbox refuses a
+ * stream placed on another engine); answers the sns in the order given.
+ */
+export async function appendThroughInbox(broker: ServiceBroker, fanOuts: FanOutAppend[]): Promise<AppendedSns> {
+  if (fanOuts.some((fanOut) => fanOut.recipients.length !== 1)) throw new Error("appendThroughInbox takes fan-outs of one recipient each");
+  const indexed = fanOuts.map((fanOut, index) => ({ fanOut, index }));
+  const sns: AppendedSns = new Array<AppendedSns[number]>(fanOuts.length);
+  for (const [owner, group] of keysByOwner(indexed, ({ fanOut }) => userStreamKey(fanOut.recipients[0]), engineNodes(broker))) {
+    const params: AppendFanOutsParams = { fanOuts: group.map(({ fanOut }) => fanOut) };
+    const answer = (await broker.call("inbox.appendFanOuts", params, owner === undefined ? undefined : { nodeID: owner })) as { sns: AppendedSns };
+    group.forEach(({ index }, position) => (sns[index] = answer.sns[position]));
+  }
+  return sns;
+}
