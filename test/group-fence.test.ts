@@ -34,7 +34,8 @@ describe("group changes under a lease taken over", () => {
   let store: Store;
   before(async function () {
     this.timeout(60_000);
-    server = await startTestServer();
+    // Node B is simulated here beside one server node.
+    server = await startTestServer({ topology: "single" });
     people = [];
     for (let i = 0; i < 6; i++) people.push(await signInWithCode(server, "json"));
     store = await openServerStore(server);

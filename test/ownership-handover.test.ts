@@ -39,7 +39,8 @@ for (const mode of wireModes) {
     // The server's gateway and node B's pushes meet in one registry, as in Redis in a cluster.
     const presence = new MemoryPresenceRegistry();
     before(async () => {
-      server = await startTestServer({ adapters: { presence } });
+      // Node B is simulated here beside one server node, on that node's own broker.
+      server = await startTestServer({ adapters: { presence }, topology: "single" });
       owner = await signInWithCode(server, mode);
       agent = await createAgent(server, owner, mode);
       socket = await GatewayClient.connect(server.url, mode);
