@@ -150,7 +150,6 @@ export async function settleAgentChange(cql: Cql, fanOut: Pick<FanOutRecord, "sc
   return happened;
 }
 
-
 export interface AgentStoreOptions {
   /** The wall clock of username claims (tests age them without waiting). */
   now?: () => number;
@@ -344,7 +343,9 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
         },
       );
     if (!applied) {
-      await cql.batch(await decided.refuse(after));
+      const undo = await decided.refuse(after);
+      if (after.tokenHash !== before.tokenHash) undo.push({ query: "DELETE FROM agents_by_token WHERE token_hash = ?", params: [after.tokenHash] });
+      await cql.batch(undo);
       return undefined;
     }
     const behind: Statement[] = [...decided.confirm()];
