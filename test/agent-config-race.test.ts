@@ -2,7 +2,8 @@
 // webhook test request is in flight): the store's condition decides, not a lock inside one process.
 // Of two deletions exactly one writes and is announced; two configuration changes both apply, one
 // after the other, each whole, and a change made meanwhile to a field the other does not name is
-// kept; a change whose agent was deleted meanwhile answers AGENT_DELETED and writes nothing.
+// kept; a change whose agent was deleted meanwhile answers AGENT_DELETED, and one whose record keeps
+// changing under every try answers UNAVAILABLE; neither writes anything.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -166,6 +167,22 @@ describe("a webhook configuration while another node changes the agent", () => {
     expect(stored.updatedAt).to.be.above(otherWrite!);
     expect(Number(profile!.updatedAt)).to.equal(stored.updatedAt);
     expect(profile!.miniAppEnabled).to.equal(true);
+  });
+
+  it("answers UNAVAILABLE, writing nothing, when the record keeps changing under every try", async () => {
+    const owner = await signInWithCode(server, "json");
+    const agent = await createAgent(server, owner);
+    const hook = (n: number) => `${receiver.url}/hooks/${agent.userId}/${n}`;
+    const start = await other.agents.updateAgent(agent.userId, { deliveryMode: DeliveryMode.webhook, webhookUrl: hook(0) });
+    // Each test request meets a record whose URL another node has just changed, so each try re-reads a new URL to test.
+    let moved = 0;
+    meanwhile = async () => other.agents.updateAgent(agent.userId, { webhookUrl: hook(++moved) });
+    const before = receiver.received.length;
+    const detail = await expectError(client(server, AgentService, "json", agent.token).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK }), Errors.unavailable);
+    expect(detail.metadata).to.deep.include({ reason: "agent_changed_concurrently", attempts: "4" });
+    expect(receiver.received.slice(before).map((request) => request.path)).to.deep.equal([0, 1, 2, 3].map((n) => `/hooks/${agent.userId}/${n}`));
+    // Only the other node's writes landed: the key is the one from before.
+    expect(await other.agents.getAgent(agent.userId)).to.deep.include({ webhookUrl: hook(4), secretKey: start.secretKey });
   });
 
   it("answers AGENT_DELETED when the agent was deleted meanwhile, and writes nothing", async () => {
