@@ -1,9 +1,12 @@
 // Agents: programmatic accounts created by a user (the developer). An agent is a user record of
 // account type AGENT plus an agent record holding its credentials and delivery settings.
 //
-// Changes to one agent's record run one at a time through its mailbox: a webhook configuration
-// waits up to 5 s for the test request, and a second change must not interleave with it. Every
-// change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
+// A change of one agent's record is written on a condition the store checks with the write, across
+// every engine process: a configuration change on the version it read and checked (a webhook
+// configuration waits up to 5 s for the test request meanwhile), so a change made elsewhere in
+// between makes it re-read and re-check rather than be overwritten or interleaved; the other
+// changes on the agent still being active, so of two deletions exactly one writes and announces.
+// Every change is broadcast (BusEvents.agentChanged) so views cached elsewhere reload the record.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import moleculer, { type Context, type ServiceSchema } from "moleculer";
 import {
@@ -57,7 +60,7 @@ import { Mailboxes } from "./mailbox.js";
 import { requireParticipant, tellConversationActors } from "./membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentRecord, type UserRecord } from "./store/store.js";
+import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "./store/store.js";
 import { usernameProblem } from "./users.js";
 import { userInfoView } from "./views.js";
 
@@ -70,6 +73,12 @@ export const AgentPolicy = {
   maxStartParamLength: 512,
   /** Tries at finishing a deletion (leaving groups, telling contacts), 2, 4, 8… seconds apart. */
   deletionAttempts: 5,
+  /**
+   * Reads, checks and conditional writes of one configuration change before it answers UNAVAILABLE:
+   * each retry follows a change another node wrote meanwhile, so more than a few means the agent is
+   * being reconfigured from several places at once.
+   */
+  configWriteAttempts: 4,
 } as const;
 
 export function agentProfileView(agent: AgentRecord, user: UserRecord): AgentProfile {
@@ -138,6 +147,9 @@ function isOrigin(raw: string): boolean {
 
 export function agentsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
+  // Correctness comes from the store's condition; the mailbox only queues this process's own changes
+  // of one agent behind each other, so they do not refuse each other's writes and repeat the work
+  // (a webhook test request) that a conditional write throws away when refused.
   const mailboxes = new Mailboxes();
 
   async function ownedAgent(creatorId: number, agentUserId: number): Promise<{ agent: AgentRecord; user: UserRecord }> {
@@ -153,9 +165,23 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     void ctx.broadcast(BusEvents.agentChanged, { agentUserId } satisfies AgentChangedEvent);
   }
 
-  /** Writes a change of the agent's record, in its mailbox, and announces it. */
-  async function updateAgent(ctx: Context, agentUserId: number, change: Parameters<typeof store.agents.updateAgent>[1], tokenRevoked = false): Promise<AgentRecord> {
-    const saved = await mailboxes.run(agentUserId, () => store.agents.updateAgent(agentUserId, { ...change, updatedAt: clock.now() }));
+  /**
+   * Writes the change while the agent is still active, whatever else changed meanwhile (the fields
+   * it sets do not depend on the others). A deletion that got in first answers what ownedAgent
+   * answers for a deleted agent; the change and its events are then not written.
+   */
+  async function writeWhileActive(agentUserId: number, change: AgentChange, events?: EventsOf<AgentRecord>): Promise<AgentRecord> {
+    try {
+      return await store.agents.updateAgent(agentUserId, { ...change, updatedAt: clock.now() }, events, { ifStatus: AgentStatus.active });
+    } catch (err) {
+      if (err instanceof AgentChangeRefused) throw new ParleyError(Errors.agentNotFound);
+      throw err;
+    }
+  }
+
+  /** Writes a change of the agent's record while it is active, in its mailbox, and announces it. */
+  async function updateAgent(ctx: Context, agentUserId: number, change: AgentChange, tokenRevoked = false): Promise<AgentRecord> {
+    const saved = await mailboxes.run(agentUserId, () => writeWhileActive(agentUserId, change));
     if (tokenRevoked) await forgetIdentities(ctx.broker, { userId: agentUserId });
     announceChange(ctx, agentUserId, tokenRevoked);
     return saved;
@@ -166,6 +192,12 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
    * new mode or URL given) is accepted only once the URL answered a test request signed with a
    * fresh secret key, which then replaces the old one; on any refusal nothing changes.
    * `alwaysNewKey` issues a new key even when no webhook was configured (SetAgentConfig).
+   *
+   * The change is checked against the record read and written only if the record is still that
+   * version. When another node changed it in between, the change is checked again against the new
+   * record and applied over it (fields the change does not name keep the other node's values), up to
+   * AgentPolicy.configWriteAttempts times; a URL that already passed its test request is not asked
+   * again. Past that it answers UNAVAILABLE, retryable, with nothing written.
    */
   async function applyConfig(ctx: Context, agentUserId: number, change: AgentConfigChange, alwaysNewKey: boolean): Promise<{ agent: AgentRecord; secretKey: string }> {
     const update: Partial<AgentRecord> = {};
@@ -194,44 +226,89 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     }
 
     return mailboxes.run(agentUserId, async () => {
-      const agent = await store.agents.getAgent(agentUserId);
-      if (!agent) throw new ParleyError(Errors.agentNotFound);
-      if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
-      const mode = change.deliveryMode ?? agent.deliveryMode;
-      let secretKey = "";
-      if (mode === DeliveryMode.webhook && (change.deliveryMode !== undefined || change.webhookUrl !== undefined)) {
-        const url = change.webhookUrl ?? agent.webhookUrl;
-        if (!url) throw new ParleyError(Errors.webhookUrlRequired, { field: "webhook_url" });
-        secretKey = newToken(TokenPrefix.secretKey);
-        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
+      let verified: { url: string; secretKey: string } | undefined;
+      for (let attempt = 1; ; attempt++) {
+        const agent = await store.agents.getAgent(agentUserId);
+        if (!agent) throw new ParleyError(Errors.agentNotFound);
+        if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+        const written = await checkedChange(ctx, agent, change, { ...update }, alwaysNewKey, verified);
+        verified = written.verified;
+        let saved: AgentRecord;
+        try {
+          saved = await store.agents.updateAgent(agentUserId, { ...written.update, updatedAt: clock.now() }, undefined, { ifUpdatedAt: agent.updatedAt });
+        } catch (err) {
+          if (!(err instanceof AgentChangeRefused)) throw err;
+          if (err.current?.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+          if (attempt >= AgentPolicy.configWriteAttempts) {
+            throw new ParleyError(
+              Errors.unavailable,
+              { reason: "agent_changed_concurrently", agentUserId: String(agentUserId), attempts: String(attempt) },
+              "the agent's configuration kept changing while this change was applied; try again",
+            );
+          }
+          continue;
+        }
+        await announceConfig(ctx, agent, saved, written.update);
+        return { agent: saved, secretKey: written.secretKey };
+      }
+    });
+  }
+
+  /**
+   * The record fields a configuration change writes over `agent`, checked against it: `update`
+   * holds what needs no record (validated already); a webhook URL is tested here unless it is the
+   * one `verified` already passed (a retry over a newer record).
+   */
+  async function checkedChange(
+    ctx: Context,
+    agent: AgentRecord,
+    change: AgentConfigChange,
+    update: Partial<AgentRecord>,
+    alwaysNewKey: boolean,
+    verified: { url: string; secretKey: string } | undefined,
+  ): Promise<{ update: Partial<AgentRecord>; secretKey: string; verified: { url: string; secretKey: string } | undefined }> {
+    const mode = change.deliveryMode ?? agent.deliveryMode;
+    let secretKey = "";
+    if (mode === DeliveryMode.webhook && (change.deliveryMode !== undefined || change.webhookUrl !== undefined)) {
+      const url = change.webhookUrl ?? agent.webhookUrl;
+      if (!url) throw new ParleyError(Errors.webhookUrlRequired, { field: "webhook_url" });
+      if (verified?.url !== url) {
+        const candidate = newToken(TokenPrefix.secretKey);
+        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey: candidate } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
         if (!check.ok) {
           const reason = check.reason ?? "the test request failed";
           throw new ParleyError(check.invalidUrl ? Errors.invalidWebhookUrl : Errors.webhookUnreachable, { reason, url }, check.invalidUrl ? reason : `the webhook URL failed the test request: ${reason}`);
         }
-        Object.assign(update, { deliveryMode: DeliveryMode.webhook, webhookUrl: url, secretKey });
-      } else if (mode === DeliveryMode.websocket) {
-        if (change.webhookUrl) throw new ParleyError(Errors.invalidAgentConfig, { field: "webhook_url" }, "a webhook URL needs deliveryMode WEBHOOK");
-        if (change.deliveryMode !== undefined) Object.assign(update, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
+        verified = { url, secretKey: candidate };
       }
-      if (!secretKey && alwaysNewKey) {
-        secretKey = newToken(TokenPrefix.secretKey);
-        update.secretKey = secretKey;
-      }
-      const saved = await store.agents.updateAgent(agentUserId, { ...update, updatedAt: clock.now() });
-      const whitelistChanged = update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== agent.ipWhitelist.join("\n");
-      // Identities cached with the old list are forgotten before anyone hears of the new one.
-      if (whitelistChanged) await forgetIdentities(ctx.broker, { userId: agentUserId });
-      announceChange(ctx, agentUserId);
-      // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
-      // caller hears of it; see agent-delivery.ts.
-      if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
-        await ctx.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
-      }
-      if (whitelistChanged) {
-        void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
-      }
-      return { agent: saved, secretKey };
-    });
+      secretKey = verified.secretKey;
+      Object.assign(update, { deliveryMode: DeliveryMode.webhook, webhookUrl: url, secretKey });
+    } else if (mode === DeliveryMode.websocket) {
+      if (change.webhookUrl) throw new ParleyError(Errors.invalidAgentConfig, { field: "webhook_url" }, "a webhook URL needs deliveryMode WEBHOOK");
+      if (change.deliveryMode !== undefined) Object.assign(update, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
+    }
+    if (!secretKey && alwaysNewKey) {
+      secretKey = newToken(TokenPrefix.secretKey);
+      update.secretKey = secretKey;
+    }
+    return { update, secretKey, verified };
+  }
+
+  /** What follows a configuration change written over `before`: caches forgotten, the change announced, delivery switched. */
+  async function announceConfig(ctx: Context, before: AgentRecord, saved: AgentRecord, update: Partial<AgentRecord>): Promise<void> {
+    const agentUserId = saved.agentUserId;
+    const whitelistChanged = update.ipWhitelist !== undefined && update.ipWhitelist.join("\n") !== before.ipWhitelist.join("\n");
+    // Identities cached with the old list are forgotten before anyone hears of the new one.
+    if (whitelistChanged) await forgetIdentities(ctx.broker, { userId: agentUserId });
+    announceChange(ctx, agentUserId);
+    // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
+    // caller hears of it; see agent-delivery.ts.
+    if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
+      await ctx.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+    }
+    if (whitelistChanged) {
+      void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
+    }
   }
 
   /** Takes the agent out of every group it is in, each group telling its members the agent left. */
@@ -421,19 +498,17 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       deleteMyAgent: rpcAction(DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, async ({ request, caller, ctx }) => {
         const creatorId = requireUser(caller).userId;
         const { agent, user } = await ownedAgent(creatorId, request.agentUserId);
-        // Checked again and written in the agent's mailbox, so of two deletes at once only one
-        // goes on to announce it. The status is what authentication checks: from this write on,
-        // every call made with the token answers AGENT_NOT_ACTIVE.
+        // Written only while the agent is still active, checked by the store with the write, so of
+        // two deletes at once (on any nodes) exactly one writes, records the contacts' event and goes
+        // on to announce it; the other answers as for an agent deleted before. The status is what
+        // authentication checks: from this write on, every call made with the token answers AGENT_NOT_ACTIVE.
         const told = deps.fanOuts.batch();
         const agentUserId = agent.agentUserId;
-        await mailboxes.run(agentUserId, async () => {
-          await ownedAgent(creatorId, agentUserId);
-          const contactOwners = await store.social.listContactOwners(agentUserId);
-          const statusChanged = { case: "agentStatusChanged", value: { $typeName: "shared.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
-          await store.agents.updateAgent(agentUserId, { status: AgentStatus.deleted, updatedAt: clock.now() }, () => [
-            told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)]),
-          ]);
-        });
+        const contactOwners = await store.social.listContactOwners(agentUserId);
+        const statusChanged = { case: "agentStatusChanged", value: { $typeName: "shared.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
+        await mailboxes.run(agentUserId, () =>
+          writeWhileActive(agentUserId, { status: AgentStatus.deleted }, () => [told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)])]),
+        );
         await forgetIdentities(ctx.broker, { userId: agentUserId });
         // Its conversations turn read-only on the very next message (actors hold its status).
         await tellConversationActors(ctx, { userIds: [agentUserId] });

@@ -1,12 +1,34 @@
 // Agents (DATA-MODEL.md §5.7): the `agents` row is the truth; the token lookup, the by-creator list,
 // the directory of listed agents and the markers of deleted agents are index rows written with it
 // and validated against it on read.
+//
+// Every change of an agents row is a lightweight transaction conditioned on the `updated_at` it was
+// computed from (every write moves it forward, so it versions the row): of two writers of one
+// agent, on any nodes, one applies and the other re-reads, so no change overwrites another it did
+// not see and a caller's condition (AgentCondition) holds at the moment of the write. The index
+// rows live in other partitions: the ones a reader needs from the write on (the new token's lookup,
+// the marker of a deletion) are written before the LWT, the others after it; all are validated
+// against the row on read, so one left behind by a failed or refused write is harmless. Events
+// wait tentatively for the LWT (DATA-MODEL.md §1.6 P4), guarded by the version and status written.
 import cassandra from "cassandra-driver";
-import { AccountType, AgentStatus, GroupStatus, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
+import {
+  AccountType,
+  AgentChangeRefused,
+  AgentStatus,
+  GroupStatus,
+  meetsAgentCondition,
+  nextAgentVersion,
+  type AgentChange,
+  type AgentRecord,
+  type AgentStore,
+  type EventsOf,
+  type FanOutRecord,
+  type UserRecord,
+} from "../store.js";
 import { directoryBuckets, directoryStatement, isListed, randomSlice } from "./agent-directory.js";
 import type { CassandraContext } from "./context.js";
-import { numberOf, type Row, type Statement } from "./cql.js";
-import { commitWithEvents } from "./outbox-rows.js";
+import { isUnknownLwtOutcome, numberOf, type Cql, type Row, type Statement } from "./cql.js";
+import { confirmStatement, discardStatement, tentativeEvents } from "./tentative-outbox.js";
 import { UniqueClaims } from "./unique-claims.js";
 import { readUser, userInsert } from "./users.js";
 
@@ -34,8 +56,6 @@ const toAgent = (row: Row): AgentRecord => ({
   createdAt: numberOf(row.created_at),
   updatedAt: numberOf(row.updated_at),
 });
-
-type AgentChange = Parameters<AgentStore["updateAgent"]>[1];
 
 /** Each changeable field as the columns it writes. */
 const columnsOf: { [Field in keyof Required<AgentChange>]: (value: Required<AgentChange>[Field]) => [string, unknown][] } = {
@@ -93,6 +113,43 @@ const deletedMarker = (agentUserId: number): Statement => ({
   params: [agentUserId % directoryBuckets, agentUserId],
 });
 
+/**
+ * How many times a change without a condition re-reads and tries again when other writers of the
+ * agent keep getting in first; far more than any real contention (a few changes of one agent at once).
+ */
+const maxUnconditionedAttempts = 20;
+
+/**
+ * The guard of a change's tentative events: the agent, the version the change wrote and its status.
+ * Versions are not unique to one writer (two writers of one version compute the same next one, and
+ * one of them is refused), so a settle finding that version or a later one with that status
+ * confirms; the only change that records events is a deletion, which is final, so a writer refused
+ * that died before discarding its events can at worst repeat a deletion's events, never report a
+ * change that did not happen.
+ */
+const changeGuard = (agent: Pick<AgentRecord, "agentUserId" | "updatedAt" | "status">) => `agent:${agent.agentUserId}:${agent.updatedAt}:${agent.status}`;
+const changeGuardPattern = /^agent:(\d+):(\d+):(\d+)$/;
+
+/** Whether a tentative fan-out's guard is an agent change's (settleAgentChange settles it). */
+export const isAgentChangeGuard = (guard: string) => changeGuardPattern.test(guard);
+
+/**
+ * Settles a tentative fan-out of an agent change (the outbox reader calls it for rows older than
+ * tentativeSettleAfterMs, tentative-outbox.ts): confirms it when the row, read at LOCAL_SERIAL (an
+ * LWT still in flight is settled first), has the guard's version or a later one and its status,
+ * otherwise deletes it. The index rows a writer that died after its LWT left unwritten are set right
+ * by the agent's next change (they are validated on read meanwhile). Answers whether it confirmed.
+ */
+export async function settleAgentChange(cql: Cql, fanOut: Pick<FanOutRecord, "scope" | "fanOutId">, guard: string): Promise<boolean> {
+  const parts = changeGuardPattern.exec(guard);
+  if (!parts) throw new Error(`not the guard of an agent change: ${guard}`);
+  const row = await cql.row("SELECT status, updated_at FROM agents WHERE agent_user_id = ?", [Number(parts[1])], { serial: true });
+  const happened = row !== undefined && numberOf(row.updated_at) >= Number(parts[2]) && row.status === Number(parts[3]);
+  const settled = happened ? confirmStatement(fanOut) : discardStatement(fanOut);
+  await cql.write(settled.query, settled.params);
+  return happened;
+}
+
 export interface AgentStoreOptions {
   /** The wall clock of username claims (tests age them without waiting). */
   now?: () => number;
@@ -104,8 +161,9 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
   const claims = new UniqueClaims(cql, options.now);
   const random = options.random ?? Math.random;
 
-  const readAgent = async (agentUserId: number) => {
-    const row = await cql.row("SELECT * FROM agents WHERE agent_user_id = ?", [agentUserId]);
+  /** The agent row; `serial` also sees (and settles) an LWT still in flight. */
+  const readAgent = async (agentUserId: number, serial = false) => {
+    const row = await cql.row("SELECT * FROM agents WHERE agent_user_id = ?", [agentUserId], { serial });
     return row && row.creator_id !== null ? toAgent(row) : undefined;
   };
 
@@ -173,7 +231,7 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
       return { user, agent };
     },
 
-    getAgent: readAgent,
+    getAgent: (agentUserId) => readAgent(agentUserId),
 
     async findByTokenHash(tokenHash) {
       const lookup = await cql.row("SELECT agent_user_id FROM agents_by_token WHERE token_hash = ?", [tokenHash]);
@@ -223,39 +281,80 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
         for (const bucket of shuffled(Array.from({ length: directoryBuckets }, (_, b) => b), random)) {
           if (found.size >= limit) break;
           const ids = await randomSlice(cql, bucket, Math.min(pass, limit - found.size), random);
-          const agents = await Promise.all(ids.filter((id) => !found.has(id)).map(readAgent));
+          const agents = await Promise.all(ids.filter((id) => !found.has(id)).map((id) => readAgent(id)));
           for (const agent of agents) if (agent && isListed(agent)) found.set(agent.agentUserId, agent);
         }
       }
       return shuffled([...found.values()], random).slice(0, limit);
     },
 
-    async updateAgent(agentUserId, change, events) {
-      const [before, user] = await Promise.all([readAgent(agentUserId), readUser(ctx, agentUserId)]);
-      if (!before || !user) throw new Error(`agent ${agentUserId} does not exist`);
-      const given = (Object.keys(change) as (keyof AgentChange)[]).filter((field) => change[field] !== undefined && field in columnsOf);
-      const after: AgentRecord = { ...before };
-      const assignments: [string, unknown][] = [];
-      for (const field of given) {
-        (after as unknown as Record<string, unknown>)[field] = change[field];
-        assignments.push(...(columnsOf[field] as (value: unknown) => [string, unknown][])(change[field]));
+    async updateAgent(agentUserId, change, events, condition) {
+      // A refusal re-reads at LOCAL_SERIAL: the LWT that got in first may not be visible at LOCAL_QUORUM yet.
+      for (let attempt = 1; ; attempt++) {
+        const [before, user] = await Promise.all([readAgent(agentUserId, attempt > 1), readUser(ctx, agentUserId)]);
+        if (!before || !user) throw new Error(`agent ${agentUserId} does not exist`);
+        if (condition && !meetsAgentCondition(before, condition)) throw new AgentChangeRefused(agentUserId, before);
+        const written = await writeOver(before, user, change, events);
+        if (written) return written;
+        // Another writer changed the row since it was read; the caller's condition decides on the next read.
+        if (!condition && attempt >= maxUnconditionedAttempts) throw new Error(`agent ${agentUserId}: gave up after ${attempt} writers got in first`);
       }
-      const statements: Statement[] = [];
-      if (assignments.length > 0) {
-        statements.push({
-          query: `UPDATE agents SET ${assignments.map(([column]) => `${column} = ?`).join(", ")} WHERE agent_user_id = ?`,
-          params: [...assignments.map(([, value]) => value), agentUserId],
-        });
-      }
-      if (after.tokenHash !== before.tokenHash) {
-        statements.push(tokenLookup(after.tokenHash, agentUserId), { query: "DELETE FROM agents_by_token WHERE token_hash = ?", params: [before.tokenHash] });
-      }
-      // Rewritten on every change, so a directory row left wrong by an earlier race is set right.
-      statements.push(directoryStatement(agentUserId, isListed(after), user));
-      if (after.status === AgentStatus.deleted) statements.push(deletedMarker(agentUserId));
-      return commitWithEvents(cql, after, statements, events);
     },
   };
+
+  /**
+   * Writes the change over the row `before` in one LWT conditioned on its version, with the index
+   * rows and the events. Answers the record written, or undefined when another write got in first
+   * (nothing written, the events discarded).
+   */
+  async function writeOver(before: AgentRecord, user: UserRecord, change: AgentChange, events: EventsOf<AgentRecord> | undefined): Promise<AgentRecord | undefined> {
+    const agentUserId = before.agentUserId;
+    const given = (Object.keys(change) as (keyof AgentChange)[]).filter((field) => change[field] !== undefined && field in columnsOf && field !== "updatedAt");
+    const after: AgentRecord = { ...before, updatedAt: nextAgentVersion(before.updatedAt, change.updatedAt) };
+    const assignments: [string, unknown][] = [];
+    for (const field of given) {
+      (after as unknown as Record<string, unknown>)[field] = change[field];
+      assignments.push(...(columnsOf[field] as (value: unknown) => [string, unknown][])(change[field]));
+    }
+    assignments.push(...columnsOf.updatedAt(after.updatedAt));
+
+    // Asked once, for the change as it will be written: a refusal is thrown, not answered, so it records no events.
+    let asked = false;
+    const once: EventsOf<AgentRecord> | undefined = events && ((result) => (asked ? [] : ((asked = true), events(result))));
+    const decided = await tentativeEvents(cql, after, once, changeGuard(after));
+    const ahead: Statement[] = [...decided.tentative];
+    if (after.tokenHash !== before.tokenHash) ahead.push(tokenLookup(after.tokenHash, agentUserId));
+    if (after.status === AgentStatus.deleted) ahead.push(deletedMarker(agentUserId));
+    await cql.batch(ahead);
+
+    const applied = await cql
+      .lwt(`UPDATE agents SET ${assignments.map(([column]) => `${column} = ?`).join(", ")} WHERE agent_user_id = ? IF updated_at = ?`, [
+        ...assignments.map(([, value]) => value),
+        agentUserId,
+        BigInt(before.updatedAt),
+      ])
+      .then(
+        (outcome) => outcome.applied,
+        // An LWT whose outcome is unknown (a CAS timeout) is learnt at LOCAL_SERIAL, which settles it if still in flight.
+        async (err: unknown) => {
+          if (!isUnknownLwtOutcome(err)) throw err;
+          const now = await readAgent(agentUserId, true);
+          return now !== undefined && now.updatedAt === after.updatedAt && given.every((field) => JSON.stringify(now[field]) === JSON.stringify(after[field]));
+        },
+      );
+    if (!applied) {
+      const undo = await decided.refuse(after);
+      if (after.tokenHash !== before.tokenHash) undo.push({ query: "DELETE FROM agents_by_token WHERE token_hash = ?", params: [after.tokenHash] });
+      await cql.batch(undo);
+      return undefined;
+    }
+    const behind: Statement[] = [...decided.confirm()];
+    if (after.tokenHash !== before.tokenHash) behind.push({ query: "DELETE FROM agents_by_token WHERE token_hash = ?", params: [before.tokenHash] });
+    // Rewritten on every change, so a directory row left wrong by an earlier race is set right.
+    behind.push(directoryStatement(agentUserId, isListed(after), user));
+    await cql.batch(behind);
+    return after;
+  }
 }
 
 function shuffled<T>(items: T[], random: () => number): T[] {

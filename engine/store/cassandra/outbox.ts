@@ -7,6 +7,7 @@ import { bytesOf, numberOf, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
 import { conversationHeads } from "./conversation-head.js";
 import { conversationOfScope, conversationOfSystemMessagesItem } from "./outbox-rows.js";
+import { isAgentChangeGuard, settleAgentChange } from "./agents.js";
 import { settleTentative } from "./social.js";
 import type { SweepItem } from "./sweep-index.js";
 import { tentativeSettleAfterMs } from "./tentative-outbox.js";
@@ -52,7 +53,9 @@ export function outboxStore(ctx: CassandraContext): OutboxStore {
       for (const row of rows) {
         if (row.tentative !== true) records.push(fanOutOf(scope, row));
         else if (settleOld && Date.now() - numberOf(row.tentative_at) / 1000 > tentativeSettleAfterMs) {
-          if (await settleTentative(cql, { scope, fanOutId: row.fan_out_id as bigint }, row.guard as string)) records.push(fanOutOf(scope, row));
+          const guard = row.guard as string;
+          const settle = isAgentChangeGuard(guard) ? settleAgentChange : settleTentative;
+          if (await settle(cql, { scope, fanOutId: row.fan_out_id as bigint }, guard)) records.push(fanOutOf(scope, row));
         } else undecided++;
       }
       return { records, undecided };

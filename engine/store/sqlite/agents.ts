@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import { AccountType, noMiniApp, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
+import { AccountType, AgentChangeRefused, meetsAgentCondition, nextAgentVersion, noMiniApp, type AgentRecord, type AgentStore, type UserRecord } from "../store.js";
 import type { Recorder } from "./outbox.js";
 
 interface AgentRow {
@@ -112,17 +112,20 @@ export function agentStore(db: Database.Database, getUser: (userId: number) => U
     async listByCreator(creatorId) {
       return byCreator.all(creatorId).map(toAgent);
     },
-    async updateAgent(agentUserId, change, events) {
+    async updateAgent(agentUserId, change, events, condition) {
+      // One transaction reads, checks and writes: SQLite serialises writers across connections, so
+      // the condition holds for every process on the database file.
       return record(() => {
-        const entries = Object.entries(change).filter(([key, value]) => value !== undefined && key in columns);
-        if (entries.length > 0) {
-          const assignments = entries.map(([key]) => `${columns[key][0]} = ?`).join(", ");
-          const values = entries.map(([key, value]) => columns[key][1](value as never));
-          db.prepare(`UPDATE agents SET ${assignments} WHERE agent_user_id = ?`).run(...values, agentUserId);
-        }
-        const row = byId.get(agentUserId);
-        if (!row) throw new Error(`agent ${agentUserId} does not exist`);
-        return toAgent(row);
+        const before = byId.get(agentUserId);
+        if (!before) throw new Error(`agent ${agentUserId} does not exist`);
+        if (condition && !meetsAgentCondition(toAgent(before), condition)) throw new AgentChangeRefused(agentUserId, toAgent(before));
+        const entries = Object.entries({ ...change, updatedAt: nextAgentVersion(before.updated_at, change.updatedAt) }).filter(
+          ([key, value]) => value !== undefined && key in columns,
+        );
+        const assignments = entries.map(([key]) => `${columns[key][0]} = ?`).join(", ");
+        const values = entries.map(([key, value]) => columns[key][1](value as never));
+        db.prepare(`UPDATE agents SET ${assignments} WHERE agent_user_id = ?`).run(...values, agentUserId);
+        return toAgent(byId.get(agentUserId)!);
       }, events);
     },
   };
