@@ -3,8 +3,9 @@
 // durable without its events; the LWT's outcome then confirms them (or deletes them), so events never
 // report a change that did not happen. A process that dies in between leaves tentative rows: the
 // outbox reader skips rows with `tentative = true` and, once one is older than
-// `tentativeSettleAfterMs` (by WRITETIME(tentative)), hands it to `settleTentative` of social.ts (the
-// owner of the only guards there are), which confirms or deletes it.
+// `tentativeSettleAfterMs` (by WRITETIME(tentative)), hands it to its guard's owner (`settleTentative`
+// of social.ts for friend requests, `settleAgentChange` of agents.ts for agent changes), which
+// confirms or deletes it.
 import type { EventsOf, FanOutRecord } from "../store.js";
 import type { Cql, Statement } from "./cql.js";
 import { conversationOfScope, fanOutStatements, outboxStatements } from "./outbox-rows.js";
