@@ -97,6 +97,39 @@ describe("Inbox actor", () => {
     expect(await nicknames(508)).to.deep.equal([[1, "once"]]);
   });
 
+  it("takes a recorded fan-out finished by two engines at once into each stream once, whether the two land in one write or race another write", async () => {
+    const inbox = new Inbox(deps, () => {});
+    const recorded = { ...fanOut([511, 512], "twice"), again: true };
+    // Two callers in one turn: both fan-outs join one write.
+    const [fromA, fromB] = await Promise.all([inbox.appendFanOuts([recorded]), inbox.appendFanOuts([recorded])]);
+    expect([...fromA, ...fromB].flat().sort()).to.deep.equal([
+      [511, 1],
+      [512, 1],
+    ]);
+    expect(await nicknames(511)).to.deep.equal([[1, "twice"]]);
+
+    // Another inbox (another engine's) wrote the same fan-out between this one's read of the
+    // holders and its write: the write meets a conflict and, reading again, finds it held.
+    const other = new Inbox(deps, () => {});
+    const raced = { ...fanOut([513], "raced"), again: true };
+    let racedOnce = false;
+    const racing: Store = {
+      ...store,
+      updates: {
+        ...store.updates,
+        append: async (write) => {
+          if (!racedOnce) {
+            racedOnce = true;
+            await other.appendFanOuts([raced]);
+          }
+          return store.updates.append(write);
+        },
+      },
+    };
+    await new Inbox({ ...deps, store: racing }, () => {}).appendFanOuts([raced]);
+    expect(await nicknames(513)).to.deep.equal([[1, "raced"]]);
+  });
+
   it("encodes sn values beyond one varint byte correctly", async () => {
     const inbox = new Inbox(deps, () => {});
     await inbox.appendFanOuts(Array.from({ length: 300 }, (_, i) => fanOut([504], `n${i}`)));

@@ -182,17 +182,16 @@ export class Inbox {
 
   /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes and any pruning. */
   private async append(fanOuts: readonly FanOutAppend[]): Promise<AppendedSns> {
-    const recipients: number[][] = [];
-    for (const fanOut of fanOuts) {
-      const unique = [...new Set(fanOut.recipients)];
-      const held = fanOut.again ? new Set(await this.deps.store.updates.holders(BigInt(fanOut.fanOutId), unique)) : undefined;
-      recipients.push(held ? unique.filter((userId) => !held.has(userId)) : unique);
-    }
+    let recipients = await this.recipientsLacking(fanOuts);
+    // Retries only ever drop recipients, so these cover every attempt.
     const users = [...new Set(recipients.flat())];
     const fences = await this.fencesOf(users);
     const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId));
-    const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
     for (let attempt = 0; attempt < 4; attempt++) {
+      // A conflict means another write reached these streams meanwhile, possibly with this very
+      // fan-out, finished again by another engine: who holds it is read again.
+      if (attempt > 0) recipients = await this.recipientsLacking(fanOuts);
+      const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
       const before = await this.latestSnsOf(users);
       const next = new Map(before);
       const sns: AppendedSns = recipients.map((userIds) =>
@@ -226,6 +225,26 @@ export class Inbox {
       return sns;
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
+  }
+
+  /**
+   * Per fan-out, the recipients whose streams are to take it: for one delivered again, those whose
+   * streams do not hold it yet; and a fan-out twice in one write (two engines finishing the same
+   * recorded one at once) reaches each stream once.
+   */
+  private async recipientsLacking(fanOuts: readonly FanOutAppend[]): Promise<number[][]> {
+    const takenInThisWrite = new Map<string, Set<number>>();
+    const recipients: number[][] = [];
+    for (const fanOut of fanOuts) {
+      const unique = [...new Set(fanOut.recipients)];
+      const held = fanOut.again ? new Set(await this.deps.store.updates.holders(BigInt(fanOut.fanOutId), unique)) : new Set<number>();
+      const taken = takenInThisWrite.get(fanOut.fanOutId) ?? new Set<number>();
+      takenInThisWrite.set(fanOut.fanOutId, taken);
+      const lacking = unique.filter((userId) => !held.has(userId) && !taken.has(userId));
+      for (const userId of lacking) taken.add(userId);
+      recipients.push(lacking);
+    }
+    return recipients;
   }
 
   /**
