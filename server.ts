@@ -128,6 +128,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const broker = new moleculer.ServiceBroker(brokerSettings);
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
+  let ownership: Ownership | undefined;
   let store: Store | undefined;
   if (roles.includes("engine") || roles.includes("webhooks")) {
     const opened = await openStore(config.store, config.dataDir);
@@ -181,14 +182,15 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const placement = new ClusterPlacement(broker, (brokerSettings.heartbeatTimeout ?? 15) * 1000);
     fanOuts = new FanOuts(store, clock, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
-    const ownership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
-    ownership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
+    const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
+    ownership = engineOwnership;
+    engineOwnership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
     // Shards placed on a node that joined are given up at once, so it takes them without waiting.
-    const rebalance = () => void ownership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));
+    const rebalance = () => void engineOwnership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));
     broker.localBus.on("$node.**", rebalance);
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
-    cleanups.push(() => ownership.stop());
+    cleanups.push(() => engineOwnership.stop());
     const deps: EngineDeps = {
       config,
       clock,
@@ -197,7 +199,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       codeSender,
       pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger),
       fanOuts,
-      ownership,
+      ownership: engineOwnership,
       presence,
       pushes: new PushRouter(broker, presence),
       webhookQueued: (agentUserId) =>
@@ -277,11 +279,18 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
 
   await broker.start();
   // Events a crash cut short reach their streams before anything new is served, so they keep
-  // their place in front of every later event.
-  if (fanOuts) {
-    const finished = await fanOuts.finishRecorded(broker);
-    const posted = await fanOuts.postRecordedSystemMessages(broker);
-    if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
+  // their place in front of every later event. In a cluster the other engines are delivering what
+  // they recorded, and every engine starting at once must not finish (or post) the same records:
+  // the sweep's leader finishes what is old enough to have been cut short, a conversation's by its
+  // owner, as its timer does; an owner also finishes its conversation's before its next write.
+  if (fanOuts && ownership) {
+    if (brokerSettings.transporter) {
+      if (await ownership.leads("fan-out-sweep")) await fanOuts.sweep(broker);
+    } else {
+      const finished = await fanOuts.finishRecorded(broker);
+      const posted = await fanOuts.postRecordedSystemMessages(broker);
+      if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
+    }
   }
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
   const port = await front.listen(config.host, config.port);
