@@ -66,7 +66,7 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
   const nodeId = (name: string) => `${basename(config.dataDir)}-${name}`;
   const mesh = names.map((name, index) => `127.0.0.1:${meshBase + index}/${nodeId(name)}`);
   const ephemeral = options.adapters?.ephemeral ?? new MemoryEphemeralState(clock);
-  const started = await Promise.all(
+  const starts = await Promise.allSettled(
     names.map((name, index) =>
       startParley({
         ...options,
@@ -78,6 +78,13 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
       }),
     ),
   );
+  const failure = starts.find((start): start is PromiseRejectedResult => start.status === "rejected");
+  if (failure) {
+    // The nodes that did start would otherwise outlive the failed test server.
+    await Promise.all(starts.map((start) => (start.status === "fulfilled" ? start.value.stop() : undefined)));
+    throw failure.reason;
+  }
+  const started = starts.map((start) => (start as PromiseFulfilledResult<Parley>).value);
   const nodes = Object.fromEntries(names.map((name, index) => [name, started[index]]));
   // Ready as a whole only once every node has heard of every other: until then two engines may
   // each place a shard on themselves, and a call finds it held elsewhere (OWNERSHIP_ELSEWHERE).

@@ -14,14 +14,14 @@ import { testBucketFor, testS3 } from "./s3.js";
 import { deleteTestRedisKeys, testRedis } from "./redis.js";
 import { clusterTestEnv, startTestCluster, testTopology } from "./cluster-topology.js";
 import { testKafka } from "./kafka.js";
-
-export { testTopology };
 import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-registry.js";
 import type { Store } from "../../engine/store/store.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 import { serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
+
+export { testTopology };
 
 export type WireMode = "json" | "binary";
 export const wireModes: WireMode[] = ["json", "binary"];
