@@ -48,6 +48,15 @@ function errorId(error: unknown, id: string): boolean {
   return found !== undefined && found !== null;
 }
 
+/** How long a topic just created may stay unknown to the metadata the brokers answer with. */
+const topicPropagationMs = 5_000;
+
+class UnknownTopicError extends Error {
+  constructor(topic: string, cause?: unknown) {
+    super(`topic ${topic} does not exist (ensureTopic creates it)`, { cause });
+  }
+}
+
 export class KafkaUpdateLog implements UpdateLog {
   private readonly options: Required<KafkaUpdateLogOptions>;
   private readonly admin: Admin;
@@ -67,8 +76,18 @@ export class KafkaUpdateLog implements UpdateLog {
     } catch (error) {
       if (!errorId(error, "TOPIC_ALREADY_EXISTS")) throw error;
     }
-    const existing = await this.partitionCount(topic);
-    if (existing !== partitions) throw new Error(`topic ${topic} exists with ${existing} partitions, not ${partitions}`);
+    // A topic just created reaches the metadata the brokers answer with a moment later.
+    const knownBy = performance.now() + topicPropagationMs;
+    for (;;) {
+      try {
+        const existing = await this.partitionCount(topic);
+        if (existing !== partitions) throw new Error(`topic ${topic} exists with ${existing} partitions, not ${partitions}`);
+        return;
+      } catch (error) {
+        if (!(error instanceof UnknownTopicError) || performance.now() > knownBy) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
   }
 
   private async partitionCount(topic: string): Promise<number> {
@@ -78,11 +97,12 @@ export class KafkaUpdateLog implements UpdateLog {
     try {
       metadata = await this.admin.metadata({ topics: [topic], forceUpdate: true, autocreateTopics: false });
     } catch (error) {
-      if (errorId(error, "UNKNOWN_TOPIC_OR_PARTITION")) throw new Error(`topic ${topic} does not exist (ensureTopic creates it)`, { cause: error });
+      // The client reports the broker's UNKNOWN_TOPIC_OR_PARTITION as its own "Unknown topic <name>." error.
+      if (errorId(error, "UNKNOWN_TOPIC_OR_PARTITION") || (error instanceof Error && error.message.startsWith("Unknown topic "))) throw new UnknownTopicError(topic, error);
       throw error;
     }
     const count = metadata.topics.get(topic)?.partitionsCount;
-    if (!count) throw new Error(`topic ${topic} does not exist (ensureTopic creates it)`);
+    if (!count) throw new UnknownTopicError(topic);
     this.partitionCounts.set(topic, count);
     return count;
   }
