@@ -3,7 +3,7 @@
 // readers must confirm against the rows they point at.
 import { expect } from "chai";
 import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, GroupStatus, type AgentStore } from "../store.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 import { agentStore } from "./agents.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
@@ -11,6 +11,8 @@ import { userStore } from "./users.js";
 
 const keyspace = adapterTestKeyspace;
 const minute = 60_000;
+
+before(cassandraStarts);
 
 describe("cassandra store: accounts", () => {
   let store: CassandraStore;

@@ -2,14 +2,16 @@
 // of a writer that died between its tentative events and their confirmation are settled by the
 // guard (confirmed when its change is in the row, deleted otherwise), also through the outbox sweep.
 import { expect } from "chai";
-import { afterEach, beforeEach, describe, it } from "mocha";
+import { afterEach, before, beforeEach, describe, it } from "mocha";
 import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, type FanOutRecord } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { settleAgentChange } from "./agents.js";
 import { tentativeEvents, tentativeSettleAfterMs } from "./tentative-outbox.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+
+before(cassandraStarts);
 
 describe("cassandra store: tentative events of a conditional agent change", () => {
   let store: CassandraStore;

@@ -1,8 +1,10 @@
 import { describeStoreConformance } from "../store-conformance.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+
+before(cassandraStarts);
 
 describeStoreConformance("cassandra", async () => {
   let current: CassandraStore = await openTestCassandraStore(keyspace, { fresh: true });

@@ -6,9 +6,11 @@ import { expect } from "chai";
 import { OwnershipLostError, type Fence } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { encodePendingWrite } from "./conversation-head.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+
+before(cassandraStarts);
 
 describe("cassandra group path", () => {
   let store: CassandraStore;

@@ -4,9 +4,11 @@
 import { expect } from "chai";
 import { OwnershipLostError, type MessageRecord } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+
+before(cassandraStarts);
 
 describe("cassandra message path", () => {
   let store: CassandraStore;

@@ -1,12 +1,14 @@
 import { expect } from "chai";
-import { afterEach, beforeEach, describe, it } from "mocha";
+import { afterEach, before, beforeEach, describe, it } from "mocha";
 import { FriendRequestStatus } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { settleTentative } from "./social.js";
 import { tentativeEvents } from "./tentative-outbox.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
+
+before(cassandraStarts);
 
 describe("cassandra store: tentative events of a friend request's resolution", () => {
   let store: CassandraStore;

@@ -11,10 +11,12 @@ import { cassandraContext } from "./context.js";
 import { updateLogStore } from "./updates.js";
 import { hourOf, slotOf } from "./sweep-index.js";
 import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
-import { adapterTestKeyspace, openTestCassandraStore } from "../../../test/support/cassandra.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
 const keyspace = adapterTestKeyspace;
 const { Tuple } = cassandra.types;
+
+before(cassandraStarts);
 
 describe("cassandra update streams and webhook queue", () => {
   let store: CassandraStore;
