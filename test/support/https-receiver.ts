@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import type { IncomingHttpHeaders } from "node:http";
 import { createServer, type Server } from "node:https";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
 
 export interface ReceivedRequest {
@@ -56,6 +56,9 @@ export async function startHttpsReceiver(respond: Responder = () => 200): Promis
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
+        // closeAllConnections knows only connections past their TLS handshake; one still in it
+        // (or idle before its first request) would hold close() up to the server's timeouts.
+        for (const socket of sockets) socket.destroy();
       });
     },
   };
@@ -72,6 +75,11 @@ export async function startHttpsReceiver(respond: Responder = () => 200): Promis
         () => res.destroy(),
       );
     });
+  });
+  const sockets = new Set<Socket>();
+  server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
   receiver.url = `https://localhost:${(server.address() as AddressInfo).port}`;
