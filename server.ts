@@ -29,7 +29,7 @@ import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { Ownership, userStreamKey } from "./engine/ownership.js";
-import { ClusterPlacement, keysByOwner } from "./engine/shard-owners.js";
+import { ClusterPlacement, keysByOwner, settleWithMesh } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -125,7 +125,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     transporter: transporterOf(config.cluster.transporter, config.cluster.nodeId),
     ...options.broker,
   });
-  const broker = new moleculer.ServiceBroker(brokerSettings);
+  /** How long a peer may take to be heard from: Moleculer's heartbeat timeout. */
+  const discoveryMs = (brokerSettings.heartbeatTimeout ?? 15) * 1000;
+  // Peers read the roles to know which nodes to wait for at start (settleWithMesh).
+  const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles } });
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
   let ownership: Ownership | undefined;
@@ -179,7 +182,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const logger = broker.getLogger("engine");
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close());
-    const placement = new ClusterPlacement(broker, (brokerSettings.heartbeatTimeout ?? 15) * 1000);
+    const placement = new ClusterPlacement(broker, discoveryMs);
     fanOuts = new FanOuts(store, clock, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
     const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
@@ -278,6 +281,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   }
 
   await broker.start();
+  if (brokerSettings.transporter) {
+    const missing = await settleWithMesh(broker, discoveryMs);
+    if (missing.length > 0) broker.logger.warn(`serving without ${missing.join(", ")}: not heard from within ${discoveryMs / 1000} s; each joins when it comes up`);
+  }
   // Events a crash cut short reach their streams before anything new is served, so they keep
   // their place in front of every later event. In a cluster the other engines are delivering what
   // they recorded, and every engine starting at once must not finish (or post) the same records:

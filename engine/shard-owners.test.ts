@@ -1,6 +1,9 @@
+import { createServer } from "node:net";
 import { expect } from "chai";
+import moleculer, { type ServiceBroker } from "moleculer";
+import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { OwnershipPolicy } from "./ownership.js";
-import { keysByOwner, ownerOf } from "./shard-owners.js";
+import { ClusterPlacement, engineNodes, keysByOwner, ownerOf, settleWithMesh, unsettledPeers } from "./shard-owners.js";
 
 describe("Shard placement (rendezvous hashing)", () => {
   const shards = Array.from({ length: OwnershipPolicy.shards }, (_, shard) => shard);
@@ -35,5 +38,83 @@ describe("Shard placement (rendezvous hashing)", () => {
     expect([...groups.values()].flat().sort()).to.deep.equal([1, 2, 3, 4, 5, 6]);
     expect([...groups.keys()].every((node) => node === "a" || node === "b")).to.equal(true);
     expect([...keysByOwner([1], (userId) => `u:${userId}`, []).keys()]).to.deep.equal([undefined]);
+  });
+});
+
+describe("Settling with the static mesh", function () {
+  this.timeout(30_000);
+  const brokers: ServiceBroker[] = [];
+  afterEach(async () => {
+    await Promise.all(brokers.splice(0).map((broker) => broker.stop()));
+  });
+
+  async function freePort(): Promise<number> {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+    const { port } = probe.address() as { port: number };
+    await new Promise((resolve) => probe.close(resolve));
+    return port;
+  }
+
+  /** Brokers on one static mesh; an engine serves the action engines are recognised by. */
+  async function mesh(names: string[]) {
+    const ports = await Promise.all(names.map(() => freePort()));
+    const urls = names.map((name, i) => `127.0.0.1:${ports[i]}/${name}`);
+    return (name: string, roles: string[], engineActionDelayMs = 0) => {
+      const i = names.indexOf(name);
+      const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: name, transporter: meshTransporter(ports[i], urls) }), metadata: { roles } });
+      brokers.push(broker);
+      if (roles.includes("engine")) {
+        const engineService = () => broker.createService({ name: "inbox", actions: { appendFanOuts: () => null } });
+        if (engineActionDelayMs === 0) engineService();
+        else setTimeout(engineService, engineActionDelayMs);
+      }
+      return broker;
+    };
+  }
+
+  it("waits until every listed peer was heard from and every engine's actions are known", async () => {
+    const node = await mesh(["api", "engine1", "engine2"]);
+    const api = node("api", ["api"]);
+    await api.start();
+    expect(unsettledPeers(api).sort()).to.deep.equal(["engine1", "engine2"]);
+    const settled = settleWithMesh(api, 20_000);
+    const engine1 = node("engine1", ["engine"]);
+    // The second engine's actions arrive in a later INFO than its first one.
+    const engine2 = node("engine2", ["engine"], 1_500);
+    await Promise.all([engine1.start(), engine2.start()]);
+    expect(await settled).to.deep.equal([]);
+    expect(engineNodes(api).sort()).to.deep.equal(["engine1", "engine2"]);
+  });
+
+  it("gives up after the limit, answering the peers never heard from", async () => {
+    const node = await mesh(["engine1", "engine2"]);
+    const engine1 = node("engine1", ["engine"]);
+    await engine1.start();
+    const began = performance.now();
+    expect(await settleWithMesh(engine1, 300)).to.deep.equal(["engine2"]);
+    expect(performance.now() - began).to.be.at.least(290);
+  });
+
+  it("counts a listed peer never heard from as gone only once discovery had its time, and one heard from as gone once it left", async () => {
+    const node = await mesh(["engine1", "engine2"]);
+    const engine1 = node("engine1", ["engine"]);
+    await engine1.start();
+    const patient = new ClusterPlacement(engine1, 20_000);
+    const impatient = new ClusterPlacement(engine1, 0);
+    expect(patient.isGone("engine2")).to.equal(false);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(impatient.isGone("engine2")).to.equal(true);
+
+    const engine2 = node("engine2", ["engine"]);
+    await engine2.start();
+    expect(await settleWithMesh(engine1, 20_000)).to.deep.equal([]);
+    expect(patient.isGone("engine2")).to.equal(false);
+    expect(impatient.isGone("engine2")).to.equal(false);
+    await engine2.stop();
+    brokers.splice(brokers.indexOf(engine2), 1);
+    const leftBy = performance.now() + 10_000;
+    while (!patient.isGone("engine2") && performance.now() < leftBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(patient.isGone("engine2")).to.equal(true);
   });
 });

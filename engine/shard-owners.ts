@@ -150,8 +150,48 @@ export class ClusterPlacement implements Placement {
   }
 
   isGone(node: string): boolean {
-    const known = (this.broker.registry as unknown as { nodes: { get(id: string): { available: boolean } | undefined } }).nodes.get(node);
-    if (known) return !known.available;
+    const known = meshNodes(this.broker).find((peer) => peer.id === node);
+    // A static mesh lists every peer as offline before it is heard from: not seen leave, so not gone.
+    if (known && heardFrom(known)) return !known.available;
     return performance.now() - this.startedAt > this.discoveryMs;
+  }
+}
+
+/** A node as Moleculer's registry holds it (the fields read here are public in its docs, not in its typings). */
+interface MeshNode {
+  id: string;
+  local: boolean;
+  available: boolean;
+  /** Set by the node's first INFO packet; null for a peer the static mesh listed but never heard. */
+  instanceID: string | null;
+  metadata: { roles?: readonly string[] } | null;
+}
+
+const meshNodes = (broker: ServiceBroker) => (broker.registry as unknown as { nodes: { toArray(): MeshNode[] } }).nodes.toArray();
+const heardFrom = (node: MeshNode) => node.instanceID !== null;
+
+/**
+ * Peers this node has not settled with yet: listed by the mesh but never heard from, or engines
+ * heard from whose actions are not registered here yet (their services come in a later INFO).
+ */
+export function unsettledPeers(broker: ServiceBroker): string[] {
+  const engines = new Set(engineNodes(broker));
+  return meshNodes(broker)
+    .filter((node) => !node.local && (!heardFrom(node) || (node.available && node.metadata?.roles?.includes("engine") && !engines.has(node.id))))
+    .map((node) => node.id);
+}
+
+/**
+ * Waits until this node has heard from every peer of the mesh and knows the engines' actions, at
+ * most `limitMs`; answers the peers still missing then. A node that served before that would act
+ * on a partial view: an api node routing every key to the one engine it knows, two engines each
+ * placing a shard on itself; each then takes leases the other is placed to hold.
+ */
+export async function settleWithMesh(broker: ServiceBroker, limitMs: number): Promise<string[]> {
+  const deadline = performance.now() + limitMs;
+  for (;;) {
+    const missing = unsettledPeers(broker);
+    if (missing.length === 0 || performance.now() >= deadline) return missing;
+    await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }

@@ -36,8 +36,6 @@ export const clusterTopology: Record<string, Role[]> = {
   webhooks1: ["webhooks"],
 };
 
-const meshFormationLimitMs = 20_000;
-
 export interface TestCluster extends Parley {
   /** The nodes by name: a test that must reach one node (or stop it) finds it here. */
   nodes: Record<string, Parley>;
@@ -85,17 +83,8 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
     throw failure.reason;
   }
   const started = starts.map((start) => (start as PromiseFulfilledResult<Parley>).value);
+  // Each node started only once it heard from every other (settleWithMesh), so the whole is ready.
   const nodes = Object.fromEntries(names.map((name, index) => [name, started[index]]));
-  // Ready as a whole only once every node has heard of every other: until then two engines may
-  // each place a shard on themselves, and a call finds it held elsewhere (OWNERSHIP_ELSEWHERE).
-  const meshFormedBy = performance.now() + meshFormationLimitMs;
-  while (!started.every((node) => node.broker.registry.nodes.list({ onlyAvailable: true, withServices: false }).length === names.length)) {
-    if (performance.now() > meshFormedBy) {
-      await Promise.all(started.map((node) => node.stop()));
-      throw new Error(`the test cluster's nodes did not all see each other within ${meshFormationLimitMs} ms`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
   const hostPort = (node: Parley) => `127.0.0.1:${node.port}`;
   const withRole = (role: Role) => names.filter((name) => clusterTopology[name].includes(role)).map((name) => hostPort(nodes[name]));
   const front = await startTestFront({ api: withRole("api"), gateway: withRole("gateway"), health: hostPort(nodes.api1) }).catch(async (error: unknown) => {
