@@ -28,6 +28,7 @@ import type { PresenceRegistry } from "./engine/presence/presence-registry.js";
 import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
+import { FanOutIds } from "./engine/fan-out-ids.js";
 import { Ownership, userStreamKey } from "./engine/ownership.js";
 import { ClusterPlacement, keysByOwner, settleWithMesh } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
@@ -183,10 +184,14 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close());
     const placement = new ClusterPlacement(broker, discoveryMs);
-    fanOuts = new FanOuts(store, clock, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
     const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
     ownership = engineOwnership;
+    const fanOutIds = await FanOutIds.claim(store.leases, clock, engineOwnership.holder, {
+      onRenewalError: (err) => logger.warn(`renewing the fan-out id slot failed: ${String(err)}`),
+    });
+    cleanups.push(() => fanOutIds.stop());
+    fanOuts = new FanOuts(store, clock, fanOutIds, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     engineOwnership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
     // Shards placed on a node that joined are given up at once, so it takes them without waiting.
     const rebalance = () => void engineOwnership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));

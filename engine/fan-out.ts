@@ -32,6 +32,7 @@ import type { AppendFanOutsParams, FanOutAppend } from "./inbox.js";
 import { Mailboxes } from "./mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "./clock.js";
+import type { FanOutIds } from "./fan-out-ids.js";
 import type { SystemMessageParams } from "./conversation.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
 
@@ -96,12 +97,6 @@ function preparedOf(record: FanOutRecord): PreparedFanOut {
   };
 }
 
-/**
- * Fan-out ids: milliseconds since 2026 (41 bits, enough for 69 years), 10 bits this process drew
- * at random, 12 bits of count within the millisecond. They increase in the order this process
- * makes them (even if its clock steps back), and processes sharing a store do not collide.
- */
-const idEpochMs = Date.UTC(2026, 0, 1);
 
 /** The events of one change: prepared as the change's store write asks for them (EventsOf), delivered once it committed. */
 export class EventBatch {
@@ -139,20 +134,13 @@ export class FanOuts {
   private readonly inFlight = new Set<bigint>();
   /** Each scope's deliveries, one after another. */
   private readonly scopes = new Mailboxes();
-  private readonly processBits = BigInt(Math.floor(Math.random() * 1024)) << 12n;
-  private lastId = 0n;
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
+    private readonly ids: FanOutIds,
     private readonly recipientsByOwner: RecipientsByOwner = oneOwner,
   ) {}
-
-  private nextId(): bigint {
-    const candidate = (BigInt(Math.max(0, this.clock.now() - idEpochMs)) << 22n) | this.processBits;
-    this.lastId = candidate > this.lastId ? candidate : this.lastId + 1n;
-    return this.lastId;
-  }
 
   /** An event as a fan-out with its id, encoded once for all its recipients. */
   prepare(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): PreparedFanOut {
@@ -163,7 +151,7 @@ export class FanOuts {
     };
     return {
       record: {
-        fanOutId: this.nextId(),
+        fanOutId: this.ids.next(),
         scope,
         recipients: [...new Set(recipients)],
         entry: Buffer.from(entry.binary, "base64"),
@@ -178,7 +166,7 @@ export class FanOuts {
 
   /** A system message as the outbox records it. */
   prepareSystemMessage(conversationId: bigint, body: MessageBody, extraRecipients: number[]): SystemMessageRecord {
-    return { systemMessageId: this.nextId(), conversationId, body: toBinary(MessageBodySchema, body), extraRecipients, createdAt: this.clock.now() };
+    return { systemMessageId: this.ids.next(), conversationId, body: toBinary(MessageBodySchema, body), extraRecipients, createdAt: this.clock.now() };
   }
 
   /**

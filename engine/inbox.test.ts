@@ -8,6 +8,7 @@ import { AdjustableClock } from "./clock.js";
 import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
+import { FanOutIds } from "./fan-out-ids.js";
 import { Inbox, type FanOutAppend } from "./inbox.js";
 import { encodeEntry, snUpdateOf } from "./stream-entry.js";
 import { Ownership } from "./ownership.js";
@@ -19,10 +20,12 @@ describe("Inbox actor", () => {
   let dir: string;
   let store: Store;
   let deps: EngineDeps;
+  let fanOutIds: FanOutIds;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), "parley-inbox-"));
     store = await openSqliteStore(dir);
     const clock = new AdjustableClock();
+    fanOutIds = await FanOutIds.claim(store.leases, clock, { node: "inbox-test", instance: "inbox-test/1" });
     deps = {
       config: loadConfig({ DATA_DIR: dir }),
       clock,
@@ -30,7 +33,7 @@ describe("Inbox actor", () => {
       ephemeral: new MemoryEphemeralState(clock),
       codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
       pushNotifier: { send: async () => {} },
-      fanOuts: new FanOuts(store, clock),
+      fanOuts: new FanOuts(store, clock, fanOutIds),
       ownership: new Ownership(store.leases, clock, "inbox-test"),
       presence: new MemoryPresenceRegistry(),
       // The Inbox is given its publisher directly in these tests.
@@ -39,6 +42,7 @@ describe("Inbox actor", () => {
     };
   });
   after(async () => {
+    await fanOutIds.stop();
     await store.close();
     rmSync(dir, { recursive: true, force: true });
   });

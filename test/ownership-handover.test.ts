@@ -17,6 +17,7 @@ import { ConversationActor } from "../engine/conversation.js";
 import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../engine/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/fan-out.js";
+import { FanOutIds } from "../engine/fan-out-ids.js";
 import { Ownership, OwnershipPolicy, conversationKey } from "../engine/ownership.js";
 import { MemoryPresenceRegistry } from "../engine/presence/memory-presence-registry.js";
 import { PushRouter } from "../engine/push-router.js";
@@ -36,6 +37,7 @@ for (const mode of wireModes) {
     let socket: GatewayClient;
     let storeB: Store;
     let ownershipB: Ownership;
+    let fanOutIdsB: FanOutIds;
     // The server's gateway and node B's pushes meet in one registry, as in Redis in a cluster.
     const presence = new MemoryPresenceRegistry();
     before(async () => {
@@ -49,6 +51,7 @@ for (const mode of wireModes) {
     after(async () => {
       socket.close();
       await ownershipB?.stop();
+      await fanOutIdsB?.stop();
       await storeB?.close();
       await server.dispose();
     });
@@ -59,6 +62,7 @@ for (const mode of wireModes) {
       const clock = new AdjustableClock();
       clock.advance(2 * OwnershipPolicy.leaseMs);
       ownershipB = new Ownership(storeB.leases, clock, "node-b");
+      fanOutIdsB = await FanOutIds.claim(storeB.leases, clock, ownershipB.holder);
       const deps: EngineDeps = {
         config: server.config,
         clock,
@@ -66,7 +70,7 @@ for (const mode of wireModes) {
         ephemeral: new MemoryEphemeralState(clock),
         codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
         pushNotifier: { send: async () => {} },
-        fanOuts: new FanOuts(storeB, clock),
+        fanOuts: new FanOuts(storeB, clock, fanOutIdsB),
         ownership: ownershipB,
         presence,
         pushes: new PushRouter(server.broker, presence),

@@ -1194,6 +1194,16 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.leases.getLease(6)).to.equal(undefined);
       });
 
+      it("keeps a lease numbered below zero (a fan-out id slot) apart from the shard of the same magnitude", async () => {
+        expect(await store.leases.acquire(-6, nodeA, 1000, ttl)).to.deep.equal({ shard: -6, node: "node-a", instance: "a-1", epoch: 1, expiresAt: 1000 + ttl });
+        expect(await store.leases.acquire(6, nodeB, 1000, ttl)).to.deep.include({ instance: "b-1", epoch: 1 });
+        const slot = (await store.leases.getLease(-6))!;
+        expect(await store.leases.renew(nodeA, [{ shard: slot.shard, epoch: slot.epoch }], 2000, ttl)).to.deep.equal([-6]);
+        await store.leases.release(nodeA, [{ shard: -6, epoch: 1 }]);
+        expect(await store.leases.getLease(-6)).to.deep.include({ instance: "" });
+        expect(await store.leases.getLease(6)).to.deep.include({ instance: "b-1" });
+      });
+
       it("renews while the epoch holds, expired or not; a lease taken over after expiry has the next epoch and the old holder's renewal fails", async () => {
         const lease = await store.leases.acquire(5, nodeA, 1000, ttl);
         expect(await store.leases.renew(nodeA, [fenceOf(lease)], 5000, ttl)).to.deep.equal([5]);
