@@ -39,8 +39,8 @@ export const meshMaxPacketBytes = 16 * 1024 * 1024;
 
 /** Moleculer's TCP transporter as the static mesh: listens on `port`, finds the others in `urls` (host:port/nodeID), no UDP discovery. */
 export function meshTransporter(port: number, urls: string[]): BrokerOptions["transporter"] {
-  // Peers find each other by gossip; at its 2 s default a cluster starting at once took about 4 s
-  // to settle (settleWithMesh), at 1 s (the least it takes) 2-3 s; each node sends two small packets a second.
+  // Peers find each other by gossip; every second (the least it takes, Moleculer's default is 2 s)
+  // a node that joins later is found sooner; each node sends two small packets a second.
   return { type: "TCP", options: { udpDiscovery: false, port, urls, maxPacketSize: meshMaxPacketBytes, gossipPeriod: 1 } };
 }
 

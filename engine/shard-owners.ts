@@ -185,13 +185,22 @@ export function unsettledPeers(broker: ServiceBroker): string[] {
  * Waits until this node has heard from every peer of the mesh and knows the engines' actions, at
  * most `limitMs`; answers the peers still missing then. A node that served before that would act
  * on a partial view: an api node routing every key to the one engine it knows, two engines each
- * placing a shard on itself; each then takes leases the other is placed to hold.
+ * placing a shard on itself; each then takes leases the other is placed to hold. Meanwhile it
+ * gossips every 100 ms instead of every second (Moleculer's TCP mesh discovers only by gossip; it
+ * ignores DISCOVER packets): seven nodes starting at once settle in about 0.5 s instead of 2-3.
  */
 export async function settleWithMesh(broker: ServiceBroker, limitMs: number): Promise<string[]> {
   const deadline = performance.now() + limitMs;
+  // Only the TCP transporter gossips; the others discover by broadcast on their own.
+  const transporter = (broker.transit as unknown as { tx?: { sendGossipRequest?(): void } } | undefined)?.tx;
+  let askedAt = 0;
   for (;;) {
     const missing = unsettledPeers(broker);
     if (missing.length === 0 || performance.now() >= deadline) return missing;
+    if (performance.now() - askedAt > 100) {
+      askedAt = performance.now();
+      transporter?.sendGossipRequest?.();
+    }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
