@@ -59,7 +59,7 @@ describe("cluster settings (ROLES, NODE_ID, TRANSPORTER, REDIS_URL, KAFKA_BROKER
 
   it("turns a tcp:// node list into a static TCP mesh listening on this node's own entry, without UDP discovery", () => {
     const list = "tcp://127.0.0.1:19001/engine-1,127.0.0.1:19002/api-1";
-    expect(transporterOf(list, "api-1")).to.deep.equal({ type: "TCP", options: { udpDiscovery: false, port: 19002, urls: ["127.0.0.1:19001/engine-1", "127.0.0.1:19002/api-1"], maxPacketSize: meshMaxPacketBytes } });
+    expect(transporterOf(list, "api-1")).to.deep.equal({ type: "TCP", options: { udpDiscovery: false, port: 19002, urls: ["127.0.0.1:19001/engine-1", "127.0.0.1:19002/api-1"], maxPacketSize: meshMaxPacketBytes, gossipPeriod: 1 } });
     expect(() => transporterOf(list, "gateway-1")).to.throw(/no host:port\/gateway-1 entry/);
     expect(transporterOf("redis://127.0.0.1:6379", "api-1")).to.equal("redis://127.0.0.1:6379");
     expect(transporterOf(undefined, "embedded")).to.equal(undefined);
