@@ -91,6 +91,31 @@ describe("Inbox actor", () => {
     ]);
   });
 
+  it("trusts what it knew of a stream only while it holds the stream's lease: a read after the stream moved away, and a write once it came back, see the other owner's entries", async () => {
+    const nodeA = new Ownership(store.leases, deps.clock, "inbox-a");
+    const nodeB = new Ownership(store.leases, deps.clock, "inbox-b");
+    let writes = 0;
+    const counting: Store = { ...store, updates: { ...store.updates, append: (write) => (writes++, store.updates.append(write)) } };
+    const a = new Inbox({ ...deps, store: counting, ownership: nodeA }, () => {});
+    const b = new Inbox({ ...deps, ownership: nodeB }, () => {});
+    await a.appendFanOuts([fanOut([521], "a1")]);
+    await a.appendFanOuts([fanOut([521], "a2")]);
+    // The stream's shard is placed on B now: A gives its lease up, B takes it and appends.
+    await nodeA.place({ isMine: () => false, isGone: () => false });
+    await b.appendFanOuts([fanOut([521], "b3")]);
+    expect(await a.currentState(521)).to.equal(3);
+    expect(await a.difference(521, 3)).to.deep.include({ sn: 3, updateTooLong: false });
+    expect((await a.difference(521, 2)).updates.map((u) => u.sn)).to.deep.equal([3]);
+    // Back on A: its first write numbers from the store, not from what it knew before (no refused write).
+    await nodeB.place({ isMine: () => false, isGone: () => false });
+    await nodeA.place({ isMine: () => true, isGone: () => false });
+    writes = 0;
+    const [sns] = await a.appendFanOuts([fanOut([521], "a4")]);
+    expect(sns).to.deep.equal([[521, 4]]);
+    expect(writes).to.equal(1);
+    await Promise.all([nodeA.stop(), nodeB.stop()]);
+  });
+
   it("takes a fan-out delivered again only into the streams that do not hold it yet", async () => {
     const inbox = new Inbox(deps, () => {});
     const first = fanOut([507], "once");

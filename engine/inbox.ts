@@ -108,7 +108,12 @@ export class Inbox {
   /** Fan-outs waiting for the next append. */
   private readonly waiting: WaitingAppend[] = [];
   private appendQueued = false;
-  private readonly latestSn = new Map<number, number>();
+  /**
+   * Each user's latest sn as this node wrote or read it, with the fence of the lease it held then:
+   * only the lease's holder appends, so the entry is true exactly while that fence is still held.
+   * An entry outliving its lease (the shard moved away, maybe to come back later) is never used.
+   */
+  private readonly latestSn = new Map<number, { sn: number; fence: Fence }>();
   readonly webhooks: WebhookRouting;
 
   constructor(
@@ -123,24 +128,36 @@ export class Inbox {
     return this.writer.run(0, work);
   }
 
-  private remember(userId: number, sn: number): void {
+  private remember(userId: number, sn: number, fence: Fence | undefined): void {
+    if (!fence) return;
     if (!this.latestSn.has(userId) && this.latestSn.size >= InboxPolicy.cachedUsers) this.latestSn.delete(this.latestSn.keys().next().value!);
-    this.latestSn.set(userId, sn);
+    this.latestSn.set(userId, { sn, fence });
   }
 
-  /** The latest sn of each user, from the cache or, for those not cached, one read. Only the writer calls it. */
-  private async latestSnsOf(userIds: readonly number[]): Promise<Map<number, number>> {
+  private cachedSn(userId: number): number | undefined {
+    const cached = this.latestSn.get(userId);
+    if (!cached) return undefined;
+    if (this.deps.ownership.holds(cached.fence)) return cached.sn;
+    this.latestSn.delete(userId);
+    return undefined;
+  }
+
+  /**
+   * The latest sn of each user, from the cache or, for those not cached, one read. Only the writer
+   * calls it; what it reads is cached under the user's fence, when the writer holds one.
+   */
+  private async latestSnsOf(userIds: readonly number[], fences: ReadonlyMap<number, Fence> = new Map()): Promise<Map<number, number>> {
     const found = new Map<number, number>();
     const missing: number[] = [];
     for (const userId of userIds) {
-      const cached = this.latestSn.get(userId);
+      const cached = this.cachedSn(userId);
       if (cached === undefined) missing.push(userId);
       else found.set(userId, cached);
     }
     if (missing.length > 0) {
       for (const [userId, sn] of await this.deps.store.updates.latestSns(missing)) {
         found.set(userId, sn);
-        this.remember(userId, sn);
+        this.remember(userId, sn, fences.get(this.deps.ownership.shardOf(userStreamKey(userId))));
       }
     }
     return found;
@@ -186,13 +203,15 @@ export class Inbox {
     // Retries only ever drop recipients, so these cover every attempt.
     const users = [...new Set(recipients.flat())];
     const fences = await this.fencesOf(users);
-    const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId));
+    const fenceByShard = new Map(fences.map((fence) => [fence.shard, fence]));
+    const fenceOf = (userId: number) => fenceByShard.get(this.deps.ownership.shardOf(userStreamKey(userId)));
+    const byWebhook = await this.webhooks.webhookUsers(users, async (userId) => (await this.latestSnsOf([userId], fenceByShard)).get(userId) ?? 0);
     for (let attempt = 0; attempt < 4; attempt++) {
       // A conflict means another write reached these streams meanwhile, possibly with this very
       // fan-out, finished again by another engine: who holds it is read again.
       if (attempt > 0) recipients = await this.recipientsLacking(fanOuts);
       const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
-      const before = await this.latestSnsOf(users);
+      const before = await this.latestSnsOf(users, fenceByShard);
       const next = new Map(before);
       const sns: AppendedSns = recipients.map((userIds) =>
         userIds.map((userId) => {
@@ -205,13 +224,13 @@ export class Inbox {
       const now = this.deps.clock.now();
       const handoffs = this.handoffs(fanOuts, sns, byWebhook, next, now);
       const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now, fences }).catch((err: unknown) => {
-        throw err instanceof OwnershipLostError ? this.ownershipLost(users, err) : err;
+        throw err instanceof OwnershipLostError ? this.ownershipLost(err) : err;
       });
       if (!outcome.ok) {
         for (const userId of outcome.conflicts) this.latestSn.delete(userId);
         continue;
       }
-      for (const [userId, sn] of next) this.remember(userId, sn);
+      for (const [userId, sn] of next) this.remember(userId, sn, fenceOf(userId));
       fanOuts.forEach((fanOut, index) => {
         if (sns[index].length > 0) this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] });
       });
@@ -262,9 +281,9 @@ export class Inbox {
     return Promise.all(byShard.values());
   }
 
-  private ownershipLost(userIds: readonly number[], err: OwnershipLostError): ParleyError {
+  private ownershipLost(err: OwnershipLostError): ParleyError {
+    // The cached sns learned under the fence die with it (cachedSn).
     this.deps.ownership.lost(err.fence);
-    for (const userId of userIds) if (this.deps.ownership.shardOf(userStreamKey(userId)) === err.fence.shard) this.latestSn.delete(userId);
     return new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took these update streams over; try again");
   }
 
@@ -303,14 +322,21 @@ export class Inbox {
     return this.serially(() => this.webhooks.modeChanged(agentUserId, () => this.currentSn(agentUserId)));
   }
 
-  /** The latest stored sn; read outside the writer, so a miss is not cached (the writer may be ahead of the read). */
+  /**
+   * The latest stored sn; read outside the writer, so a miss is not cached (the writer may be ahead
+   * of the read). A node that is not the stream's holder (a call routed by an older view of the
+   * cluster) reads the store.
+   */
   async currentState(userId: number): Promise<number> {
-    return this.latestSn.get(userId) ?? (await this.deps.store.updates.latestSn(userId));
+    return this.cachedSn(userId) ?? (await this.deps.store.updates.latestSn(userId));
   }
 
   async difference(userId: number, sn: number) {
     if (sn < 0) throw new ParleyError(Errors.invalidSn);
-    const latest = await this.currentState(userId);
+    let latest = await this.currentState(userId);
+    // Ahead of what this node knows: before telling the client to drop its state, the store decides
+    // (a holder that has not yet learned its lease was taken over knows less than the store).
+    if (sn > latest) latest = await this.deps.store.updates.latestSn(userId);
     if (sn === latest) return { updates: [], sn: latest, hasMore: false, updateTooLong: false };
     const oldest = await this.deps.store.updates.oldestRetainedSn(userId);
     const lostEntries = oldest === undefined ? latest > sn : sn + 1 < oldest;
