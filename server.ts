@@ -30,7 +30,7 @@ import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
 import { Ownership, userStreamKey } from "./engine/ownership.js";
-import { ClusterPlacement, keysByOwner, settleWithMesh } from "./engine/shard-owners.js";
+import { ClusterPlacement, keysByOwner, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -184,6 +184,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close());
     const placement = new ClusterPlacement(broker, discoveryMs);
+    // Before the engine's services are created: their sharded actions are wrapped as they are.
+    if (brokerSettings.transporter) broker.middlewares.add(ownerForwarding(broker));
     // The node's name outlives the process, so a restarted node takes its own leases back at once.
     const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
     ownership = engineOwnership;

@@ -9,8 +9,13 @@ import { conversationKey, shardOf, userStreamKey, type Placement } from "./owner
 
 /** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */
 export function engineNodes(broker: ServiceBroker): string[] {
+  return nodesServing(broker, ownerProbeAction);
+}
+
+/** Node ids of the available endpoints of an action, as this node's registry knows them. */
+function nodesServing(broker: ServiceBroker, action: string): string[] {
   const registry = broker.registry as unknown as { getActionEndpoints(action: string): { endpoints?: { id: string; isAvailable: boolean }[] } | undefined };
-  const list = registry.getActionEndpoints(ownerProbeAction);
+  const list = registry.getActionEndpoints(action);
   return (list?.endpoints ?? []).filter((endpoint) => endpoint.isAvailable).map((endpoint) => endpoint.id);
 }
 
@@ -117,6 +122,53 @@ export const routeToOwner = (shardKey: string, keyKind: OwnerStrategyOptions["ke
   strategy: strategyName,
   strategyOptions: { shardKey, keyKind } satisfies OwnerStrategyOptions,
 });
+
+/**
+ * Meta naming the action a call was forwarded for: the node it reaches serves it, whatever its
+ * own view says, so two views that disagree cannot bounce a call between them.
+ */
+const forwardedFor = "parleyForwardedFor";
+
+/** Call options that make the engine reached serve a sharded action itself (tests that race two engines on one key). */
+export const servedWhereCalled = (action: string) => ({ meta: { [forwardedFor]: action } });
+
+/**
+ * Engines forward a sharded call that reached them but is placed on another engine, as this
+ * engine sees the cluster, to that engine, once. Nodes learn of a membership change at slightly
+ * different moments: an api node whose view lags routes a key to an engine that has already
+ * given it up, which would take the free lease and hold it away from its owner (who then waits
+ * for it and answers OWNERSHIP_ELSEWHERE), or answer that error itself. A forward that cannot
+ * reach the owner (it just left) is served here; the lease decides who may write either way.
+ */
+export function ownerForwarding(broker: ServiceBroker): moleculer.Middleware {
+  return {
+    localAction(handler: moleculer.ActionHandler, action: moleculer.ActionSchema) {
+      const options = action.strategyOptions as OwnerStrategyOptions | undefined;
+      if (action.strategy !== strategyName || !options || !action.name) return handler;
+      const name = action.name;
+      return async (ctx: Context<unknown, Record<string, unknown>>) => {
+        if (ctx.meta[forwardedFor] === name) {
+          delete ctx.meta[forwardedFor];
+          return handler(ctx);
+        }
+        const value = valueAt(ctx.params, options.shardKey);
+        // Among the action's own endpoints, as OwnerStrategy routes: a node whose services are not
+        // all registered here yet is no owner to forward to.
+        const owner = value === undefined || value === "" ? undefined : ownerOf(shardOf(keyKinds[options.keyKind](value)), nodesServing(broker, name));
+        if (!owner || owner === broker.nodeID) return handler(ctx);
+        try {
+          return await ctx.call(name, ctx.params, { nodeID: owner, meta: { [forwardedFor]: name } });
+        } catch (err) {
+          // Refused before it was sent (the owner is not there any more): nothing ran there.
+          if (err instanceof moleculer.Errors.ServiceNotAvailableError || err instanceof moleculer.Errors.RequestRejectedError) return handler(ctx);
+          throw err;
+        } finally {
+          delete ctx.meta[forwardedFor];
+        }
+      };
+    },
+  };
+}
 
 /**
  * The placement of shards as this engine sees the cluster: its own node counts as an engine from

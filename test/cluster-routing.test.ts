@@ -7,9 +7,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { conversationKey, shardOf, userStreamKey } from "../engine/ownership.js";
-import { engineNodes, ownerOf } from "../engine/shard-owners.js";
+import { engineNodes, ownerOf, servedWhereCalled } from "../engine/shard-owners.js";
 import type { Store } from "../engine/store/store.js";
-import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { MessageService, SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
+import type { RpcParams } from "../shared/caller.js";
+import { parleyErrorParts } from "../shared/errors.js";
+import { toWire } from "../shared/wire.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import type { Parley } from "../server.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
@@ -94,6 +97,26 @@ describe("two engine nodes sharing the keys", () => {
       expect(received).to.have.length(perConversation);
       void a;
     }
+    for (const socket of sockets.values()) socket.close();
+  });
+
+  it("forwards a sharded call that reached an engine the key is not placed on to the one it is, once; served where it landed, it finds the lease held elsewhere", async () => {
+    const { pairs, sockets } = await pairsOnBothEngines();
+    const [a, , conversationId] = pairs.find(([, , id]) => placedOn(conversationKey(id)) === engines[1])!;
+    // As an api node whose view of the cluster lags would: the call goes to the other engine.
+    const sendOn = (engine: string, text: string, options: object = {}) =>
+      nodes.edge.broker.call(
+        "conversation.sendMessage",
+        { caller: { kind: "user", userId: a.userId, deviceId: a.deviceId }, request: toWire(SendMessageRequestSchema, { conversationId, clientMessageId: nextClientMessageId(), body: textBody(text) }) } satisfies RpcParams,
+        { nodeID: engine, ...options },
+      ) as Promise<{ messageId: string }>;
+    const first = await sendOn(engines[1], "on its owner");
+    const forwarded = await sendOn(engines[0], "forwarded");
+    expect(BigInt(forwarded.messageId)).to.equal(BigInt(first.messageId) + 1n);
+    expect((await store.leases.getLease(shardOf(conversationKey(conversationId))))?.node).to.equal(engines[1]);
+    let refused: unknown;
+    await sendOn(engines[0], "served where it landed", servedWhereCalled("conversation.sendMessage")).catch((err: unknown) => (refused = err));
+    expect(parleyErrorParts(refused)?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
     for (const socket of sockets.values()) socket.close();
   });
 

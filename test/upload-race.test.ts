@@ -20,6 +20,7 @@ import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, openServerStore, startNodes, testConfig, type TestServer } from "./support/harness.js";
 import { eventually } from "./support/messaging.js";
 import { testS3Client } from "./support/s3.js";
+import { servedWhereCalled } from "../engine/shard-owners.js";
 
 const nodeName = "uprace";
 
@@ -52,7 +53,7 @@ describe("MediaService.UploadChunk racing on two engine nodes", () => {
 
   const media = () => client({ url: nodes.a.url }, MediaService, "json", user.accessToken);
 
-  /** The engine action on one node, past the routing that would send both calls to the owner. */
+  /** The engine action on one node, past the routing (and the forwarding) that would send both calls to the owner. */
   async function chunkOn(node: "a" | "b", sessionId: string, offset: number, chunk: Uint8Array): Promise<string> {
     const params = {
       caller: { kind: "user", userId: user.userId, deviceId: user.deviceId },
@@ -60,7 +61,7 @@ describe("MediaService.UploadChunk racing on two engine nodes", () => {
       host: "127.0.0.1",
     };
     try {
-      await nodes[node].broker.call("media.uploadChunk", params, { nodeID: `${nodeName}-${node}` });
+      await nodes[node].broker.call("media.uploadChunk", params, { nodeID: `${nodeName}-${node}`, ...servedWhereCalled("media.uploadChunk") });
       return "OK";
     } catch (err) {
       return parleyErrorParts(err)?.entry.errorName ?? String(err);
