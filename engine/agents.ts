@@ -435,7 +435,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           throw err;
         }
         const { user, agent } = created;
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         await store.social.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
           events.add(accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
         ]);
@@ -502,7 +502,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         // two deletes at once (on any nodes) exactly one writes, records the contacts' event and goes
         // on to announce it; the other answers as for an agent deleted before. The status is what
         // authentication checks: from this write on, every call made with the token answers AGENT_NOT_ACTIVE.
-        const told = deps.fanOuts.batch();
+        const told = await deps.fanOuts.batch();
         const agentUserId = agent.agentUserId;
         const contactOwners = await store.social.listContactOwners(agentUserId);
         const statusChanged = { case: "agentStatusChanged", value: { $typeName: "shared.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;

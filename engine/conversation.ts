@@ -351,7 +351,8 @@ export class ConversationActor {
   }
 
   /** The event of a message written or changed, to the given recipients. */
-  private messageFanOut(record: MessageRecord, recipients: readonly number[], related: readonly UserRecord[]): PreparedFanOut {
+  private async messageFanOut(record: MessageRecord, recipients: readonly number[], related: readonly UserRecord[]): Promise<PreparedFanOut> {
+    await this.deps.fanOuts.ready();
     return this.deps.fanOuts.prepare(String(record.conversationId), recipients, { case: "messageEnvelope", value: envelopeOf(record) }, related.map(userInfoView));
   }
 
@@ -367,7 +368,7 @@ export class ConversationActor {
     for (let attempt = 0; attempt < 4; attempt++) {
       const messageId = await this.nextIds(record.conversationId);
       const candidate = { ...record, messageId };
-      const fanOut = this.messageFanOut(candidate, options.recipients, options.related);
+      const fanOut = await this.messageFanOut(candidate, options.recipients, options.related);
       const result = await this.store.messages.insertMessage(candidate, {
         opensStream: options.opensStream,
         postsSystemMessage: options.postsSystemMessage,
@@ -392,7 +393,7 @@ export class ConversationActor {
    */
   private async update(ctx: Context, access: ConversationAccess, updated: MessageRecord, options: { fence: Fence; closesStream?: boolean }): Promise<UserRecord | undefined> {
     const sender = (await this.account(updated.senderId))?.user;
-    const fanOut = this.messageFanOut(updated, access.participants, sender ? [sender] : []);
+    const fanOut = await this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
     this.startDelivery(ctx, fanOut);

@@ -110,7 +110,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const access = await requireParticipant(store, request.conversationId, user.userId);
         // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
         if (!access.group && !(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
         const actionEvent = () => [
           event(events, user.userId, {
@@ -138,7 +138,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
           throw new ParleyError(Errors.invalidArgument, { field: "up_to_message_id", lastMessageId: String(access.conversation.lastMessageId) }, "upToMessageId is beyond the last message");
         }
         const readAt = BigInt(clock.now());
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         await store.conversations.advanceRead(user.userId, request.conversationId, request.upToMessageId, (position) => [
           event(events, user.userId, {
             case: "readReceipt",
@@ -153,7 +153,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         await requireParticipant(store, request.conversationId, user.userId);
         const state = await store.conversations.getUserState(user.userId, request.conversationId);
         // The event tells the caller's other devices what changed: the ids deleted now, each once.
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const deleted = await store.messages.deleteFor(user.userId, request.conversationId, request.messageIds, state.clearedUpTo, (ids) =>
           ids.length > 0
             ? [event(events, user.userId, { case: "messageDeleted", value: { $typeName: "shared.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: ids, upToMessageId: 0n } })]
@@ -173,7 +173,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         if (upTo <= before.clearedUpTo) return {};
         // Deleted messages cannot stay unread (unread = lastMessageId - lastReadMessageId must count
         // only messages the user can still see): the store moves the read position with the clearing.
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         await store.conversations.clearHistory(user.userId, request.conversationId, upTo, () => [
           event(events, user.userId, { case: "messageDeleted", value: { $typeName: "shared.v1.MessageDeletedEvent", conversationId: request.conversationId, messageIds: [], upToMessageId: upTo } }),
         ]);

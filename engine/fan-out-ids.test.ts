@@ -94,6 +94,16 @@ describe("Fan-out ids", () => {
     expect(ids.next() > before).to.equal(true);
   });
 
+  it("is ready again after a clock jump once it renewed its slot, keeping it", async () => {
+    const ids = await claim("engine-1");
+    const slot = ids.slot;
+    clock.advance(3 * 24 * 3600_000);
+    expect(ids.slot).to.equal(undefined);
+    await ids.ready();
+    expect(ids.slot).to.equal(slot);
+    expect(slotOf(ids.next())).to.equal(slot);
+  });
+
   it("releases its slot on stop, so the next engine takes it at once", async () => {
     const ids = await claim("engine-1");
     const slot = ids.slot!;

@@ -5,8 +5,9 @@
 // apart: each engine holds one of 1024 slots as a time-limited lease in the store (LeaseStore,
 // under lease numbers of their own, below the ownership shards'), renewed in the background, and
 // draws ids only while it trusts the lease, as ownership does (ownership.ts): a process that
-// paused past its lease, or whose store was out of reach that long, draws nothing until it holds
-// a slot again (its calls answer UNAVAILABLE), since another engine may hold the slot by then.
+// paused past its lease, or whose store was out of reach that long (or whose clock jumped), draws
+// nothing until it renewed the slot or claimed another, since another engine may hold it by then.
+// Ids are drawn synchronously inside a change's write, so a change first awaits ready().
 // Within a slot the ids increase in the order they are made, also when the clock steps back (the
 // count borrows the next millisecond when it runs out).
 import { Errors, ParleyError } from "../shared/errors.js";
@@ -73,13 +74,18 @@ export class FanOutIds {
     return this.trusted() ? slotOfLease(this.held!.fence.shard) : undefined;
   }
 
-  /** The next id; UNAVAILABLE while this process holds no slot it trusts (it claims one meanwhile). */
+  /** Resolves once a slot is trusted: at once while one is, else once the held one is renewed or another claimed. */
+  ready(): Promise<void> {
+    if (this.trusted()) return Promise.resolve();
+    this.claiming ??= this.renew().finally(() => (this.claiming = undefined));
+    return this.claiming;
+  }
+
+  /** The next id; UNAVAILABLE while this process holds no slot it trusts (call ready() first). */
   next(): bigint {
     const slot = this.slot;
     if (slot === undefined) {
-      this.claiming ??= this.claimSlot()
-        .catch(() => {})
-        .finally(() => (this.claiming = undefined));
+      void this.ready().catch(() => {});
       throw new ParleyError(Errors.unavailable, { reason: "FAN_OUT_ID_SLOT_EXPIRED" }, "this node is renewing its id slot; try again");
     }
     const now = Math.max(0, this.clock.now() - idEpochMs);

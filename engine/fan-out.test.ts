@@ -69,7 +69,7 @@ describe("FanOuts", () => {
   });
 
   it("delivers a batch's events once the change recorded them, each to its recipients once, unchecked", async () => {
-    const events = fanOuts.batch();
+    const events = await fanOuts.batch();
     const records = [events.add(accountScope(1), [1, 2, 2], update("a")), events.add(accountScope(1), [3], update("b"))];
     await recordWithAChange(records);
     await events.deliver(inboxes.ctx);

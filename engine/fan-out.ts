@@ -195,9 +195,19 @@ export class FanOuts {
     }
   }
 
-  /** A batch for the events of one change (see EventBatch). */
-  batch(): EventBatch {
+  /** A batch for the events of one change (see EventBatch), once ids can be drawn for them. */
+  async batch(): Promise<EventBatch> {
+    await this.ready();
     return new EventBatch(this);
+  }
+
+  /**
+   * Resolves once this process may draw fan-out ids: at once while its id slot is trusted, else
+   * once it renewed or claimed one (after a pause, or a clock that jumped). Ids are drawn
+   * synchronously inside a change's write, so the change waits here first.
+   */
+  ready(): Promise<void> {
+    return this.ids.ready();
   }
 
   /**

@@ -143,7 +143,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
     return serialised(groupId, async (write) => {
       await requireOwnedGroup(caller, groupId);
       const operator = await currentMember(groupId, caller.userId);
-      const events = deps.fanOuts.batch();
+      const events = await deps.fanOuts.batch();
       await groups.updateGroup(groupId, change, () => [announce(events, groupId, { case: "groupInfoChanged", value: { $typeName: "shared.v1.GroupInfoChangedEvent", operator, field } })], write);
       await groupChanged(ctx, groupId);
       await events.deliver(ctx);
@@ -166,7 +166,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         if (size > GroupPolicy.maxMembers) throw new ParleyError(Errors.groupTooLarge, { members: String(size) });
         if (members.filter((m) => m.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
         const now = clock.now();
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const initial = [{ userId: creator.userId, role: MemberRole.owner, joinedAt: now }, ...members.map((m) => ({ userId: m.userId, role: MemberRole.member, joinedAt: now }))];
         // The group's conversation and every member's state in it come with the group (GroupStore.createGroup).
         const group = await groups.createGroup(
@@ -182,7 +182,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         return serialised(request.groupId, async (write) => {
           const group = await requireOwnedGroup(owner, request.groupId);
           const info = groupInfoView({ ...group, status: GroupStatus.dissolved });
-          const events = deps.fanOuts.batch();
+          const events = await deps.fanOuts.batch();
           await groups.dissolveGroup(
             group.groupId,
             (removed) => [
@@ -218,7 +218,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           if (currentAgents + candidates.filter((u) => u.accountType === AccountType.agent).length > GroupPolicy.maxAgents) throw new ParleyError(Errors.tooManyAgents);
           const now = clock.now();
           const inviterInfo = await currentMember(group.groupId, inviter.userId);
-          const events = deps.fanOuts.batch();
+          const events = await deps.fanOuts.batch();
           const invited = candidates.map((u) => ({ userId: u.userId, role: MemberRole.member, joinedAt: now }));
           await groups.addMembers(
             group.groupId,
@@ -243,7 +243,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           if (request.targetId === group.ownerId) throw new ParleyError(Errors.cannotRemoveOwner);
           // The removed member is told by RemovedFromGroupEvent, the entry the spec gives them, recorded
           // with the removal; the announcement goes to those who remain.
-          const events = deps.fanOuts.batch();
+          const events = await deps.fanOuts.batch();
           const removedFromGroup = { case: "removedFromGroup", value: { $typeName: "shared.v1.RemovedFromGroupEvent", groupId: group.groupId, operatorId: owner.userId } } as const;
           const memberRemoved = { $typeName: "shared.v1.MemberRemovedEvent", member: await currentMember(group.groupId, request.targetId), operator: await currentMember(group.groupId, owner.userId) } as const;
           const removed = await groups.removeMember(
@@ -276,7 +276,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
           // The leaver gets the announcement too: it is the only entry on their stream that tells
           // their other devices they left.
           const memberLeft = { $typeName: "shared.v1.MemberLeftEvent", member: memberInfo(leaver) } as const;
-          const events = deps.fanOuts.batch();
+          const events = await deps.fanOuts.batch();
           await groups.removeMember(group.groupId, member.userId, (done) => (done ? [announce(events, group.groupId, { case: "memberLeft", value: memberLeft }, [member.userId])] : []), write);
           await groupChanged(ctx, group.groupId);
           await events.deliver(ctx);

@@ -90,7 +90,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         ? { case: "friendRequestAccepted", value: { $typeName: "shared.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
         : { case: "friendRequestRejected", value: { $typeName: "shared.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
     // Accepting connects the two users in the same write (SocialStore.resolveFriendRequest).
-    const events = deps.fanOuts.batch();
+    const events = await deps.fanOuts.batch();
     const resolved = await social.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
       done ? [event(events, caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
     );
@@ -113,7 +113,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (mine && theirs) throw new ParleyError(Errors.alreadyContacts);
         if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
         const senderRecord = (await store.users.getUser(sender.userId))!;
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
           event(events, sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "shared.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
           event(
@@ -154,7 +154,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
         // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
         const ownerRecord = (await store.users.getUser(owner.userId))!;
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         await social.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
           event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
           event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
@@ -183,7 +183,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
       deleteContact: rpcAction(DeleteContactRequestSchema, DeleteContactResponseSchema, async ({ request, caller, ctx }) => {
         const owner = requireCaller(caller);
         const peer = await store.users.getUser(request.contactUserId);
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(events, owner.userId, peer)] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
@@ -200,7 +200,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           throw new ParleyError(Errors.invalidArgument, { field: "alias" }, "agent contacts cannot have an alias");
         }
         const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "shared.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(events, owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
@@ -229,7 +229,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const target = await requireTarget(blocker, request.targetUserId, Errors.cannotBlockSelf);
         const blocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
         // The blocker's contact side and the pending requests between them go in the same write.
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const outcome = await social.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
           done ? [...(contactRemoved ? [contactDeleted(events, blocker.userId, target)] : []), event(events, blocker.userId, [blocker.userId], blocked, [target])] : [],
         );
@@ -243,7 +243,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
         const target = await store.users.getUser(request.targetUserId);
         if (!target) throw new ParleyError(Errors.notBlocked);
         const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
           throw new ParleyError(Errors.notBlocked);
         }

@@ -61,7 +61,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
             newSignature: change.signature,
           },
         };
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const after = await users.updateProfile(before.userId, change, (updated) => [events.add(accountScope(updated.userId), [updated.userId], event, [userInfoView(updated)])]);
         // Conversation actors attach the sender's record to message events from memory.
         await tellConversationActors(ctx, { userIds: [before.userId] });
@@ -73,7 +73,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         if (user.usernameCustom) throw new ParleyError(Errors.usernameAlreadySet);
         const problem = usernameProblem(request.username);
         if (problem) throw new ParleyError(Errors.invalidUsername, {}, problem);
-        const events = deps.fanOuts.batch();
+        const events = await deps.fanOuts.batch();
         const renamed: UserRecord = { ...user, username: request.username, usernameCustom: true };
         const outcome = await users.setCustomUsername(user.userId, request.username, (result) =>
           result === "ok"
