@@ -68,6 +68,11 @@ export interface WebhookQueue {
   remove(job: QueuedJobKey): Promise<void>;
   /** Records a failed attempt and when to try again. */
   reschedule(job: QueuedJobKey, attempts: number, nextAttemptAt: number): Promise<void>;
+  /**
+   * Another process queued jobs for these agents (the engine's announcement reached the fleet):
+   * the next `due` looks at their queues. A store whose `due` reads every queue anyway ignores it.
+   */
+  announced(agentUserIds: readonly number[]): void;
 }
 
 /** Where an agent's webhook deliveries go right now. */

@@ -113,6 +113,12 @@ export class WebhookDispatcher {
     this.wake();
   }
 
+  /** Jobs were queued for these agents by another process: their queues are looked at now. */
+  announced(agentUserIds: readonly number[]): void {
+    this.options.queue.announced(agentUserIds);
+    this.wake();
+  }
+
   /** Looks at the queue soon; calls while a look is under way fold into one more look. */
   wake(): void {
     if (!this.running) return;

@@ -34,11 +34,24 @@ export const webhookTopicName = (prefix: string) => `${prefix}webhooks`;
 export const webhookFleetGroup = (prefix: string) => `${prefix}webhook-fleet`;
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 /** The record telling the fleet that the agent's queue grew. */
 export const webhookQueuedRecord = (agentUserId: number) => ({ key: String(agentUserId), value: encoder.encode(JSON.stringify({ agentUserId })) });
 
+/** The agent a webhookQueuedRecord names; undefined for a record that is not one (it only wakes the dispatcher). */
+export function queuedAgentOf(record: { value: Uint8Array }): number | undefined {
+  try {
+    const { agentUserId } = JSON.parse(decoder.decode(record.value)) as { agentUserId?: unknown };
+    return Number.isSafeInteger(agentUserId) && (agentUserId as number) > 0 ? (agentUserId as number) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export interface FleetDispatcher {
+  /** Jobs were queued for these agents elsewhere: looks at their queues now. */
+  announced(agentUserIds: readonly number[]): void;
   wake(): void;
   /** Resolves once no delivery to an agent `leaving` names is in flight. */
   settle(leaving: AgentSlice): Promise<void>;
@@ -75,7 +88,7 @@ export class WebhookFleetMember {
     this.consumer = await this.log.consume({
       group: this.group,
       topic: this.topic,
-      handle: async () => dispatcher.wake(),
+      handle: async (_partition, records) => dispatcher.announced(records.map(queuedAgentOf).filter((agentUserId) => agentUserId !== undefined)),
       assigned: (partitions) => {
         for (const partition of partitions) this.held.add(partition);
         // Queues of agents that moved here may hold jobs nobody announced to this node.

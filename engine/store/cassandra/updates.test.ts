@@ -2,7 +2,7 @@
 // §5.4, §5.6): streams span bucket partitions (a small bucket size keeps it fast), a handle whose
 // cached head went stale meets a conflict, not a gap or a double sn, a hand-off left unwritten by
 // a stopped process is rolled forward by the next append, and jobs queued through another handle
-// are found through the sweep index.
+// are found through the sweep index, or at once when announced.
 import cassandra from "cassandra-driver";
 import { expect } from "chai";
 import type { UpdateLogStore, WebhookJobStore } from "../store.js";
@@ -30,11 +30,11 @@ describe("cassandra update streams and webhook queue", () => {
   });
 
   /** The parts on a handle of their own (a node's), with 4-entry buckets. */
-  const parts = async (): Promise<{ updates: UpdateLogStore; jobs: WebhookJobStore; handle: CassandraStore }> => {
+  const parts = async (indexWalkMs = 0): Promise<{ updates: UpdateLogStore; jobs: WebhookJobStore; handle: CassandraStore }> => {
     const handle = await openTestCassandraStore(keyspace, { fresh: false });
     handles.push(handle);
     const ctx = cassandraContext(handle.cql);
-    return { updates: updateLogStore(ctx, { bucketSize: 4 }), jobs: webhookJobStore(ctx, { indexWalkMs: 0 }), handle };
+    return { updates: updateLogStore(ctx, { bucketSize: 4 }), jobs: webhookJobStore(ctx, { indexWalkMs }), handle };
   };
   const event = (eventId: number) => ({ eventId: BigInt(eventId), entry: new Uint8Array([eventId % 256]) });
   const append = (updates: UpdateLogStore, entries: [number, number, number][]) =>
@@ -150,6 +150,25 @@ describe("cassandra update streams and webhook queue", () => {
     // Rescheduling a job that is gone does not bring it back.
     await dispatcher.jobs.reschedule(head, 2, 600);
     expect((await engine.jobs.pending(22)).map((job) => job.body)).to.deep.equal(["b2"]);
+  });
+
+  it("looks at a queue another handle wrote as soon as it is announced, not at the next walk of the index", async () => {
+    // Walks the index at its first due() only.
+    const dispatcher = await parts(3_600_000);
+    const engine = await parts();
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    await engine.jobs.enqueue(31, "first", 100);
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    dispatcher.jobs.announced([31]);
+    const [head] = await dispatcher.jobs.due(100, [], 10);
+    expect(head).to.deep.include({ agentUserId: 31, body: "first" });
+    await dispatcher.jobs.remove(head);
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    // Emptied, the queue is forgotten; the next job is seen once announced again.
+    await engine.jobs.enqueue(31, "second", 100);
+    expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
+    dispatcher.jobs.announced([31]);
+    expect((await dispatcher.jobs.due(100, [], 10)).map((job) => job.body)).to.deep.equal(["second"]);
   });
 
   it("moves the index row of a queue that stays busy to the current hour, so walks stay short", async () => {

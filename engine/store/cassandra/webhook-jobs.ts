@@ -7,8 +7,11 @@
 // any writer moves it forward without a read-modify-write; a rewind opens a new generation.
 //
 // The dispatcher polls `due`. It serves the agents this handle knows to have jobs, their heads
-// cached; jobs queued through other handles are found by walking the sweep index ("webhooks",
-// items are agent ids) now and then, which also drops index rows of agents found empty.
+// cached; jobs queued through other handles are found when the engine's announcement names the
+// agent (`announced`: the webhook fleet reads it from the update log), and otherwise by walking
+// the sweep index ("webhooks", items are agent ids) every 5 s, which also drops index rows of
+// agents found empty. Without the first, a webhooks node saw a queue that another process wrote
+// only at the next walk: up to 5 s before a delivery.
 import { maxQueuedWebhooksPerAgent, type WebhookJob, type WebhookJobStore } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bigintOf, type Cql, type Row, type Statement } from "./cql.js";
@@ -305,6 +308,11 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
       }
       due.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.jobId - b.jobId || a.agentUserId - b.agentUserId);
       return due.slice(0, limit);
+    },
+
+    announced(agentUserIds) {
+      // An empty or unknown queue is read again by the next due(); a known head stays (new jobs queue behind it).
+      for (const agentUserId of agentUserIds) if (!delivery.heads.get(agentUserId)) delivery.heads.set(agentUserId, undefined);
     },
 
     async remove({ agentUserId, jobId }) {

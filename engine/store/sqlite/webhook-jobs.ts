@@ -91,6 +91,8 @@ export function webhookJobStore(db: Database.Database, writers: AgentDeliveryWri
         .slice(0, limit)
         .map(toJob);
     },
+    // Every due() reads the table itself: what another handle queued is seen at once.
+    announced() {},
     async remove({ jobId }) {
       remove.run(jobId);
     },
