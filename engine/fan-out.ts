@@ -97,7 +97,6 @@ function preparedOf(record: FanOutRecord): PreparedFanOut {
   };
 }
 
-
 /** The events of one change: prepared as the change's store write asks for them (EventsOf), delivered once it committed. */
 export class EventBatch {
   private readonly prepared: (PreparedFanOut | SystemMessageRecord)[] = [];

@@ -239,7 +239,7 @@ export function unsettledPeers(broker: ServiceBroker): string[] {
  * on a partial view: an api node routing every key to the one engine it knows, two engines each
  * placing a shard on itself; each then takes leases the other is placed to hold. Meanwhile it
  * gossips every 100 ms instead of every second (Moleculer's TCP mesh discovers only by gossip; it
- * ignores DISCOVER packets): seven nodes starting at once settle in about 0.5 s instead of 2-3.
+ * ignores DISCOVER packets): seven nodes starting at once settle in about 0.5 s instead of 2-4.
  */
 export async function settleWithMesh(broker: ServiceBroker, limitMs: number): Promise<string[]> {
   const deadline = performance.now() + limitMs;
