@@ -144,7 +144,7 @@ export class Inbox {
 
   /**
    * The latest sn of each user, from the cache or, for those not cached, one read. Only the writer
-   * calls it; what it reads is cached under the user's fence, when the writer holds one.
+   * calls it; what it reads is cached under the user's fence (by user), when the writer holds one.
    */
   private async latestSnsOf(userIds: readonly number[], fences: ReadonlyMap<number, Fence> = new Map()): Promise<Map<number, number>> {
     const found = new Map<number, number>();
@@ -157,14 +157,14 @@ export class Inbox {
     if (missing.length > 0) {
       for (const [userId, sn] of await this.deps.store.updates.latestSns(missing)) {
         found.set(userId, sn);
-        this.remember(userId, sn, fences.get(this.deps.ownership.shardOf(userStreamKey(userId))));
+        this.remember(userId, sn, fences.get(userId));
       }
     }
     return found;
   }
 
-  private async currentSn(userId: number): Promise<number> {
-    return (await this.latestSnsOf([userId])).get(userId) ?? 0;
+  private async currentSn(userId: number, fences?: ReadonlyMap<number, Fence>): Promise<number> {
+    return (await this.latestSnsOf([userId], fences)).get(userId) ?? 0;
   }
 
   /**
@@ -202,16 +202,14 @@ export class Inbox {
     let recipients = await this.recipientsLacking(fanOuts);
     // Retries only ever drop recipients, so these cover every attempt.
     const users = [...new Set(recipients.flat())];
-    const fences = await this.fencesOf(users);
-    const fenceByShard = new Map(fences.map((fence) => [fence.shard, fence]));
-    const fenceOf = (userId: number) => fenceByShard.get(this.deps.ownership.shardOf(userStreamKey(userId)));
-    const byWebhook = await this.webhooks.webhookUsers(users, async (userId) => (await this.latestSnsOf([userId], fenceByShard)).get(userId) ?? 0);
+    const { fences, fenceOfUser } = await this.fencesOf(users);
+    const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId, fenceOfUser));
     for (let attempt = 0; attempt < 4; attempt++) {
       // A conflict means another write reached these streams meanwhile, possibly with this very
       // fan-out, finished again by another engine: who holds it is read again.
       if (attempt > 0) recipients = await this.recipientsLacking(fanOuts);
       const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
-      const before = await this.latestSnsOf(users, fenceByShard);
+      const before = await this.latestSnsOf(users, fenceOfUser);
       const next = new Map(before);
       const sns: AppendedSns = recipients.map((userIds) =>
         userIds.map((userId) => {
@@ -230,7 +228,7 @@ export class Inbox {
         for (const userId of outcome.conflicts) this.latestSn.delete(userId);
         continue;
       }
-      for (const [userId, sn] of next) this.remember(userId, sn, fenceOf(userId));
+      for (const [userId, sn] of next) this.remember(userId, sn, fenceOfUser.get(userId));
       fanOuts.forEach((fanOut, index) => {
         if (sns[index].length > 0) this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] });
       });
@@ -267,18 +265,22 @@ export class Inbox {
   }
 
   /**
-   * The fences of the users' streams (see ownership.ts), one per shard. A write refused under one
-   * means another node took those streams over: this one forgets the shard and the callers may
-   * try again.
+   * The fences of the users' streams (see ownership.ts), one per shard, and each user's. A write
+   * refused under one means another node took those streams over: this one forgets the shard and
+   * the callers may try again.
    */
-  private async fencesOf(userIds: readonly number[]): Promise<Fence[]> {
+  private async fencesOf(userIds: readonly number[]): Promise<{ fences: Fence[]; fenceOfUser: Map<number, Fence> }> {
     const byShard = new Map<number, Promise<Fence>>();
+    const shardOfUser = new Map<number, number>();
     for (const userId of userIds) {
       const key = userStreamKey(userId);
       const shard = this.deps.ownership.shardOf(key);
+      shardOfUser.set(userId, shard);
       if (!byShard.has(shard)) byShard.set(shard, this.deps.ownership.fence(key));
     }
-    return Promise.all(byShard.values());
+    const fences = await Promise.all(byShard.values());
+    const fenceOfShard = new Map(fences.map((fence) => [fence.shard, fence]));
+    return { fences, fenceOfUser: new Map([...shardOfUser].map(([userId, shard]) => [userId, fenceOfShard.get(shard)!])) };
   }
 
   private ownershipLost(err: OwnershipLostError): ParleyError {

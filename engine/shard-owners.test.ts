@@ -1,7 +1,7 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
+import { freeStablePort } from "../test/support/ports.js";
 import { OwnershipPolicy } from "./ownership.js";
 import { ClusterPlacement, engineNodes, keysByOwner, ownerOf, settleWithMesh, unsettledPeers } from "./shard-owners.js";
 
@@ -48,17 +48,10 @@ describe("Settling with the static mesh", function () {
     await Promise.all(brokers.splice(0).map((broker) => broker.stop()));
   });
 
-  async function freePort(): Promise<number> {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-    const { port } = probe.address() as { port: number };
-    await new Promise((resolve) => probe.close(resolve));
-    return port;
-  }
-
   /** Brokers on one static mesh; an engine serves the action engines are recognised by. */
   async function mesh(names: string[]) {
-    const ports = await Promise.all(names.map(() => freePort()));
+    const base = await freeStablePort(names.map((_, i) => i));
+    const ports = names.map((_, i) => base + i);
     const urls = names.map((name, i) => `127.0.0.1:${ports[i]}/${name}`);
     return (name: string, roles: string[], engineActionDelayMs = 0) => {
       const i = names.indexOf(name);

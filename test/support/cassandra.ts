@@ -48,10 +48,6 @@ if (typeof after === "function") after(releaseTestCassandra);
 const dirty = new Map<string, Set<string>>();
 
 /**
- * A store on the keyspace. `fresh` empties what earlier handles of this run wrote first (every
- * table the first time: an earlier run may have left data); otherwise it shares their data.
- */
-/**
  * For a test file of the Cassandra drivers, as `before(cassandraStarts)` at its top level: starts
  * the test Cassandra with the time a cold start takes here (30-60 s), before any test's hook, whose
  * 30 s it would otherwise spend; a hook cut off by its timeout goes on in the background and
@@ -62,6 +58,10 @@ export async function cassandraStarts(this: Mocha.Context): Promise<void> {
   await testCassandra();
 }
 
+/**
+ * A store on the keyspace. `fresh` empties what earlier handles of this run wrote first (every
+ * table the first time: an earlier run may have left data); otherwise it shares their data.
+ */
 export async function openTestCassandraStore(keyspace: string, options: { fresh: boolean }): Promise<CassandraStore> {
   const store = await openCassandraStore({ contactPoints: [await testCassandra()], keyspace });
   if (options.fresh) {

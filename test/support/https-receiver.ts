@@ -55,9 +55,8 @@ export async function startHttpsReceiver(respond: Responder = () => 200): Promis
     async close() {
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
-        server.closeAllConnections();
-        // closeAllConnections knows only connections past their TLS handshake; one still in it
-        // (or idle before its first request) would hold close() up to the server's timeouts.
+        // Every socket, not only those closeAllConnections knows (past their TLS handshake): one
+        // still in it, or idle before its first request, would hold close() up to the timeouts.
         for (const socket of sockets) socket.destroy();
       });
     },
