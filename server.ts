@@ -30,7 +30,7 @@ import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
 import { Ownership, userStreamKey } from "./engine/ownership.js";
-import { ClusterPlacement, keysByOwner, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
+import { announceToMesh, ClusterPlacement, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -130,6 +130,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const discoveryMs = (brokerSettings.heartbeatTimeout ?? 15) * 1000;
   // Peers read the roles to know which nodes to wait for at start (settleWithMesh).
   const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles } });
+  outnumberEarlierInstances(broker);
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
   let ownership: Ownership | undefined;
@@ -291,6 +292,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   if (brokerSettings.transporter) {
     const missing = await settleWithMesh(broker, discoveryMs);
     if (missing.length > 0) broker.logger.warn(`serving without ${missing.join(", ")}: not heard from within ${discoveryMs / 1000} s; each joins when it comes up`);
+    announceToMesh(broker);
   }
   // Events a crash cut short reach their streams before anything new is served, so they keep
   // their place in front of every later event. In a cluster the other engines are delivering what

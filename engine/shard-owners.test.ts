@@ -3,7 +3,7 @@ import moleculer, { type ServiceBroker } from "moleculer";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { freeStablePort } from "../test/support/ports.js";
 import { OwnershipPolicy } from "./ownership.js";
-import { ClusterPlacement, engineNodes, keysByOwner, ownerOf, settleWithMesh, unsettledPeers } from "./shard-owners.js";
+import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerOf, settleWithMesh, unsettledPeers } from "./shard-owners.js";
 
 describe("Shard placement (rendezvous hashing)", () => {
   const shards = Array.from({ length: OwnershipPolicy.shards }, (_, shard) => shard);
@@ -49,13 +49,18 @@ describe("Settling with the static mesh", function () {
   });
 
   /** Brokers on one static mesh; an engine serves the action engines are recognised by. */
-  async function mesh(names: string[]) {
+  async function mesh(names: string[], gossipPeriodS?: number) {
     const base = await freeStablePort(names.map((_, i) => i));
     const ports = names.map((_, i) => base + i);
     const urls = names.map((name, i) => `127.0.0.1:${ports[i]}/${name}`);
+    const transporterOf = (i: number) => {
+      const transporter = meshTransporter(ports[i], urls) as { type: string; options: Record<string, unknown> };
+      return gossipPeriodS === undefined ? transporter : { ...transporter, options: { ...transporter.options, gossipPeriod: gossipPeriodS } };
+    };
     return (name: string, roles: string[], engineActionDelayMs = 0) => {
       const i = names.indexOf(name);
-      const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: name, transporter: meshTransporter(ports[i], urls) }), metadata: { roles } });
+      const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: name, transporter: transporterOf(i) }), metadata: { roles } });
+      outnumberEarlierInstances(broker);
       brokers.push(broker);
       if (roles.includes("engine")) {
         const engineService = () => broker.createService({ name: "inbox", actions: { appendFanOuts: () => null } });
@@ -110,4 +115,29 @@ describe("Settling with the static mesh", function () {
     while (!patient.isGone("engine2") && performance.now() < leftBy) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(patient.isGone("engine2")).to.equal(true);
   });
+
+  it("a restarted node is known again, with its actions, to peers that still hold its earlier record, as soon as it settled", async () => {
+    // Gossip once a minute: only the restarted node's own announcement can reach the api node in time.
+    const node = await mesh(["api", "engine1"], 60);
+    const api = node("api", ["api"]);
+    const first = node("engine1", ["engine"]);
+    await Promise.all([api.start(), first.start()]);
+    await Promise.all([settleWithMesh(api, 20_000), settleWithMesh(first, 20_000)]);
+    expect(engineNodes(api)).to.deep.equal(["engine1"]);
+    // A kill: the api node stops hearing from it (as its heartbeat timeout would have it).
+    await first.stop();
+    brokers.splice(brokers.indexOf(first), 1);
+    (api.registry as unknown as { nodes: { disconnected(id: string, unexpected: boolean): void } }).nodes.disconnected("engine1", true);
+    expect(engineNodes(api)).to.deep.equal([]);
+
+    const again = node("engine1", ["engine"]);
+    await again.start();
+    expect(await settleWithMesh(again, 20_000)).to.deep.equal([]);
+    announceToMesh(again);
+    const knownBy = performance.now() + 5_000;
+    while (engineNodes(api).length === 0 && performance.now() < knownBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(engineNodes(api)).to.deep.equal(["engine1"]);
+    expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
+  });
 });
+

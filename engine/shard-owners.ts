@@ -233,6 +233,45 @@ export function unsettledPeers(broker: ServiceBroker): string[] {
     .map((node) => node.id);
 }
 
+/** What this module reads of Moleculer's TCP transporter (public in its source, not in its typings). */
+interface MeshTransporter {
+  sendGossipRequest?(): void;
+  publish?(packet: { type: string; target: string; payload: Record<string, unknown> }): Promise<void>;
+}
+
+const meshTransporterOf = (broker: ServiceBroker) => (broker.transit as unknown as { tx?: MeshTransporter } | undefined)?.tx;
+
+/**
+ * Numbers this node's announcements above every earlier instance's, so that peers who still hold a
+ * restarted node's old record take its new one from the first gossip that carries it: Moleculer
+ * numbers them from 0 in each process and a peer keeps the higher number. Called on a new broker.
+ */
+export function outnumberEarlierInstances(broker: ServiceBroker): void {
+  const local = (broker.registry as unknown as { nodes: { localNode: { seq: number } } }).nodes.localNode;
+  local.seq = Math.max(local.seq, Date.now());
+}
+
+/**
+ * Hands this node's record (its services with it) to every peer it knows, once it settled.
+ * Moleculer's TCP mesh spreads records only by gossip with a random peer each second, so peers
+ * learned of a node that restarted 1 to 3 s after it served; meanwhile their views of the cluster
+ * disagreed with its own (an api node routing to the new engine while the old owner still held and
+ * served its shards), which is when calls meet OWNERSHIP_ELSEWHERE.
+ */
+export function announceToMesh(broker: ServiceBroker): void {
+  const transporter = meshTransporterOf(broker);
+  if (!transporter?.publish) return;
+  const registry = broker.registry as unknown as { getLocalNodeInfo(force?: boolean): Record<string, unknown> };
+  const info = registry.getLocalNodeInfo(true);
+  for (const peer of meshNodes(broker)) {
+    if (peer.local || !peer.available) continue;
+    // A gossip answer carrying the record: the one packet a peer takes a node's record from.
+    transporter.publish({ type: "GOSSIP_RES", target: peer.id, payload: { online: { [broker.nodeID]: [info, 0, 0] } } }).catch(() => {
+      // The peer left meanwhile; the gossip reaches it when it is back.
+    });
+  }
+}
+
 /**
  * Waits until this node has heard from every peer of the mesh and knows the engines' actions, at
  * most `limitMs`; answers the peers still missing then. A node that served before that would act
@@ -244,7 +283,7 @@ export function unsettledPeers(broker: ServiceBroker): string[] {
 export async function settleWithMesh(broker: ServiceBroker, limitMs: number): Promise<string[]> {
   const deadline = performance.now() + limitMs;
   // Only the TCP transporter gossips; the others discover by broadcast on their own.
-  const transporter = (broker.transit as unknown as { tx?: { sendGossipRequest?(): void } } | undefined)?.tx;
+  const transporter = meshTransporterOf(broker);
   let askedAt = 0;
   for (;;) {
     const missing = unsettledPeers(broker);

@@ -58,6 +58,9 @@ describe("the local cluster, through its front", function () {
     cluster = await testCluster();
   });
 
+  /** Each fault test begins on the whole cluster: the nodes killed by the tests before are back (the launcher restarts them). */
+  const wholeAgain = () => eventuallyAsync(async () => (await fetch(`${cluster.url}/healthz`)).status === 200, "every node ready");
+
   it("serves sign-in, messages and live pushes across api, engine and gateway nodes", async () => {
     const [a, b, c] = [await signInWithCode(cluster), await signInWithCode(cluster), await signInWithCode(cluster)];
     const ab = await befriend(cluster, a, b);
@@ -166,6 +169,7 @@ describe("the local cluster, through its front", function () {
   });
 
   it("a killed gateway's clients reconnect through the front and catch up with GetDifference without a gap", async () => {
+    await wholeAgain();
     const [a, b] = [await signInWithCode(cluster), await signInWithCode(cluster)];
     const conversationId = await befriend(cluster, a, b);
     const { state } = await client(cluster, SyncService, "json", b.accessToken).getCurrentState({});
@@ -201,6 +205,7 @@ describe("the local cluster, through its front", function () {
   });
 
   it("a killed webhooks node's deliveries resume in order per agent, and a dead endpoint delays no other agent", async () => {
+    await wholeAgain();
     const owner = await signInWithCode(cluster);
     const [live, dead] = [await createAgent(cluster as never, owner), await createAgent(cluster as never, owner)];
     const liveReceiver = await startHttpsReceiver(() => 200);
@@ -243,8 +248,7 @@ describe("the local cluster, through its front", function () {
 
   it("logins and rate limits recover after Redis restarts, without a node crashing", async () => {
     const nodes = ["api-1", "api-2", "engine-1", "engine-2", "gateway-1", "gateway-2", "webhooks-1"];
-    // Nodes killed by the tests before are back first (the launcher restarts them).
-    await eventuallyAsync(async () => (await fetch(`${cluster.url}/healthz`)).status === 200, "every node ready");
+    await wholeAgain();
     const pidsBefore = nodes.map((node) => clusterPid(cluster, node));
     await restartRedis(cluster.dataDir, { downMs: 1_000 });
     const email = freshEmail();
