@@ -124,9 +124,22 @@ describe("hostile HTTP input", () => {
       ["both Content-Length and chunked", "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400],
       ["a NUL in the path", "GET /api.v1.UserService/Get\u0000Profile HTTP/1.1\r\nHost: x\r\n\r\n", 400],
     ];
+    // uWS closes a connection its parser refused only at its own idle timeout (about 12 s): the
+    // cases are sent together and share that wait instead of queuing behind one another.
+    const answers = new Map<string, Promise<RawAnswer>>();
+    if (!parserAnswers) {
+      before(() => {
+        for (const [what, request] of cases) {
+          const answer = exchange(server.port, request);
+          // Awaited by the case's test; until then a failure is not an unhandled rejection.
+          answer.catch(() => {});
+          answers.set(what, answer);
+        }
+      });
+    }
     for (const [what, request, status] of cases) {
       it(parserAnswers ? `answers ${status} to ${what}` : `closes the connection on ${what}`, async () => {
-        const answer = await exchange(server.port, request);
+        const answer = await (answers.get(what) ?? exchange(server.port, request));
         if (parserAnswers) expect(answer.status).to.equal(status);
         // uWS takes larger headers than node:http (no 431), and serves the request.
         else if (status === 431) expect(answer.status).to.equal(200);
@@ -412,7 +425,7 @@ describe("hostile HTTP input", () => {
           check(seed, request, await exchange(server.port, request));
         }
       };
-      await Promise.all(Array.from({ length: parserAnswers ? 1 : 64 }, worker));
+      await Promise.all(Array.from({ length: parserAnswers ? 1 : 256 }, worker));
       await expectAlive();
       const { profile } = await client(server, UserService, "json", user.accessToken).getProfile({});
       expect(profile?.userId).to.equal(user.userId);
