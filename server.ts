@@ -297,11 +297,13 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // Events a crash cut short reach their streams before anything new is served, so they keep
   // their place in front of every later event. In a cluster the other engines are delivering what
   // they recorded, and every engine starting at once must not finish (or post) the same records:
-  // the sweep's leader finishes what is old enough to have been cut short, a conversation's by its
-  // owner, as its timer does; an owner also finishes its conversation's before its next write.
+  // each finishes what its own earlier instance left (the id slot it took back says which), the
+  // sweep's leader also what is old enough to have been cut short; a conversation's by its owner,
+  // as the sweep's timer does; an owner also finishes its conversation's before its next write.
   if (fanOuts && ownership) {
     if (brokerSettings.transporter) {
       if (await ownership.leads("fan-out-sweep")) await fanOuts.sweep(broker);
+      else await fanOuts.finishInherited(broker);
     } else {
       const finished = await fanOuts.finishRecorded(broker);
       const posted = await fanOuts.postRecordedSystemMessages(broker);

@@ -104,6 +104,22 @@ describe("Fan-out ids", () => {
     expect(slotOf(ids.next())).to.equal(slot);
   });
 
+  it("counts as inherited only what an earlier holder of its start slot drew before it was claimed", async () => {
+    const earlier = await claim("engine-1", "engine-1/1");
+    const other = await claim("engine-2");
+    const left = { id: earlier.next(), recordedAt: clock.now() };
+    const elsewhere = { id: other.next(), recordedAt: clock.now() };
+    await earlier.stop();
+    clock.advance(1);
+    const restarted = await claim("engine-1", "engine-1/2");
+    expect(restarted.slot).to.equal(slotOf(left.id));
+    clock.advance(1);
+    const own = { id: restarted.next(), recordedAt: clock.now() };
+    expect(restarted.inherited(left.id, left.recordedAt)).to.equal(true);
+    expect(restarted.inherited(elsewhere.id, elsewhere.recordedAt)).to.equal(false);
+    expect(restarted.inherited(own.id, own.recordedAt)).to.equal(false);
+  });
+
   it("releases its slot on stop, so the next engine takes it at once", async () => {
     const ids = await claim("engine-1");
     const slot = ids.slot!;

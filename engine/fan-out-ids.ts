@@ -25,6 +25,9 @@ const countsPerMs = 1 << Number(countBits);
 const leaseOfSlot = (slot: number) => -1 - slot;
 const slotOfLease = (lease: number) => -1 - lease;
 
+/** The slot an id was drawn under. */
+export const slotOfId = (id: bigint) => Number((id >> countBits) & BigInt(slots - 1));
+
 /** Where a node looks for a free slot first: spread by its name, so nodes rarely probe past each other. */
 function firstSlotFor(node: string): number {
   let hash = 0x811c9dc5;
@@ -42,7 +45,9 @@ export interface FanOutIdPolicy {
 const defaultPolicy: FanOutIdPolicy = { leaseMs: OwnershipPolicy.leaseMs, renewEveryMs: OwnershipPolicy.renewEveryMs, safetyMarginMs: OwnershipPolicy.safetyMarginMs };
 
 export class FanOutIds {
-  private held: { fence: Fence; trustedUntil: number } | undefined;
+  private held: { fence: Fence; trustedUntil: number; claimedAt: number } | undefined;
+  /** The slot claimed at start and when: what an earlier holder drew under it before then is an orphan. */
+  private inheritance: { slot: number; claimedAt: number } | undefined;
   private claiming: Promise<void> | undefined;
   private renewal: NodeJS.Timeout | undefined;
   private lastMs = -1;
@@ -64,6 +69,7 @@ export class FanOutIds {
   ): Promise<FanOutIds> {
     const ids = new FanOutIds(leases, clock, holder, policy);
     await ids.claimSlot();
+    ids.inheritance = { slot: slotOfLease(ids.held!.fence.shard), claimedAt: ids.held!.claimedAt };
     ids.renewal = setInterval(() => void ids.renew().catch(onRenewalError), policy.renewEveryMs);
     ids.renewal.unref();
     return ids;
@@ -79,6 +85,18 @@ export class FanOutIds {
     if (this.trusted()) return Promise.resolve();
     this.claiming ??= this.renew().finally(() => (this.claiming = undefined));
     return this.claiming;
+  }
+
+  /**
+   * Whether the id was drawn by an earlier holder of the slot this process claimed at start, before
+   * it claimed it (`recordedAt` by the record's own time). That holder is gone: the store gave the
+   * slot to this process only once its lease was released or had run out, or it was this node's
+   * own earlier instance (a restarted node takes its slot back). So nothing is delivering what it
+   * recorded under the id, and this process may finish it at once instead of waiting for the
+   * sweep's age limit.
+   */
+  inherited(id: bigint, recordedAt: number): boolean {
+    return this.inheritance !== undefined && slotOfId(id) === this.inheritance.slot && recordedAt < this.inheritance.claimedAt;
   }
 
   /** The next id; UNAVAILABLE while this process holds no slot it trusts (call ready() first). */
@@ -118,7 +136,7 @@ export class FanOutIds {
       const askedAt = this.clock.now();
       const granted = await this.leases.acquire(lease, this.holder, askedAt, this.policy.leaseMs);
       if (granted.instance !== this.holder.instance) continue;
-      this.held = { fence: { shard: lease, epoch: granted.epoch }, trustedUntil: askedAt + this.policy.leaseMs - this.policy.safetyMarginMs };
+      this.held = { fence: { shard: lease, epoch: granted.epoch }, trustedUntil: askedAt + this.policy.leaseMs - this.policy.safetyMarginMs, claimedAt: askedAt };
       return;
     }
     throw new Error(`all ${slots} fan-out id slots are held: more engine processes than slots`);

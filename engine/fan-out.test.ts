@@ -104,6 +104,21 @@ describe("FanOuts", () => {
     expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
+  it("finishes at start what the earlier holder of its id slot left, not what another engine's slot recorded", async () => {
+    // The earlier instance of this node records a fan-out and stops before delivering it.
+    const left = fanOuts.prepare(accountScope(1), [1], update("left"));
+    const other = await FanOutIds.claim(store.leases, clock, { node: "another-engine", instance: "another-engine/1" });
+    const elsewhere = new FanOuts(store, clock, other).prepare(accountScope(2), [2], update("elsewhere"));
+    await recordWithAChange([left.record, elsewhere.record]);
+    await ids.stop();
+    clock.advance(1);
+    ids = await FanOutIds.claim(store.leases, clock, { node: "fan-out-test", instance: "fan-out-test/2" });
+    await new FanOuts(store, clock, ids).finishInherited(inboxes.ctx);
+    expect(inboxes.calls.map((call) => [call.fanOutId, call.again])).to.deep.equal([[String(left.record.fanOutId), true]]);
+    expect((await store.outbox.pending(10)).map((record) => record.fanOutId)).to.deep.equal([elsewhere.record.fanOutId]);
+    await other.stop();
+  });
+
   it("keeps a fan-out whose append failed, and settles its scope before the next event of the scope", async () => {
     const prepared = fanOuts.prepare("9", [1], update("lost"));
     const id = prepared.record.fanOutId;

@@ -50,6 +50,9 @@ export const FanOutPolicy = {
 /** The scope of an event that belongs to no conversation: the account whose action caused it. */
 export const accountScope = (userId: number) => `user:${userId}`;
 
+/** Whether a recorded fan-out or system message (its id, when it was recorded) was cut short. */
+type CutShort = (id: bigint, recordedAt: number) => boolean;
+
 /** A conversation's scope is its id; its fan-outs are finished in its actor's mailbox. */
 const isConversationScope = (scope: string) => /^\d+$/.test(scope);
 
@@ -182,12 +185,12 @@ export class FanOuts {
     await ctx.call("conversation.postSystemMessage", params);
   }
 
-  /** Posts the recorded system messages not posted yet (all, or those recorded before `recordedBefore`), oldest first. */
-  async postRecordedSystemMessages(ctx: Pick<Context, "call">, recordedBefore = Infinity): Promise<number> {
+  /** Posts the recorded system messages not posted yet (all, or those that were cut short), oldest first. */
+  async postRecordedSystemMessages(ctx: Pick<Context, "call">, cutShort: CutShort = () => true): Promise<number> {
     let posted = 0;
     for (;;) {
       const listed = await this.store.outbox.pendingSystemMessages(FanOutPolicy.pageSize);
-      const page = listed.filter((record) => record.createdAt < recordedBefore);
+      const page = listed.filter((record) => cutShort(record.systemMessageId, record.createdAt));
       for (const record of page) await this.postSystemMessage(ctx, record);
       posted += page.length;
       if (listed.length < FanOutPolicy.pageSize || page.length === 0) return posted;
@@ -281,32 +284,47 @@ export class FanOuts {
   }
 
   /**
-   * Finishes the fan-outs recorded long enough ago that they were cut short: a conversation's by
-   * its actor (which holds its writes meanwhile), others in their scope's delivery order.
+   * Finishes the fan-outs and system messages that were cut short: recorded long enough ago, or
+   * inherited with this process's id slot (see finishInherited). The sweep's leader runs it.
    */
   async sweep(ctx: Pick<Context, "call">): Promise<void> {
     const recordedBefore = this.clock.now() - FanOutPolicy.sweepAfterMs;
-    const stale = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => record.createdAt < recordedBefore);
-    for (const scope of new Set(stale.map((record) => record.scope))) {
+    await this.finishCutShort(ctx, (id, recordedAt) => recordedAt < recordedBefore || this.ids.inherited(id, recordedAt));
+  }
+
+  /**
+   * Finishes what the earlier holder of this process's id slot recorded and left unfinished: that
+   * holder is gone, so nothing else is delivering it. A restarted engine takes its own slot back,
+   * so at start it finishes at once what its crash or stop cut short, where other records wait for
+   * the sweep's age limit (another engine may be delivering them right now).
+   */
+  async finishInherited(ctx: Pick<Context, "call">): Promise<void> {
+    await this.finishCutShort(ctx, (id, recordedAt) => this.ids.inherited(id, recordedAt));
+  }
+
+  /** A conversation's by its actor (which holds its writes meanwhile), others in their scope's delivery order. */
+  private async finishCutShort(ctx: Pick<Context, "call">, cutShort: CutShort): Promise<void> {
+    const found = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => cutShort(record.fanOutId, record.createdAt));
+    for (const scope of new Set(found.map((record) => record.scope))) {
       if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
-      else await this.scopes.run(scope, () => this.finishRecorded(ctx, { scope, recordedBefore }));
+      else await this.scopes.run(scope, () => this.finishRecorded(ctx, { scope, cutShort }));
     }
-    await this.postRecordedSystemMessages(ctx, recordedBefore);
+    await this.postRecordedSystemMessages(ctx, cutShort);
   }
 
   /**
    * Delivers again the recorded fan-outs in the order they were recorded: all of them, one
-   * scope's, those recorded before `recordedBefore` (a time) or before fan-out `before`; none this
-   * process is delivering now. Answers how many it finished.
+   * scope's, those that were cut short or recorded before fan-out `before`; none this process is
+   * delivering now. Answers how many it finished.
    */
-  async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; recordedBefore?: number; before?: bigint } = {}): Promise<number> {
+  async finishRecorded(ctx: Pick<Context, "call">, filter: { scope?: string; cutShort?: CutShort; before?: bigint } = {}): Promise<number> {
     let finished = 0;
     for (;;) {
       const listed = await this.store.outbox.pending(FanOutPolicy.pageSize, filter.scope);
       const page = listed.filter(
         (record) =>
           !this.inFlight.has(record.fanOutId) &&
-          (filter.recordedBefore === undefined || record.createdAt < filter.recordedBefore) &&
+          (filter.cutShort === undefined || filter.cutShort(record.fanOutId, record.createdAt)) &&
           (filter.before === undefined || record.fanOutId < filter.before),
       );
       for (const record of page) {
