@@ -198,6 +198,16 @@ describe("nginx front (real nginx from Debian's packages)", function () {
     expect(apiA.seen.length + apiB.seen.length).to.equal(1);
   });
 
+  it("answers a path that climbs above the root itself, as an api node answers bad input (invalid_argument, INVALID_ARGUMENT), unsent", async () => {
+    await startNginx(configPath, runDir);
+    const climbing = await send(options.listenPort, "GET", "/media/..%2F..%2Fparley.db");
+    expect(climbing.status).to.equal(400);
+    const refusal = JSON.parse(climbing.body) as { code: string; details: { debug: { errorName: string } }[] };
+    expect(refusal.code).to.equal("invalid_argument");
+    expect(refusal.details.map((detail) => detail.debug.errorName)).to.deep.equal(["INVALID_ARGUMENT"]);
+    expect(apiA.seen.length + apiB.seen.length).to.equal(0);
+  });
+
   it("takes a new upstream list on reload without dropping the open WebSocket", async () => {
     const third = new Upstream("api-c");
     try {

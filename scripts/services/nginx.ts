@@ -171,6 +171,17 @@ ${serverLines([options.healthUpstream])}
       return 429 '${nginxString(errorBodyJson(Errors.requestTooLarge))}';
     }
 
+    # A request nginx itself refuses as malformed (a path that climbs above the root, such as
+    # /media/..%2F..%2Fx) gets an error body clients read like an api node's, not nginx's HTML page.
+    # An api node's own 400 passes through unchanged (proxy_intercept_errors is off).
+    # (A URI, not a named location: nginx has no URI to hand a named one when the URI is the fault.)
+    error_page 400 /.parley-bad-request;
+    location = /.parley-bad-request {
+      internal;
+      default_type application/json;
+      return 400 '${nginxString(errorBodyJson(Errors.invalidArgument, {}, "the front refused a malformed request"))}';
+    }
+
     location = /healthz {
       proxy_pass http://parley_health;
     }
