@@ -140,4 +140,3 @@ describe("Settling with the static mesh", function () {
     expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
   });
 });
-
