@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command: every *.test.ts file under the repository, through the real server, on the
 # embedded SQLite store and local disk; then the black-box tests (test/*.test.ts) again with every
-# server on a cluster's backing services: a real Cassandra (PARLEY_TEST_STORE=cassandra) and a real
-# S3 server (PARLEY_TEST_BLOBS=s3), started by the tests and stopped at the end. The last line is the
-# sum of the three passes; the third runs test/cluster/ against `npm run cluster` (2 api, 2 engine,
-# 2 gateway and 1 webhooks process behind nginx, on Cassandra, Kafka, Redis and MinIO), which the
-# tests start and stop. With file arguments, only those files run, once, on the backends that
-# PARLEY_TEST_STORE and PARLEY_TEST_BLOBS name.
+# test server built as the local cluster is (PARLEY_TEST_TOPOLOGY=cluster: 2 api, 2 engine, 2
+# gateway and 1 webhooks node on the TCP mesh behind nginx, presence in Redis, the webhook fleet on
+# Kafka) on a real Cassandra (PARLEY_TEST_STORE=cassandra) and a real S3 server
+# (PARLEY_TEST_BLOBS=s3), all started by the tests and stopped at the end. The last line is the sum
+# of the three passes; the third runs test/cluster/ against `npm run cluster` (the same shape as
+# separate processes, on Cassandra, Kafka, Redis and MinIO), which the tests start and stop, and
+# kills its processes. With file arguments, only those files run, once, on the topology and
+# backends that PARLEY_TEST_TOPOLOGY, PARLEY_TEST_STORE and PARLEY_TEST_BLOBS name.
 # HTTPS webhook receivers in the tests present a certificate from a throwaway CA that the server
 # trusts through NODE_EXTRA_CA_CERTS, exactly as an operator would add a private CA.
 set -u
@@ -29,14 +31,14 @@ pass() {
 }
 pass sqlite node --import tsx scripts/run-tests.ts
 sqlite_status=$?
-pass cassandra env PARLEY_TEST_STORE=cassandra PARLEY_TEST_BLOBS=s3 node --import tsx scripts/run-tests.ts test/*.test.ts
-cassandra_status=$?
+pass cluster-shape env PARLEY_TEST_TOPOLOGY=cluster PARLEY_TEST_STORE=cassandra PARLEY_TEST_BLOBS=s3 node --import tsx scripts/run-tests.ts test/*.test.ts
+cluster_shape_status=$?
 pass cluster node --import tsx scripts/run-tests.ts test/cluster/*.test.ts
 cluster_status=$?
 
 passed=0
 failed=0
-for name in sqlite cassandra cluster; do
+for name in sqlite cluster-shape cluster; do
   line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$summary_dir/$name" | tail -1)"
   if [ -z "$line" ]; then
     echo "the $name pass ended without its summary line"
@@ -49,4 +51,4 @@ for name in sqlite cassandra cluster; do
   failed=$((failed + ${rest%% failed}))
 done
 echo "$passed passed, $failed failed"
-[ "$sqlite_status" -eq 0 ] && [ "$cassandra_status" -eq 0 ] && [ "$cluster_status" -eq 0 ] && [ "$failed" -eq 0 ]
+[ "$sqlite_status" -eq 0 ] && [ "$cluster_shape_status" -eq 0 ] && [ "$cluster_status" -eq 0 ] && [ "$failed" -eq 0 ]
