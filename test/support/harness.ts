@@ -13,7 +13,7 @@ import { openStore } from "../../engine/store/open-store.js";
 import { testBucketFor, testS3 } from "./s3.js";
 import { deleteTestRedisKeys, testRedis } from "./redis.js";
 import { clusterTestEnv, startTestCluster, testTopology } from "./cluster-topology.js";
-import { testKafka } from "./kafka.js";
+import { deleteTestKafkaTopics, testKafka } from "./kafka.js";
 import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-registry.js";
 import type { Store } from "../../engine/store/store.js";
@@ -192,6 +192,7 @@ export async function startTestServer(overrides: TestServerOptions = {}): Promis
     async dispose() {
       await parley.stop();
       if (config.cluster.redisUrl) await deleteTestRedisKeys(config.cluster.redisPrefix);
+      if (config.cluster.kafkaBrokers) await deleteTestKafkaTopics(config.cluster.kafkaTopicPrefix);
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
