@@ -45,7 +45,7 @@ export interface FanOutIdPolicy {
 const defaultPolicy: FanOutIdPolicy = { leaseMs: OwnershipPolicy.leaseMs, renewEveryMs: OwnershipPolicy.renewEveryMs, safetyMarginMs: OwnershipPolicy.safetyMarginMs };
 
 export class FanOutIds {
-  private held: { fence: Fence; trustedUntil: number; claimedAt: number } | undefined;
+  private held: { fence: Fence; trustedUntil: number } | undefined;
   /** The slot claimed at start and when: what an earlier holder drew under it before then is an orphan. */
   private inheritance: { slot: number; claimedAt: number } | undefined;
   private claiming: Promise<void> | undefined;
@@ -68,8 +68,9 @@ export class FanOutIds {
     { policy = defaultPolicy, onRenewalError = () => {} }: { policy?: FanOutIdPolicy; onRenewalError?: (err: unknown) => void } = {},
   ): Promise<FanOutIds> {
     const ids = new FanOutIds(leases, clock, holder, policy);
+    const claimedAt = clock.now();
     await ids.claimSlot();
-    ids.inheritance = { slot: slotOfLease(ids.held!.fence.shard), claimedAt: ids.held!.claimedAt };
+    ids.inheritance = { slot: slotOfLease(ids.held!.fence.shard), claimedAt };
     ids.renewal = setInterval(() => void ids.renew().catch(onRenewalError), policy.renewEveryMs);
     ids.renewal.unref();
     return ids;
@@ -136,7 +137,7 @@ export class FanOutIds {
       const askedAt = this.clock.now();
       const granted = await this.leases.acquire(lease, this.holder, askedAt, this.policy.leaseMs);
       if (granted.instance !== this.holder.instance) continue;
-      this.held = { fence: { shard: lease, epoch: granted.epoch }, trustedUntil: askedAt + this.policy.leaseMs - this.policy.safetyMarginMs, claimedAt: askedAt };
+      this.held = { fence: { shard: lease, epoch: granted.epoch }, trustedUntil: askedAt + this.policy.leaseMs - this.policy.safetyMarginMs };
       return;
     }
     throw new Error(`all ${slots} fan-out id slots are held: more engine processes than slots`);

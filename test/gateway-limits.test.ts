@@ -8,6 +8,7 @@ import { signInWithCode } from "./support/accounts.js";
 import { client, socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
 import { GatewayClient } from "./support/ws-client.js";
 
+const heartbeatPing = { type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } } as const;
 const fatal = (name: string) => (f: ServerFrame) => f.type === ServerFrameType.ERROR && f.payload.case === "error" && f.payload.value.fatal && f.payload.value.error?.errorName === name;
 
 for (const driver of socketDrivers)
@@ -29,7 +30,7 @@ describe(`WebSocket gateway limits (${driver} driver)`, () => {
     const [silent, pinging] = [await GatewayClient.connect(server.url, "json"), await GatewayClient.connect(server.url, "binary")];
     await silent.authenticate(user.accessToken);
     await pinging.authenticate(user.accessToken);
-    const timer = setInterval(() => pinging.send({ type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } }), 400);
+    const timer = setInterval(() => pinging.send(heartbeatPing), 400);
     try {
       await silent.next(fatal("GATEWAY_IDLE_TIMEOUT"), 5000);
       await silent.closed;
@@ -47,7 +48,7 @@ describe(`WebSocket gateway limits (${driver} driver)`, () => {
     const rawSocket = (ws.socket as unknown as { _socket: import("node:net").Socket })._socket;
     rawSocket.pause();
     // It still writes, so it is slow, not idle.
-    const pinging = setInterval(() => ws.send({ type: ClientFrameType.HEARTBEAT_PING, payload: { case: "heartbeatPing", value: {} } }), 400);
+    const pinging = setInterval(() => ws.send(heartbeatPing), 400);
     const big = "x".repeat(64 * 1024);
     const entry = encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: user.userId, newSignature: big } });
     let openConnections = Number.NaN;
