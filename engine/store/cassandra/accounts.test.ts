@@ -83,6 +83,31 @@ describe("cassandra store: accounts", () => {
       expect((await store.users.findByUsername("system_bot"))?.userId).to.equal(10_000);
     });
 
+    it("keeps the username claim when two nodes create the same reserved account at once", async () => {
+      const template = (await newAgent(store.agents, "race_template")).agent;
+      const systemAccount = { accountType: AccountType.agent, username: "race_system", nickname: "Bot", signature: "", createdAt: 1, userId: 10_000 };
+      // The slower node has its username claim and is held just before its account row's insert.
+      let reachedInsert!: () => void;
+      const atInsert = new Promise<void>((resolve) => (reachedInsert = resolve));
+      let letInsert!: () => void;
+      const insertLetThrough = new Promise<void>((resolve) => (letInsert = resolve));
+      const heldCql = Object.create(store.cql) as typeof store.cql;
+      heldCql.lwt = async (query, params) => {
+        if (/^INSERT INTO users /.test(query)) {
+          reachedInsert();
+          await insertLetThrough;
+        }
+        return store.cql.lwt(query, params);
+      };
+      const slower = agentStore({ ...context, cql: heldCql }).createAgent(systemAccount, template).catch(() => "refused");
+      await atInsert;
+      // The faster node restamps that claim (its account is not written yet) and creates the account.
+      await store.agents.createAgent(systemAccount, template);
+      letInsert();
+      expect(await slower).to.equal("refused");
+      expect((await store.users.findByUsername("race_system"))?.userId).to.equal(10_000);
+    });
+
     it("releases the claims of a refused account and takes its id again", async () => {
       const first = await store.users.createUser({ accountType: AccountType.user, email: "p@x.io", phone: "+1555", nickname: "n", createdAt: 1 });
       const refused = await store.users.createUser({ accountType: AccountType.user, email: "q@x.io", phone: "+1555", nickname: "n", createdAt: 1 }).catch(() => "refused");

@@ -220,8 +220,10 @@ export function agentStore(ctx: CassandraContext, options: AgentStoreOptions = {
         // A reserved id is claimed by its account row itself; the id blocks never hand it out.
         const inserted = await cql.lwt(userInsert(user, true).query, userInsert(user, true).params);
         if (!inserted.applied) {
-          // "own": the existing account names this username; its claim stays.
-          if (claimed === "claimed") await claims.release("username", account.username, userId);
+          // The claim stays while the existing account names this username: "own", or a concurrent
+          // creation of the same reserved account (two engines starting at once) whose claim this
+          // one restamped while its account row was not written yet.
+          if (claimed === "claimed" && inserted.row?.username !== account.username) await claims.release("username", account.username, userId);
           throw new Error(`the account ${userId} exists already`);
         }
         await cql.batch(rows);
