@@ -3,18 +3,16 @@
 // MinIO checks SigV4 signatures and presigned-URL expiry as AWS does, which s3rver does not.
 //
 // Install: `go install github.com/minio/minio@<pinned version>` once per version into
-// ${XDG_CACHE_HOME:-~/.cache}/parley/s3/<version>/bin, shared by every clone. The build takes minutes
-// on two cores; it runs in a staging directory renamed into place, so racing runs never see half a
-// binary. MinIO's release tags (RELEASE.2025-…) are not semantic versions, so the proxy serves
+// ${XDG_CACHE_HOME:-~/.cache}/parley/s3/<version>/bin (go-install.ts). MinIO's release tags (RELEASE.2025-…) are not semantic versions, so the proxy serves
 // MinIO only under pseudo-versions: the pin below is one.
 // Run: one single-drive server with its objects under <dataDir>/services/s3/data (the pid file and
 // log beside them), the web console off, fixed local credentials. `up` creates no bucket.
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock, stopRecorded } from "./daemon.js";
+import { installGoTool, type GoTool } from "./go-install.js";
 
 export const minioModule = "github.com/minio/minio";
 /** MinIO's master of 2026-02-12, the newest version on the Go module proxy when this was written; builds with Go ≥ 1.24. */
@@ -25,7 +23,6 @@ export const defaultS3Port = 9000;
 export const s3Region = "us-east-1";
 const readyTimeoutMs = 60_000;
 const stopGraceMs = 15_000;
-const buildTimeoutMs = 30 * 60_000;
 
 export interface S3Credentials {
   accessKeyId: string;
@@ -56,58 +53,19 @@ export function s3Paths(dataDir: string) {
   };
 }
 
-function cacheDir(): string {
-  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "parley", "s3");
-}
-
-function runGo(args: string[], env: NodeJS.ProcessEnv, cwd: string): Promise<{ ok: boolean; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("go", args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-    let output = "";
-    const keep = (chunk: Buffer) => {
-      output = (output + chunk.toString("utf8")).slice(-8000);
-    };
-    child.stdout.on("data", keep);
-    child.stderr.on("data", keep);
-    const timer = setTimeout(() => child.kill("SIGKILL"), buildTimeoutMs);
-    child.on("error", (error) => {
-      clearTimeout(timer);
-      reject(new Error(`could not run go: ${error.message}; Go ≥ 1.24 is needed to build MinIO`, { cause: error }));
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      resolve({ ok: code === 0, output });
-    });
-  });
-}
+const minio: GoTool = {
+  tool: "s3",
+  packagePath: minioModule,
+  version: minioVersion,
+  binary: "minio",
+  // CGO off as MinIO's own release builds: a static binary that needs no C toolchain.
+  env: { CGO_ENABLED: "0" },
+  needs: "Go ≥ 1.24 is needed to build MinIO",
+};
 
 /** Builds MinIO into the shared cache (once per version) and answers the binary's path. */
-export async function installS3(): Promise<string> {
-  const root = cacheDir();
-  const installed = join(root, minioVersion);
-  const binary = join(installed, "bin", "minio");
-  if (existsSync(binary)) return binary;
-  mkdirSync(root, { recursive: true });
-  // One build at a time per machine: two would take twice the minutes for the same binary.
-  return withLock(
-    join(root, `${minioVersion}.lock`),
-    async () => {
-      if (existsSync(binary)) return binary;
-      const staging = mkdtempSync(join(root, `.${minioVersion}-staging-`));
-      try {
-        // CGO off as MinIO's own release builds: a static binary that needs no C toolchain.
-        const env = { ...process.env, GOBIN: join(staging, "bin"), CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
-        const go = await runGo(["install", `${minioModule}@${minioVersion}`], env, staging);
-        if (!go.ok || !existsSync(join(staging, "bin", "minio"))) throw new Error(`go install ${minioModule}@${minioVersion} failed:\n${go.output}`);
-        writeFileSync(join(staging, "complete"), `${new Date().toISOString()}\n`);
-        renameSync(staging, installed);
-      } finally {
-        rmSync(staging, { recursive: true, force: true });
-      }
-      return binary;
-    },
-    buildTimeoutMs,
-  );
+export function installS3(): Promise<string> {
+  return installGoTool(minio);
 }
 
 function tail(file: string, lines: number): string {
