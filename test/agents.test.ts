@@ -16,7 +16,7 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
-import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
+import { verifySignature as verifyWebhookSignature } from "@parley/sdk";
 import { MiniAppPermission, verifyInitData } from "../engine/mini-app.js";
 import { systemAgentUserId, systemAgentUsername } from "../engine/system-agent.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";

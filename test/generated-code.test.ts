@@ -11,19 +11,25 @@ function listFiles(dir: string): string[] {
   });
 }
 
+function expectSameTree(committed: string, fresh: string): void {
+  const freshFiles = listFiles(fresh).map((f) => relative(fresh, f)).sort();
+  const committedFiles = listFiles(committed).map((f) => relative(committed, f)).sort();
+  expect(committedFiles, `generated file list of ${committed}`).to.deep.equal(freshFiles);
+  for (const file of freshFiles) {
+    expect(readFileSync(join(committed, file), "utf8"), `${relative(resolve(import.meta.dirname, ".."), join(committed, file))} is stale: run npm run generate`).to.equal(
+      readFileSync(join(fresh, file), "utf8"),
+    );
+  }
+}
+
 describe("shared/gen", () => {
-  it("is exactly what `npm run generate` produces from shared/proto", function () {
+  it("is exactly what `npm run generate` produces from shared/proto, and so is the SDK's copy in sdk/src/gen", function () {
     this.timeout(120_000);
-    const committed = resolve(import.meta.dirname, "../shared/gen");
     const fresh = mkdtempSync(join(tmpdir(), "parley-gen-"));
     try {
-      generate(fresh);
-      const freshFiles = listFiles(fresh).map((f) => relative(fresh, f)).sort();
-      const committedFiles = listFiles(committed).map((f) => relative(committed, f)).sort();
-      expect(committedFiles, "generated file list").to.deep.equal(freshFiles);
-      for (const file of freshFiles) {
-        expect(readFileSync(join(committed, file), "utf8"), `${file} is stale: run npm run generate`).to.equal(readFileSync(join(fresh, file), "utf8"));
-      }
+      generate(join(fresh, "shared"), join(fresh, "sdk"));
+      expectSameTree(resolve(import.meta.dirname, "../shared/gen"), join(fresh, "shared"));
+      expectSameTree(resolve(import.meta.dirname, "../sdk/src/gen"), join(fresh, "sdk"));
     } finally {
       rmSync(fresh, { recursive: true, force: true });
     }

@@ -13,7 +13,7 @@ import { webhookTopicName } from "../gateway/webhooks/fleet.js";
 import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { snUpdateOf } from "../engine/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";
-import { verifySignature as verifyWebhookSignature } from "../examples/webhook-agent/agent.js";
+import { verifySignature as verifyWebhookSignature } from "@parley/sdk";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents } from "../shared/bus.js";
 import { AgentDeliveryMode } from "../shared/gen/shared/v1/agent_pb.js";
