@@ -55,7 +55,8 @@ import { loadNativeUws } from "./edge/uws-native.js";
 import { brokerOptions, transporterOf, type BrokerSettings } from "./moleculer.config.js";
 import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config.js";
 import { addressList } from "./shared/ip.js";
-import { openSockets } from "./shared/metrics.js";
+import { labelMetricsWithNode, openSockets } from "./shared/metrics.js";
+import { measuredUpdateLog } from "./engine/log/measured-update-log.js";
 
 export type { Role } from "./shared/config.js";
 
@@ -177,6 +178,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       cleanups.push(() => opened.close());
       log = opened;
     }
+    log = measuredUpdateLog(log);
     await log.ensureTopic(webhookTopic, WebhookTopic.partitions);
   }
 
@@ -195,6 +197,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     });
     cleanups.push(() => fanOutIds.stop());
     fanOuts = new FanOuts(store, clock, fanOutIds, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
+    const unsampleFanOuts = fanOuts.sampleBacklog();
+    cleanups.push(async () => unsampleFanOuts());
     engineOwnership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
     // Shards placed on a node that joined are given up at once, so it takes them without waiting.
     const rebalance = () => void engineOwnership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));
@@ -312,6 +316,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   }
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
   const port = await front.listen(config.host, config.port);
+  // From the first scrape on, and not for a start that failed (a test process starts many nodes).
+  const unlabelMetrics = labelMetricsWithNode(options.broker?.nodeID ?? config.cluster.nodeId, roles);
+  cleanups.push(async () => unlabelMetrics());
   ready = true;
 
   let stopping: Promise<void> | undefined;

@@ -90,6 +90,7 @@ import { requireCaller, rpcAction } from "./rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
 import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "./store/store.js";
 import { userInfoView } from "./views.js";
+import { streamsEnded, streamsOpen, streamsStarted } from "../shared/metrics.js";
 
 export const MessagePolicy = {
   editWindowMs: 24 * 60 * 60 * 1000,
@@ -117,6 +118,11 @@ export const CheckCachePolicy = {
   participants: 1_000_000,
   accounts: 50_000,
 } as const;
+
+const streamsEndedByAgent = streamsEnded.bind({ outcome: "end" });
+const streamsFailedByAgent = streamsEnded.bind({ outcome: "error" });
+const streamsAbandoned = streamsEnded.bind({ outcome: "abandoned" });
+const streamsRecalled = streamsEnded.bind({ outcome: "recalled" });
 
 /** The ErrorStream message the platform itself gives a stream its agent abandoned. */
 export const abandonedStreamError = "the agent stopped streaming: no delta for 10 minutes";
@@ -224,6 +230,11 @@ export class ConversationActor {
 
   private get store() {
     return this.deps.store;
+  }
+
+  /** Streams open in this node's memory. */
+  get openStreams(): number {
+    return this.streams.size;
   }
 
   /**
@@ -468,6 +479,7 @@ export class ConversationActor {
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
         this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now, fence));
+        streamsStarted.inc();
       }
       if (!isStream) this.offlinePush(ctx, access, record, body, sender);
       if (access.peerId === systemAgentUserId && !access.group && caller.kind === "user" && body.content.case === "text") {
@@ -563,9 +575,10 @@ export class ConversationActor {
   async recall(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint) {
     return this.writing(ctx, conversationId, async () => {
       await this.deps.fanOuts.settle(ctx, String(conversationId));
-      const { fence, access, record } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
+      const { fence, access, record, body } = await this.ownChange(caller, conversationId, messageId, Errors.recallWindowClosed);
       const updated: MessageRecord = { ...record, body: toBinary(MessageBodySchema, recalledBody()), updatedAt: this.deps.clock.now(), edited: false };
       await this.update(ctx, access, updated, { fence, closesStream: true });
+      if (openStreamOf(body)) streamsRecalled.inc();
       return {};
     });
   }
@@ -652,6 +665,7 @@ export class ConversationActor {
 
   async finishStream(ctx: Context, caller: Caller, conversationId: bigint, messageId: bigint, outcome: { text?: string; entities?: MessageEntity[]; error?: string }) {
     await this.finishStreamUnlessActiveSince(ctx, caller, conversationId, messageId, outcome, Infinity);
+    (outcome.error === undefined ? streamsEndedByAgent : streamsFailedByAgent).inc();
     return {};
   }
 
@@ -708,7 +722,10 @@ export class ConversationActor {
       const [conversationId, messageId] = key.split(":").map(BigInt);
       const sender: Caller = { kind: "agent", userId: stream.senderId, deviceId: "" };
       try {
-        if (await this.finishStreamUnlessActiveSince(ctx, sender, conversationId, messageId, { error: abandonedStreamError }, cutoff)) ended += 1;
+        if (await this.finishStreamUnlessActiveSince(ctx, sender, conversationId, messageId, { error: abandonedStreamError }, cutoff)) {
+          ended += 1;
+          streamsAbandoned.inc();
+        }
       } catch (err) {
         // The sender lost access meanwhile (left the group, was deleted): the stream can no longer
         // be finished in its name, so it is closed where it lies, without a push. Anything else
@@ -731,6 +748,7 @@ export class ConversationActor {
       const body = finishedStreamBody(stream.contentType, stream.text, { error: abandonedStreamError });
       const change = { body: toBinary(MessageBodySchema, body), updatedAt: this.deps.clock.now(), edited: record.edited };
       await this.store.messages.updateMessage(conversationId, messageId, change, { closesStream: true, fence });
+      streamsAbandoned.inc();
     });
   }
 
@@ -818,10 +836,12 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
   const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
   let sweep: NodeJS.Timeout | undefined;
   let fanOutSweep: NodeJS.Timeout | undefined;
+  let unsampleStreams = () => {};
   return {
     name: "conversation",
     started() {
       const broker = this.broker;
+      unsampleStreams = streamsOpen.sample({}, () => actor.openStreams);
       // Each node owns the streams in its memory, so the sweep is called on this node only.
       sweep = setInterval(() => {
         broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => broker.logger.warn(`ending abandoned streams failed: ${String(err)}`));
@@ -837,6 +857,7 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
     stopped() {
       clearInterval(sweep);
       clearInterval(fanOutSweep);
+      unsampleStreams();
     },
     events: {
       // A node that lost sight of others (or sees a new one) may have missed a change meant for it.

@@ -35,8 +35,12 @@ import type { Clock } from "./clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
 import type { SystemMessageParams } from "./conversation.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
+import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../shared/metrics.js";
 
 type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
+
+const deliveredFirst = fanOutsDelivered.bind({ delivery: "first" });
+const deliveredAgain = fanOutsDelivered.bind({ delivery: "again" });
 
 export const FanOutPolicy = {
   /** Recorded fan-outs read per page when finishing them. */
@@ -144,6 +148,12 @@ export class FanOuts {
     private readonly recipientsByOwner: RecipientsByOwner = oneOwner,
   ) {}
 
+  /** Exposes this engine's fan-out backlog at /metrics until the answered call takes it back. */
+  sampleBacklog(): () => void {
+    const stops = [fanOutsInFlight.sample({}, () => this.inFlight.size), fanOutUnfinishedScopes.sample({}, () => this.unfinishedScopes.size)];
+    return () => stops.forEach((stop) => stop());
+  }
+
   /** An event as a fan-out with its id, encoded once for all its recipients. */
   prepare(scope: string, recipients: readonly number[], update: Update, users: UserInfo[] = [], groups: GroupInfo[] = []): PreparedFanOut {
     const entry = encodeEntry(update);
@@ -244,8 +254,10 @@ export class FanOuts {
       await this.store.outbox.finish(fanOut.record);
     } catch (err) {
       this.unfinishedScopes.add(scope);
+      fanOutFailures.inc();
       throw err;
     }
+    (again ? deliveredAgain : deliveredFirst).inc();
   }
 
   /** Finishes the scope's recorded fan-outs (those recorded before `before`, when given), in order. */

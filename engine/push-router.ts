@@ -8,6 +8,7 @@
 import type { ServiceBroker } from "moleculer";
 import { GatewayActions, type PushEvent } from "../shared/bus.js";
 import type { PresenceRegistry } from "./presence/presence-registry.js";
+import { pushGatewayCalls } from "../shared/metrics.js";
 
 export interface Pushes {
   /** Sends the update live to the recipients' connections; never throws (see above). */
@@ -16,6 +17,9 @@ export interface Pushes {
 
 /** How long a push waits for a gateway the registry names but this node has not discovered yet. */
 const discoveryWaitMs = 5_000;
+
+const gatewayCallsOk = pushGatewayCalls.bind({ result: "ok" });
+const gatewayCallsFailed = pushGatewayCalls.bind({ result: "error" });
 
 export class PushRouter implements Pushes {
   constructor(
@@ -63,7 +67,13 @@ export class PushRouter implements Pushes {
     const sends = [...byGateway].map(async ([nodeID, users]) => {
       const part: PushEvent = "recipients" in event ? { update: event.update, recipients: event.recipients.filter(([userId]) => users.has(userId)) } : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
       await this.discovered(nodeID);
-      return this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
+      try {
+        await this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
+      } catch (err) {
+        gatewayCallsFailed.inc();
+        throw err;
+      }
+      gatewayCallsOk.inc();
     });
     await Promise.all(sends);
   }

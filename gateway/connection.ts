@@ -7,6 +7,8 @@ import { Errors, parleyErrorParts, type CatalogueEntry } from "../shared/errors.
 import type { AgentFeed, FeedSink } from "./agent-feed.js";
 import { decodeClientFrame, encodeServerFrame, type FrameForm, type PushFrame } from "./frame-codec.js";
 import type { GatewaySocket, SocketHandlers } from "./socket.js";
+import { gatewayConnectionCloses, gatewayPushBytes, gatewayPushFrames } from "../shared/metrics.js";
+import type { CounterSeries } from "../shared/metric-series.js";
 
 export interface Identity {
   kind: "user" | "agent";
@@ -34,6 +36,12 @@ export const CloseCodes = {
 
 /** How long a slow consumer's close handshake may take before the socket is dropped. */
 const slowConsumerGraceMs = 2000;
+
+/** The close counter's series by close code, named after CloseCodes' keys (slowConsumer: slow_consumer). */
+const closesByCode = new Map<number, CounterSeries>(
+  Object.entries(CloseCodes).map(([name, code]) => [code, gatewayConnectionCloses.bind({ reason: name.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`) })]),
+);
+const closedByPeer = gatewayConnectionCloses.bind({ reason: "peer" });
 
 export function errorDetail(entry: CatalogueEntry, metadata: Record<string, string> = {}): ErrorDetail {
   return create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
@@ -145,6 +153,11 @@ export class Connection implements SocketHandlers, FeedSink {
     return this.socket.bufferedAmount < this.policy.maxBufferedBytes / 2;
   }
 
+  /** Bytes queued on the socket and not yet written to the network. */
+  get backlogBytes(): number {
+    return this.socket.bufferedAmount;
+  }
+
   /** Routes this connection's sequenced pushes through an agent feed (set once, at authentication). */
   attachFeed(feed: AgentFeed): void {
     this.feed = feed;
@@ -159,21 +172,26 @@ export class Connection implements SocketHandlers, FeedSink {
   push(frame: PushFrame, sn?: number): void {
     if (this.closed || !this.form) return;
     if (this.feed && sn !== undefined) this.feed.live(frame, sn);
-    else this.write(frame.encoded(this.form));
+    else this.write(frame.encoded(this.form), undefined, true);
   }
 
   writePush(frame: PushFrame, onWritten: () => void): void {
     if (this.closed || !this.form) return;
-    this.write(frame.encoded(this.form), (err) => {
-      if (!err) onWritten();
-    });
+    this.write(
+      frame.encoded(this.form),
+      (err) => {
+        if (!err) onWritten();
+      },
+      true,
+    );
   }
 
   private send(frame: ServerFrame): void {
     this.write(encodeServerFrame(frame, this.form ?? "json"));
   }
 
-  private write(data: string | Uint8Array, onWritten?: (err?: Error) => void): void {
+  /** Queues a frame on the socket; `isPush`: an UPDATE frame, counted as a push once queued. */
+  private write(data: string | Uint8Array, onWritten?: (err?: Error) => void, isPush = false): void {
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
     if (this.socket.bufferedAmount + size > this.policy.maxBufferedBytes) {
       // The reader fell behind: queuing more would grow memory without bound. Nothing more is
@@ -184,6 +202,10 @@ export class Connection implements SocketHandlers, FeedSink {
       return;
     }
     this.socket.send(data, onWritten);
+    if (isPush) {
+      gatewayPushFrames.inc();
+      gatewayPushBytes.inc(size);
+    }
   }
 
   private sendError(requestId: bigint, error: ErrorDetail, fatal: boolean): void {
@@ -200,6 +222,7 @@ export class Connection implements SocketHandlers, FeedSink {
   close(code: number, reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    closesByCode.get(code)?.inc();
     this.clearTimers();
     this.feed?.stop();
     this.socket.close(code, reason);
@@ -209,6 +232,7 @@ export class Connection implements SocketHandlers, FeedSink {
   onClose(): void {
     if (this.closed) return;
     this.closed = true;
+    closedByPeer.inc();
     this.clearTimers();
     this.feed?.stop();
     this.hooks.onClosed(this);

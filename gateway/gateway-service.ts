@@ -12,6 +12,7 @@ import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identity } from "./connection.js";
 import { SequencedFrames, UpdateFrame } from "./frame-codec.js";
 import type { SocketAcceptor, SocketServer } from "./socket.js";
+import { gatewayBackloggedConnections, gatewaySendBacklog } from "../shared/metrics.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
   /** The socket driver of the edge's port (SOCKET_DRIVER). */
@@ -52,6 +53,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   let socketServer: SocketServer | undefined;
   let presenceBroker: ServiceBroker | undefined;
   let heartbeat: NodeJS.Timeout | undefined;
+  let unsampleBacklog: (() => void)[] = [];
 
   // Agents' connections count too: pushes reach them through the same registry (and agents are
   // never offline-pushed, so counting them as online changes nothing there).
@@ -160,6 +162,18 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       await beat();
       heartbeat = setInterval(() => void beat(), PresencePolicy.heartbeatMs);
       heartbeat.unref();
+      unsampleBacklog = [
+        gatewaySendBacklog.sample({}, () => {
+          let bytes = 0;
+          for (const connection of all) bytes += connection.backlogBytes;
+          return bytes;
+        }),
+        gatewayBackloggedConnections.sample({}, () => {
+          let backlogged = 0;
+          for (const connection of all) if (!connection.hasRoom) backlogged += 1;
+          return backlogged;
+        }),
+      ];
       const logger = this.logger;
       const agentFeed = (c: Connection, agentUserId: number) =>
         new AgentFeed(
@@ -209,6 +223,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     },
     async stopped() {
       clearInterval(heartbeat);
+      for (const unsample of unsampleBacklog) unsample();
       for (const connection of [...all]) connection.fail(Errors.gatewayShuttingDown, CloseCodes.goingAway);
       await socketServer?.close();
       // Its connections are gone: pushes stop coming here at once, not when the heartbeat lapses.

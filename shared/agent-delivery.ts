@@ -49,6 +49,8 @@ export interface QueuedWebhook {
   /** Failed attempts so far. */
   attempts: number;
   nextAttemptAt: number;
+  /** When the job was queued (engine clock): how long its delivery took is measured from it. */
+  queuedAt: number;
 }
 
 /** What names a queued job: a partitioned queue keeps each agent's jobs together. */

@@ -2,6 +2,7 @@ import { expect } from "chai";
 import WebSocket from "ws";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";
+import { samplesOf, sumOf } from "./support/prometheus-text.js";
 
 describe("GET /healthz and GET /metrics", () => {
   let server: TestServer;
@@ -20,9 +21,10 @@ describe("GET /healthz and GET /metrics", () => {
     const socket = new WebSocket(server.url.replace("http", "ws") + "/ws");
     await new Promise((resolve) => socket.once("open", resolve));
     const text = await (await fetch(server.url + "/metrics")).text();
-    expect(text).to.match(/parley_rpc_requests_total\{procedure="\/api\.v1\.AuthService\/GetClientConfig",code="ok"\} \d+/);
-    expect(text).to.match(/parley_rpc_duration_seconds_bucket\{le="0\.005",procedure="\/api\.v1\.AuthService\/GetClientConfig"\} \d+/);
-    const open = Number(/parley_websocket_connections (\d+)/.exec(text)?.[1]);
+    const procedure = "/api.v1.AuthService/GetClientConfig";
+    expect(sumOf(text, "parley_rpc_requests_total", { procedure, code: "ok" })).to.be.at.least(1);
+    expect(samplesOf(text, "parley_rpc_duration_seconds_bucket", { procedure, le: "0.005" })).to.have.length(1);
+    const open = sumOf(text, "parley_websocket_connections");
     expect(open).to.be.greaterThanOrEqual(1);
     socket.close();
   });

@@ -86,7 +86,7 @@ async function socketCatchUp(server: TestServer, agent: TestAgent, latest: numbe
 }
 
 /** WebSocket connections the server holds open, from its metrics. */
-const openSockets = async (server: TestServer) => Number(/parley_websocket_connections (\d+)/.exec(await (await fetch(server.url + "/metrics")).text())?.[1]);
+const openSockets = async (server: TestServer) => Number(/parley_websocket_connections(?:\{[^}]*\})? (\d+)/.exec(await (await fetch(server.url + "/metrics")).text())?.[1]);
 
 /** Drops an agent's TCP connection with no close handshake and waits until the server has seen it go. */
 async function dropConnection(server: TestServer, socket: GatewayClient, openBefore: number): Promise<void> {

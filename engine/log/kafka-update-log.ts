@@ -345,6 +345,17 @@ class KafkaMember implements LogConsumer {
     this.held.set(partition, state);
   }
 
+  async lag(): Promise<number> {
+    const { topic } = this.options;
+    const partitions = [...this.held.keys()];
+    if (partitions.length === 0) return 0;
+    // The log end of each partition, less the position the client last committed or fetched from (-1: not assigned here).
+    const lags = await this.consumer.getLag({ topics: [topic], partitions: { [topic]: partitions } });
+    let behind = 0;
+    for (const lag of lags.get(topic) ?? []) if (lag > 0n) behind += Number(lag);
+    return behind;
+  }
+
   close(): Promise<void> {
     this.closing ??= (async () => {
       await this.recovering;

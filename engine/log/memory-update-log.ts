@@ -77,7 +77,7 @@ export class MemoryUpdateLog implements UpdateLog {
     const member = new Member(group, options, this.retryDelayMs, this.maxBatch);
     await rebalance(group, { joining: member });
     let closing: Promise<void> | undefined;
-    return { close: () => (closing ??= rebalance(group, { leaving: member })) };
+    return { lag: async () => member.lag(), close: () => (closing ??= rebalance(group, { leaving: member })) };
   }
 
   async close(): Promise<void> {}
@@ -116,6 +116,13 @@ class Member {
 
   held(): Set<number> {
     return new Set(this.readers.keys());
+  }
+
+  lag(): number {
+    const { topic, committed } = this.group;
+    let behind = 0;
+    for (const partition of this.readers.keys()) behind += topic.partitions[partition].length - Number(committed[partition]);
+    return behind;
   }
 
   take(partitions: number[]): void {

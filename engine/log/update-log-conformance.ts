@@ -264,6 +264,29 @@ export function describeUpdateLogConformance(name: string, open: () => Promise<U
       expect(successor.values()).to.deep.equal(["next"]);
     });
 
+    it("reports as its lag the records of its partitions not handled yet, and none once they are", async () => {
+      let release: () => void = () => {};
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const reader = await join(new Recorder(() => released), unique("lag"));
+      await eventually("the member holds every partition", () => reader.held.size === partitions);
+      const lagReaches = async (expected: number) => {
+        const deadline = Date.now() + 30_000;
+        let lag = await reader.consumer!.lag();
+        while (lag !== expected && Date.now() < deadline) {
+          await sleep(50);
+          lag = await reader.consumer!.lag();
+        }
+        expect(lag).to.equal(expected);
+      };
+      await lagReaches(0);
+      // Every handle waits: records being handled still count until their position is committed.
+      await log.append(topic, batch("lag", 12, 4));
+      await lagReaches(12);
+      release();
+      await eventually("every record is handled", () => reader.records.length >= 12);
+      await lagReaches(0);
+    });
+
     it("gives every record to each of two groups", async () => {
       const one = await join(new Recorder(), unique("one"));
       const two = await join(new Recorder(), unique("two"));

@@ -46,6 +46,11 @@ export interface UpdateLog {
 }
 
 export interface LogConsumer {
+  /**
+   * How far this member is behind: the records of the partitions it holds now that follow its
+   * group's committed positions (records being handled count until their position is committed).
+   */
+  lag(): Promise<number>;
   /** Leaves the group: waits for the handles in flight, commits, reports the partitions revoked, and hands them to the other members. */
   close(): Promise<void>;
 }

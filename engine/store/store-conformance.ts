@@ -991,6 +991,16 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect((await store.webhookJobs.due(100, [5], 10, modulo([1]))).map((job) => job.agentUserId)).to.deep.equal([9]);
       });
 
+      it("answers when each job was queued, whatever its retries", async () => {
+        await store.webhookJobs.enqueue(1, "a1", 100);
+        await store.webhookJobs.handOver(2, ["b1"], 40, 3);
+        expect((await store.webhookJobs.due(100, [], 10)).map((job) => [job.body, job.queuedAt])).to.deep.equal([["b1", 40], ["a1", 100]]);
+        const [head] = await store.webhookJobs.due(100, [2], 10);
+        await store.webhookJobs.reschedule(head, 1, 300);
+        expect((await store.webhookJobs.due(300, [2], 10)).map((job) => [job.body, job.attempts, job.queuedAt])).to.deep.equal([["a1", 1, 100]]);
+        expect((await store.webhookJobs.pending(1)).map((job) => job.queuedAt)).to.deep.equal([100]);
+      });
+
       it("keeps a rescheduled head in front: the jobs behind it wait, then follow in order", async () => {
         await store.webhookJobs.enqueue(1, "a1", 100);
         await store.webhookJobs.enqueue(1, "a2", 100);

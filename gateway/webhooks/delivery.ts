@@ -5,7 +5,12 @@ import { guardedLookup, privateLiteralHost } from "./ssrf-guard.js";
 
 export const webhookTimeoutMs = 5000;
 
-export type DeliveryOutcome = { ok: true; status: number } | { ok: false; reason: string; aborted?: boolean };
+/**
+ * A failure says what went wrong as far as it is known: the status of a non-2xx answer, no answer
+ * within the limit (timedOut), a private address refused by the SSRF guard (blocked), a request
+ * cancelled by shutdown (aborted); none of them for a network error.
+ */
+export type DeliveryOutcome = { ok: true; status: number } | { ok: false; reason: string; status?: number; timedOut?: boolean; blocked?: boolean; aborted?: boolean };
 
 export interface WebhookClientOptions {
   allowPrivateNetworks: boolean;
@@ -38,7 +43,7 @@ export class WebhookClient {
     // Real time, not the engine clock: receivers compare the timestamp with their own clocks.
     const timestamp = Math.floor(Date.now() / 1000);
     // A host written as an IP address is never looked up, so the guarded lookup cannot see it.
-    if (!this.allowPrivateNetworks && privateLiteralHost(url)) return { ok: false, reason: "EPRIVATE" };
+    if (!this.allowPrivateNetworks && privateLiteralHost(url)) return { ok: false, reason: "EPRIVATE", blocked: true };
     const timeout = AbortSignal.timeout(this.timeoutMs);
     try {
       const response = await request(url, {
@@ -53,12 +58,15 @@ export class WebhookClient {
       });
       await response.body.dump();
       if (response.statusCode >= 200 && response.statusCode < 300) return { ok: true, status: response.statusCode };
-      return { ok: false, reason: `answered HTTP ${response.statusCode}` };
+      return { ok: false, reason: `answered HTTP ${response.statusCode}`, status: response.statusCode };
     } catch (err) {
       if (signal?.aborted) return { ok: false, reason: "cancelled", aborted: true };
-      if (timeout.aborted) return { ok: false, reason: `no answer within ${this.timeoutMs} ms` };
+      if (timeout.aborted) return { ok: false, reason: `no answer within ${this.timeoutMs} ms`, timedOut: true };
       const error = err as { code?: string; cause?: { code?: string }; message?: string };
-      return { ok: false, reason: error.cause?.code ?? error.code ?? error.message ?? "request failed" };
+      const code = error.cause?.code ?? error.code;
+      // The guarded lookup refuses a host name that resolves to a private address with EPRIVATE.
+      if (code === "EPRIVATE") return { ok: false, reason: code, blocked: true };
+      return { ok: false, reason: code ?? error.message ?? "request failed" };
     }
   }
 

@@ -26,6 +26,8 @@ import {
 import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
 import type { WebhookFleetMember } from "./fleet.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
+import { webhookAgents, webhookAttempts, webhookDeliveryDelay, webhookRequestDuration, webhookSlots } from "../../shared/metrics.js";
+import type { CounterSeries } from "../../shared/metric-series.js";
 
 export interface DispatcherPolicy {
   /** Deliveries in flight at once, across agents (one per agent at a time). */
@@ -47,6 +49,27 @@ export const defaultDispatcherPolicy: DispatcherPolicy = {
   timeoutMs: webhookTimeoutMs,
   pollIntervalMs: 1000,
 };
+
+const failureClasses = ["3xx", "4xx", "5xx", "timeout", "network", "refused"] as const;
+type FailureClass = (typeof failureClasses)[number];
+const failedAttempts = (result: "retried" | "dead") =>
+  Object.fromEntries(failureClasses.map((statusClass) => [statusClass, webhookAttempts.bind({ result, status_class: statusClass })])) as Record<FailureClass, CounterSeries>;
+const countedAttempts = {
+  delivered: webhookAttempts.bind({ result: "delivered", status_class: "2xx" }),
+  retried: failedAttempts("retried"),
+  dead: failedAttempts("dead"),
+  cancelled: webhookAttempts.bind({ result: "cancelled", status_class: "cancelled" }),
+};
+const requestDelivered = webhookRequestDuration.bind({ result: "delivered" });
+const requestFailed = webhookRequestDuration.bind({ result: "failed" });
+
+/** What kind of failure an attempt met, for the attempts counter. */
+function failureClassOf(outcome: Extract<DeliveryOutcome, { ok: false }>): FailureClass {
+  if (outcome.status !== undefined) return outcome.status >= 500 ? "5xx" : outcome.status >= 400 ? "4xx" : "3xx";
+  if (outcome.timedOut) return "timeout";
+  if (outcome.blocked) return "refused";
+  return "network";
+}
 
 /** Sends one request; WebhookClient in production. */
 export interface WebhookPoster {
@@ -96,6 +119,7 @@ export class WebhookDispatcher {
   private pumping: Promise<void> | undefined;
   private wanted = false;
   private running = false;
+  private unsample: (() => void)[] = [];
 
   constructor(
     private readonly options: DispatcherOptions & { handBack: HandBack },
@@ -107,6 +131,11 @@ export class WebhookDispatcher {
 
   start(): void {
     this.running = true;
+    this.unsample = [
+      webhookAgents.sample({ state: "delivering" }, () => this.busy.size),
+      webhookAgents.sample({ state: "awaiting_retry" }, () => this.retryTimers.size),
+      webhookSlots.sample({}, () => this.policy.concurrency),
+    ];
     this.poller = setInterval(() => this.wake(), this.policy.pollIntervalMs);
     this.poller.unref();
     // Jobs left from before a restart are due (or fall due) without any new wake-up.
@@ -187,27 +216,44 @@ export class WebhookDispatcher {
       return;
     }
     const problem = webhookUrlProblem(target.url);
-    const outcome: DeliveryOutcome = problem ? { ok: false, reason: problem } : await this.poster.post(target.url, target.secretKey, job.body, this.shutdown.signal);
+    const outcome: DeliveryOutcome = problem ? { ok: false, reason: problem, blocked: true } : await this.timedPost(target.url, target.secretKey, job.body);
     if (outcome.ok) {
       await queue.remove(job);
+      countedAttempts.delivered.inc();
+      webhookDeliveryDelay.observe(Math.max(0, this.options.now() - job.queuedAt) / 1000);
       return;
     }
     // Cut off by shutdown: not the endpoint's failure, so the job stays as it was for the next start.
-    if (outcome.aborted) return;
+    if (outcome.aborted) {
+      countedAttempts.cancelled.inc();
+      return;
+    }
+    const failureClass = failureClassOf(outcome);
     const attempts = job.attempts + 1;
     if (attempts > this.policy.maxRetries) {
       await queue.remove(job);
+      countedAttempts.dead[failureClass].inc();
       this.logger.warn(`webhook delivery ${job.jobId} to agent ${job.agentUserId} abandoned after ${attempts} attempts; last failure: ${outcome.reason}`);
       return;
     }
     const delay = this.policy.retryBaseMs * 2 ** (attempts - 1);
     await queue.reschedule(job, attempts, this.options.now() + delay);
+    countedAttempts.retried[failureClass].inc();
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
       this.wake();
     }, delay);
     timer.unref();
     this.retryTimers.add(timer);
+  }
+
+  /** Posts the job's body, timing the request; a request cut off by shutdown says nothing of the endpoint and is not timed. */
+  private async timedPost(url: string, secretKey: string, body: string): Promise<DeliveryOutcome> {
+    const startedAt = performance.now();
+    const outcome = await this.poster.post(url, secretKey, body, this.shutdown.signal);
+    if (outcome.ok) requestDelivered.observeSince(startedAt);
+    else if (!outcome.aborted) requestFailed.observeSince(startedAt);
+    return outcome;
   }
 
   /** Resolves once no delivery to an agent `leaving` names is in flight (its agents move to another node). */
@@ -218,6 +264,7 @@ export class WebhookDispatcher {
   /** Stops taking jobs, cancels requests in flight (their jobs stay queued) and waits for them. */
   async stop(): Promise<void> {
     this.running = false;
+    for (const unsample of this.unsample.splice(0)) unsample();
     clearInterval(this.poller);
     for (const timer of this.retryTimers) clearTimeout(timer);
     this.retryTimers.clear();

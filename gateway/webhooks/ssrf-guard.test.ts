@@ -27,7 +27,7 @@ describe("webhook SSRF guard", () => {
     const client = new WebhookClient({ allowPrivateNetworks: false, timeoutMs: 1000 });
     try {
       for (const url of ["https://127.0.0.1:1/hook", "https://[::1]:1/hook", "https://10.0.0.1:1/hook"]) {
-        expect(await client.post(url, "key", "{}"), url).to.deep.equal({ ok: false, reason: "EPRIVATE" });
+        expect(await client.post(url, "key", "{}"), url).to.deep.equal({ ok: false, reason: "EPRIVATE", blocked: true });
       }
     } finally {
       await client.close();

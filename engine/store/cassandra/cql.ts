@@ -1,8 +1,24 @@
 // The adapter's one handle on Cassandra/ScyllaDB: every statement is prepared, runs at LOCAL_QUORUM
 // (LWTs with LOCAL_SERIAL), and says whether the driver may retry it. See DATA-MODEL.md §1.3-1.5.
 import cassandra from "cassandra-driver";
+import { storeQueryMeasure, type StoreQueryMeasure } from "../../../shared/metrics.js";
 
 const { consistencies } = cassandra.types;
+
+type QueryKind = "read" | "write" | "lwt" | "batch" | "lwt_batch";
+
+/** Times one query (every page of a read) into its kind's series. */
+async function measured<T>(measure: StoreQueryMeasure, query: () => Promise<T>): Promise<T> {
+  const startedAt = performance.now();
+  try {
+    return await query();
+  } catch (err) {
+    measure.errors.inc();
+    throw err;
+  } finally {
+    measure.time.observeSince(startedAt);
+  }
+}
 
 export type Row = cassandra.types.Row;
 export type Params = readonly unknown[];
@@ -31,6 +47,13 @@ export interface LwtOutcome {
 export class Cql {
   /** Tables written through this handle: tests empty only those between tests (a set tests may share between handles). */
   writtenTables = new Set<string>();
+  private readonly measures: Record<QueryKind, StoreQueryMeasure> = {
+    read: storeQueryMeasure("cassandra", "read"),
+    write: storeQueryMeasure("cassandra", "write"),
+    lwt: storeQueryMeasure("cassandra", "lwt"),
+    batch: storeQueryMeasure("cassandra", "batch"),
+    lwt_batch: storeQueryMeasure("cassandra", "lwt_batch"),
+  };
 
   private constructor(
     readonly client: cassandra.Client,
@@ -61,14 +84,16 @@ export class Cql {
 
   /** Reads (or an idempotent write). Tables are named unqualified: the session uses the keyspace (useKeyspace). */
   async rows(query: string, params: Params = [], options: { serial?: boolean; fetchSize?: number } = {}): Promise<Row[]> {
-    const result = await this.client.execute(query, params as unknown[], {
-      isIdempotent: true,
-      fetchSize: options.fetchSize ?? 5000,
-      consistency: options.serial ? consistencies.localSerial : consistencies.localQuorum,
+    return measured(this.measures.read, async () => {
+      const result = await this.client.execute(query, params as unknown[], {
+        isIdempotent: true,
+        fetchSize: options.fetchSize ?? 5000,
+        consistency: options.serial ? consistencies.localSerial : consistencies.localQuorum,
+      });
+      this.noteWrite(query);
+      if (result.pageState && options.fetchSize === undefined) return this.allPages(query, params, result);
+      return result.rows;
     });
-    this.noteWrite(query);
-    if (result.pageState && options.fetchSize === undefined) return this.allPages(query, params, result);
-    return result.rows;
   }
 
   async row(query: string, params: Params = [], options: { serial?: boolean } = {}): Promise<Row | undefined> {
@@ -78,7 +103,7 @@ export class Cql {
   /** An idempotent write: the driver may retry it. */
   async write(query: string, params: Params = []): Promise<void> {
     this.noteWrite(query);
-    await this.client.execute(query, params as unknown[], { isIdempotent: true });
+    await measured(this.measures.write, () => this.client.execute(query, params as unknown[], { isIdempotent: true }));
   }
 
   /**
@@ -87,14 +112,14 @@ export class Cql {
    */
   async lwt(query: string, params: Params = []): Promise<LwtOutcome> {
     this.noteWrite(query);
-    const result = await this.client.execute(query, params as unknown[], { isIdempotent: false });
+    const result = await measured(this.measures.lwt, () => this.client.execute(query, params as unknown[], { isIdempotent: false }));
     return outcomeOf(result.rows[0]);
   }
 
   /** A conditional batch: every statement on one partition of one table. */
   async lwtBatch(statements: readonly Statement[]): Promise<LwtOutcome> {
     for (const statement of statements) this.noteWrite(statement.query);
-    const result = await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: false, logged: true });
+    const result = await measured(this.measures.lwt_batch, () => this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: false, logged: true }));
     return outcomeOf(result.rows?.[0]);
   }
 
@@ -107,7 +132,7 @@ export class Cql {
     if (statements.length === 1 && options.timestamp === undefined) return this.write(statements[0].query, statements[0].params);
     for (const statement of statements) this.noteWrite(statement.query);
     const timestamp = options.timestamp === undefined ? {} : { timestamp: cassandra.types.Long.fromString(String(options.timestamp)) };
-    await this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: true, ...timestamp });
+    await measured(this.measures.batch, () => this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: true, ...timestamp }));
   }
 
   /**

@@ -146,7 +146,7 @@ describe("cassandra update streams and webhook queue", () => {
     // A reschedule through one handle is seen by the other's next walk.
     await engine.jobs.reschedule({ agentUserId: 22, jobId: head.jobId + 1 }, 1, 500);
     expect(await dispatcher.jobs.due(100, [], 10)).to.deep.equal([]);
-    expect(await dispatcher.jobs.due(500, [], 10)).to.deep.equal([{ jobId: head.jobId + 1, agentUserId: 22, body: "b2", attempts: 1, nextAttemptAt: 500 }]);
+    expect(await dispatcher.jobs.due(500, [], 10)).to.deep.equal([{ jobId: head.jobId + 1, agentUserId: 22, body: "b2", attempts: 1, nextAttemptAt: 500, queuedAt: 90 }]);
     // Rescheduling a job that is gone does not bring it back.
     await dispatcher.jobs.reschedule(head, 2, 600);
     expect((await engine.jobs.pending(22)).map((job) => job.body)).to.deep.equal(["b2"]);

@@ -14,7 +14,7 @@
 // only at the next walk: up to 5 s before a delivery.
 import { maxQueuedWebhooksPerAgent, type WebhookJob, type WebhookJobStore } from "../store.js";
 import type { CassandraContext } from "./context.js";
-import { bigintOf, type Cql, type Row, type Statement } from "./cql.js";
+import { bigintOf, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import { hourOf, sweepEntry } from "./sweep-index.js";
 
 /**
@@ -54,6 +54,7 @@ const jobOf = (agentUserId: number, row: Row): WebhookJob => ({
   body: row.body as string,
   attempts: (row.attempts as number | null) ?? 0,
   nextAttemptAt: Number(row.next_attempt_at),
+  queuedAt: numberOf(row.created_at),
 });
 
 function remember<K, V>(map: Map<K, V>, key: K, value: V): void {
@@ -178,7 +179,7 @@ export class AgentDelivery {
   /** Reads the agent's head into the cache (unless a write raced the read) and answers it. */
   async readHead(agentUserId: number): Promise<WebhookJob | null> {
     const before = this.writes.get(agentUserId);
-    const row = await this.cql.row("SELECT job_id, body, attempts, next_attempt_at FROM webhook_jobs WHERE agent_user_id = ? AND job_id >= ? LIMIT 1", [
+    const row = await this.cql.row("SELECT job_id, body, attempts, next_attempt_at, created_at FROM webhook_jobs WHERE agent_user_id = ? AND job_id >= ? LIMIT 1", [
       agentUserId,
       this.floors.get(agentUserId) ?? 0n,
     ]);
@@ -338,7 +339,7 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
     },
 
     async pending(agentUserId) {
-      const rows = await cql.rows("SELECT job_id, body, attempts, next_attempt_at FROM webhook_jobs WHERE agent_user_id = ? AND job_id >= ?", [
+      const rows = await cql.rows("SELECT job_id, body, attempts, next_attempt_at, created_at FROM webhook_jobs WHERE agent_user_id = ? AND job_id >= ?", [
         agentUserId,
         delivery.floors.get(agentUserId) ?? 0n,
       ]);

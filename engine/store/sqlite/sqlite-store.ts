@@ -25,6 +25,7 @@ import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
 import { outboxStore, outboxWriter, recorder, type Recorder } from "./outbox.js";
 import { mediaStore } from "./media.js";
+import { measureQueries } from "./measured-queries.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
 import { updateLogStore } from "./updates.js";
@@ -320,6 +321,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     db.close();
     throw err;
   }
+  measureQueries(db);
   const getUserNow = db.prepare<[number], UserRow>("SELECT * FROM users WHERE user_id = ?");
   const agentDelivery = agentDeliveryWriters(db);
   const recordAsLast = lastMessageWriter(db);

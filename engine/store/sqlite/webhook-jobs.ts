@@ -7,6 +7,7 @@ interface JobRow {
   body: string;
   attempts: number;
   next_attempt_at: number;
+  created_at: number;
 }
 
 const toJob = (row: JobRow): WebhookJob => ({
@@ -15,6 +16,7 @@ const toJob = (row: JobRow): WebhookJob => ({
   body: row.body,
   attempts: row.attempts,
   nextAttemptAt: row.next_attempt_at,
+  queuedAt: row.created_at,
 });
 
 /**
