@@ -9,12 +9,19 @@ import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";
-import { Inbox, type FanOutAppend } from "./inbox.js";
+import { Inbox, InboxPolicy, type FanOutAppend } from "./inbox.js";
 import { encodeEntry, snUpdateOf } from "./stream-entry.js";
 import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 import { MemoryPresenceRegistry } from "./presence/memory-presence-registry.js";
+
+async function eventuallyTrue(condition: () => boolean): Promise<void> {
+  for (let waited = 0; !condition(); waited += 5) {
+    if (waited > 5000) throw new Error("the condition never held");
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
 
 describe("Inbox actor", () => {
   let dir: string;
@@ -37,7 +44,7 @@ describe("Inbox actor", () => {
       ownership: new Ownership(store.leases, clock, "inbox-test"),
       presence: new MemoryPresenceRegistry(),
       // The Inbox is given its publisher directly in these tests.
-      pushes: { send: () => {} },
+      pushes: { send: async () => {} },
       webhookQueued: () => {},
     };
   });
@@ -57,7 +64,7 @@ describe("Inbox actor", () => {
     const published: PushEvent[] = [];
     let writes = 0;
     const counting: Store = { ...store, updates: { ...store.updates, append: (write) => (writes++, store.updates.append(write)) } };
-    const inbox = new Inbox({ ...deps, store: counting }, (event) => published.push(event));
+    const inbox = new Inbox({ ...deps, store: counting }, (event) => void published.push(event));
     const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => inbox.appendFanOuts([fanOut(i % 2 ? [501, 502] : [501], `n${i}`)])));
     expect(writes).to.equal(1);
     expect(answers.map(([sns]) => sns.find(([userId]) => userId === 501)![1])).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
@@ -67,6 +74,29 @@ describe("Inbox actor", () => {
     expect(published).to.have.length(25);
     expect(published[1]).to.deep.include({ recipients: [[501, 2], [502, 1]] });
     expect(published[1].update.snUpdate).to.deep.equal({ userProfileUpdated: { userId: 1, newNickname: "n1" } });
+  });
+
+  it("answers an append once its live push was delivered, and meanwhile takes the next write", async () => {
+    const deliveries: (() => void)[] = [];
+    const inbox = new Inbox(deps, () => new Promise<void>((delivered) => deliveries.push(delivered)));
+    let firstAnswered = false;
+    const first = inbox.appendFanOuts([fanOut([531], "pushed first")]).then(() => (firstAnswered = true));
+    await eventuallyTrue(() => deliveries.length === 1);
+    // The write is stored and its push under way: the answer waits for the push, the next write does not.
+    const second = inbox.appendFanOuts([fanOut([532], "next write")]);
+    await eventuallyTrue(() => deliveries.length === 2);
+    expect(firstAnswered).to.equal(false);
+    deliveries[0]();
+    await first;
+    deliveries[1]();
+    expect((await second)[0]).to.deep.equal([[532, 1]]);
+  });
+
+  it("answers an append whose push a gateway never answers after InboxPolicy.pushWaitMs", async () => {
+    const inbox = new Inbox(deps, () => new Promise<void>(() => {}));
+    const started = performance.now();
+    expect((await inbox.appendFanOuts([fanOut([533], "push lost")]))[0]).to.deep.equal([[533, 1]]);
+    expect(performance.now() - started).to.be.at.least(InboxPolicy.pushWaitMs - 50);
   });
 
   it("never forks a stream when two owners write it (a reshard): the stale one reloads and retries", async () => {

@@ -55,6 +55,14 @@ export const InboxPolicy = {
   pruneEvery: 500,
   /** Users whose latest sn is cached in memory. */
   cachedUsers: 100_000,
+  /**
+   * How long an append's answer waits for its live pushes. The answer acknowledges the event (a
+   * SendMessage, a stream's START), and what its sender does next (a stream's deltas, pushed
+   * straight from the conversation's engine) must not reach a socket before it; in a cluster the
+   * push goes through this engine, the presence registry and the gateway. A gateway that does not
+   * answer in time does not hold the sender back longer: its clients catch up by sn.
+   */
+  pushWaitMs: 1000,
 } as const;
 
 /** A fan-out as an inbox appends it: the entry encoded once, and the recipients this inbox owns. */
@@ -118,7 +126,8 @@ export class Inbox {
 
   constructor(
     private readonly deps: EngineDeps,
-    private readonly publish: (event: PushEvent) => void,
+    /** Sends a push; a promise, when answered, settles once it was delivered or failed. */
+    private readonly publish: (event: PushEvent) => Promise<void> | void,
     private readonly webhookQueued: (agentUserId: number) => void = () => {},
   ) {
     this.webhooks = new WebhookRouting(deps.store, deps.clock, webhookQueued);
@@ -185,20 +194,23 @@ export class Inbox {
     this.appendQueued = false;
     const taken = this.waiting.splice(0);
     try {
-      const sns = await this.append(taken.flatMap((waiting) => waiting.fanOuts));
-      let at = 0;
-      for (const waiting of taken) {
-        waiting.resolve(sns.slice(at, at + waiting.fanOuts.length));
-        at += waiting.fanOuts.length;
-      }
+      const { sns, pushed } = await this.append(taken.flatMap((waiting) => waiting.fanOuts));
+      // The answers wait for the pushes (InboxPolicy.pushWaitMs), the next write does not.
+      void settledWithin(pushed, InboxPolicy.pushWaitMs).then(() => {
+        let at = 0;
+        for (const waiting of taken) {
+          waiting.resolve(sns.slice(at, at + waiting.fanOuts.length));
+          at += waiting.fanOuts.length;
+        }
+      });
     } catch (err) {
       // Nothing of the write was stored: every fan-out in it stays recorded, to be finished again.
       for (const waiting of taken) waiting.reject(err);
     }
   }
 
-  /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes and any pruning. */
-  private async append(fanOuts: readonly FanOutAppend[]): Promise<AppendedSns> {
+  /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes (`pushed` settles with them) and any pruning. */
+  private async append(fanOuts: readonly FanOutAppend[]): Promise<{ sns: AppendedSns; pushed: Promise<unknown> }> {
     let recipients = await this.recipientsLacking(fanOuts);
     // Retries only ever drop recipients, so these cover every attempt.
     const users = [...new Set(recipients.flat())];
@@ -229,9 +241,7 @@ export class Inbox {
         continue;
       }
       for (const [userId, sn] of next) this.remember(userId, sn, fenceOfUser.get(userId));
-      fanOuts.forEach((fanOut, index) => {
-        if (sns[index].length > 0) this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] });
-      });
+      const pushes = fanOuts.flatMap((fanOut, index) => (sns[index].length > 0 ? [Promise.resolve(this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] }))] : []));
       for (const handoff of handoffs) if (handoff.bodies.length > 0) this.webhookQueued(handoff.agentUserId);
       for (const [userId, latest] of next) {
         const first = before.get(userId)! + 1;
@@ -239,7 +249,7 @@ export class Inbox {
           await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
         }
       }
-      return sns;
+      return { sns, pushed: Promise.all(pushes) };
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
   }
@@ -311,7 +321,7 @@ export class Inbox {
   async deliverCardAction(params: CardActionParams): Promise<void> {
     const { userId } = params;
     const update = { ...relatedParts(params), nonSnUpdate: { cardAction: params.cardAction } } as UpdateJson;
-    this.publish({ userIds: [userId], update });
+    void this.publish({ userIds: [userId], update });
     await this.serially(async () => {
       if (!(await this.webhooks.webhookUsers([userId], (agentUserId) => this.currentSn(agentUserId))).has(userId)) return;
       await this.deps.store.webhookJobs.enqueue(userId, JSON.stringify(update), this.deps.clock.now());
@@ -364,7 +374,18 @@ export function pushEphemeral(
     ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
     nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
   } as UpdateJson;
-  pushes.send({ update, userIds: [...userIds] } satisfies PushEvent);
+  void pushes.send({ update, userIds: [...userIds] } satisfies PushEvent);
+}
+
+/** Resolves when `work` settles or `ms` passes, whichever is first; never rejects. */
+function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    void work.finally(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }
 
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */

@@ -11,8 +11,11 @@ import type { PresenceRegistry } from "./presence/presence-registry.js";
 import { pushGatewayCalls } from "../shared/metrics.js";
 
 export interface Pushes {
-  /** Sends the update live to the recipients' connections; never throws (see above). */
-  send(event: PushEvent): void;
+  /**
+   * Sends the update live to the recipients' connections. Resolves once every gateway concerned
+   * answered (it wrote the frames) or failed; never rejects (see above).
+   */
+  send(event: PushEvent): Promise<void>;
 }
 
 /** How long a push waits for a gateway the registry names but this node has not discovered yet. */
@@ -50,8 +53,8 @@ export class PushRouter implements Pushes {
     });
   }
 
-  send(event: PushEvent): void {
-    this.route(event).catch((err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`));
+  send(event: PushEvent): Promise<void> {
+    return this.route(event).catch((err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`));
   }
 
   private async route(event: PushEvent): Promise<void> {
