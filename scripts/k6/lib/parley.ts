@@ -242,6 +242,11 @@ export class Gateway {
     if (this.lastSn === undefined || sn > this.lastSn) this.lastSn = sn;
   }
 
+  /** Moves the sn check past what the client took by GetDifference, without counting what came both ways. */
+  skipTo(sn: number): void {
+    if (this.lastSn === undefined || sn > this.lastSn) this.lastSn = sn;
+  }
+
   close(): Promise<void> {
     this.socket.close();
     return this.closed;
@@ -377,6 +382,9 @@ export function getDifference(session: Session, afterSn: number): SnUpdate[] {
 export function currentSn(session: Session): number {
   return rpc<{ state?: { latestSn?: number } }>("SyncService/GetCurrentState", {}, session.accessToken).state?.latestSn ?? 0;
 }
+
+/** The latency figures every scenario's summary prints (k6's default leaves out p99). */
+export const summaryTrendStats = ["avg", "med", "p(90)", "p(95)", "p(99)", "max"];
 
 /** A whole number from the environment (a scenario's size), or its default. */
 export function envNumber(name: string, fallback: number): number {

@@ -23,6 +23,7 @@ import {
   zeroDeliveryCounters,
   type Agent,
   type MessageEnvelope,
+  summaryTrendStats,
   type Session,
 } from "../lib/parley.ts";
 
@@ -30,6 +31,7 @@ const firstToken = new Trend("parley_stream_first_token_ms", true);
 const deltaToWatcher = new Trend("parley_stream_delta_push_ms", true);
 
 export const options: Options = {
+  summaryTrendStats,
   scenarios: {
     agentStreaming: { executor: "constant-vus", vus: envNumber("VUS", 10), duration: __ENV.DURATION || "30s", gracefulStop: "30s" },
   },
@@ -105,9 +107,11 @@ async function agentStreamingIteration(): Promise<void> {
     if (sentAt !== undefined) deltaToWatcher.add(delta.at - sentAt);
   }
   messagesLost.add(Math.max(0, tokens - deltas.length));
-  check(seen.map((w) => w.envelope.body?.stream?.phase), {
-    "the user watched START, every delta, then END": (phases) => phases[0] === "STREAM_PHASE_START" && phases.length === tokens + 2 && phases[phases.length - 1] === "STREAM_PHASE_END",
+  const phases = seen.map((w) => w.envelope.body?.stream?.phase);
+  const whole = check(phases, {
+    "the user watched START, every delta, then END": (p) => p[0] === "STREAM_PHASE_START" && p.length === tokens + 2 && p[p.length - 1] === "STREAM_PHASE_END",
   });
+  if (!whole) console.warn(`stream ${messageId} in ${agent.conversationId}: the user saw ${phases.map((p) => `${p?.replace("STREAM_PHASE_", "")}`).join(" ")}`);
   check(deltas.map((w) => w.envelope.body?.stream?.seq), { "deltas arrived in order": (seqs) => seqs.every((seq, i) => seq === i + 1) });
   check(seen[seen.length - 1]?.envelope.body?.stream?.accumulatedText ?? "", { "END carries the whole text": (text) => text.split(" ").filter(Boolean).length === tokens });
   await Promise.all([userSocket.close(), agentSocket.close()]);

@@ -4,9 +4,10 @@
 // MESSAGES per session (20), PAUSE_MS between sends (100).
 import { check } from "k6";
 import type { Options } from "k6/options";
-import { befriend, deliveryThresholds, envNumber, ExpectedMessages, Gateway, pause, sendText, signIn, zeroDeliveryCounters, guarded, type Session } from "../lib/parley.ts";
+import { befriend, deliveryThresholds, envNumber, ExpectedMessages, Gateway, pause, sendText, signIn, zeroDeliveryCounters, guarded, type Session, summaryTrendStats } from "../lib/parley.ts";
 
 export const options: Options = {
+  summaryTrendStats,
   scenarios: {
     chat: { executor: "constant-vus", vus: envNumber("VUS", 10), duration: __ENV.DURATION || "30s", gracefulStop: "15s" },
   },

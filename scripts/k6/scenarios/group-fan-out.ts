@@ -4,9 +4,10 @@
 // session (10), PAUSE_MS between posts (200).
 import { check } from "k6";
 import type { Options } from "k6/options";
-import { deliveryThresholds, envNumber, ExpectedMessages, Gateway, pause, rpc, sendText, signIn, waitUntil, zeroDeliveryCounters, guarded, type Session } from "../lib/parley.ts";
+import { deliveryThresholds, envNumber, ExpectedMessages, Gateway, pause, rpc, sendText, signIn, waitUntil, zeroDeliveryCounters, guarded, type Session, summaryTrendStats } from "../lib/parley.ts";
 
 export const options: Options = {
+  summaryTrendStats,
   scenarios: {
     groupFanOut: { executor: "constant-vus", vus: envNumber("VUS", 2), duration: __ENV.DURATION || "30s", gracefulStop: "30s" },
   },

@@ -5,11 +5,12 @@
 import { check } from "k6";
 import type { Options } from "k6/options";
 import { Trend } from "k6/metrics";
-import { envNumber, rpc, guarded, signIn } from "../lib/parley.ts";
+import { envNumber, rpc, guarded, signIn, summaryTrendStats } from "../lib/parley.ts";
 
 const signInTime = new Trend("parley_sign_in_ms", true);
 
 export const options: Options = {
+  summaryTrendStats,
   scenarios: {
     signInStorm: {
       executor: "ramping-arrival-rate",

@@ -20,10 +20,12 @@ import {
   waitUntil,
   zeroDeliveryCounters,
   type MessageEnvelope,
+  summaryTrendStats,
   type Pushed,
 } from "../lib/parley.ts";
 
 export const options: Options = {
+  summaryTrendStats,
   vus: 1,
   iterations: 1,
   thresholds: {

@@ -7,12 +7,13 @@ import { check, fail } from "k6";
 import http from "k6/http";
 import type { Options } from "k6/options";
 import { Counter, Trend } from "k6/metrics";
-import { createAgent, envNumber, messagesLost, nextClientMessageId, pause, rpc, rpcAsync, sidecarUrl, signIn, textBody, zeroDeliveryCounters, type Agent, guarded, type Session } from "../lib/parley.ts";
+import { createAgent, envNumber, messagesLost, nextClientMessageId, pause, rpc, rpcAsync, sidecarUrl, signIn, textBody, zeroDeliveryCounters, type Agent, guarded, type Session, summaryTrendStats } from "../lib/parley.ts";
 
 const webhookDelivery = new Trend("parley_webhook_delivery_ms", true);
 const badSignatures = new Counter("parley_webhook_bad_signatures");
 
 export const options: Options = {
+  summaryTrendStats,
   scenarios: {
     webhookAgents: { executor: "constant-vus", vus: envNumber("VUS", 5), duration: __ENV.DURATION || "30s", gracefulStop: "30s" },
   },
