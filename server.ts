@@ -1,7 +1,8 @@
 // The composition root: picks the adapters behind every port once, builds the services of the
 // requested roles into one Moleculer broker, and serves HTTP on one port through the edge front
 // SOCKET_DRIVER picks (edge/): the Connect API on an api node, /ws on a gateway node, /healthz and
-// /metrics on every node. `npm start` runs all roles in one process; ROLES picks some.
+// /metrics on every node. An api node also serves gRPC on GRPC_PORT (edge/grpc-front.ts). `npm
+// start` runs all roles in one process; ROLES picks some.
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
@@ -48,6 +49,7 @@ import { KafkaUpdateLog } from "./engine/log/kafka-update-log.js";
 import { MemoryUpdateLog } from "./engine/log/memory-update-log.js";
 import type { UpdateLog } from "./engine/log/update-log.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
+import { grpcFront } from "./edge/grpc-front.js";
 import { nodeFront } from "./edge/node-front.js";
 import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
 import { uwsFront } from "./edge/uws-front.js";
@@ -95,6 +97,8 @@ export interface Parley {
   port: number;
   /** Base URL of the node's HTTP port, e.g. http://127.0.0.1:8080. */
   url: string;
+  /** The bound gRPC port (GRPC_PORT) of a node serving the API; undefined when it serves none. */
+  grpcPort: number | undefined;
   /**
    * Stops gracefully: /healthz answers 503, new connections are refused, requests in flight get
    * up to `config.drainTimeoutMs` to finish, then the services stop (WebSockets close with 1001)
@@ -267,6 +271,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const front: EdgeFront = uws
     ? uwsFront({ uws, routes, timeouts, trustedProxies, api: () => wholeRequests, logger: routes.logger })
     : nodeFront({ routes, timeouts, api: (req, res) => api?.handle(req, res) ?? false, logger: routes.logger });
+  const grpc =
+    roles.includes("api") && config.grpcPort !== undefined
+      ? grpcFront({ api: () => api, httpPort: () => port, timeouts, logger: broker.getLogger("grpc") })
+      : undefined;
   if (servesClients) broker.createService(identityCacheService(clock));
   if (roles.includes("api")) {
     broker.createService(
@@ -316,6 +324,16 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   }
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
   const port = await front.listen(config.host, config.port);
+  let grpcPort: number | undefined;
+  try {
+    grpcPort = await grpc?.listen(config.host, config.grpcPort ?? 0);
+  } catch (err) {
+    // Nothing has been served yet: release what started, so the port can be tried again.
+    await front.close();
+    await broker.stop();
+    for (const cleanup of cleanups.reverse()) await cleanup();
+    throw err;
+  }
   // From the first scrape on, and not for a start that failed (a test process starts many nodes).
   const unlabelMetrics = labelMetricsWithNode(options.broker?.nodeID ?? config.cluster.nodeId, roles);
   cleanups.push(async () => unlabelMetrics());
@@ -327,6 +345,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     broker,
     port,
     url: `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${port}`,
+    grpcPort,
     stop() {
       if (stopping) {
         cutDrain();
@@ -339,12 +358,14 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
           let timer: NodeJS.Timeout | undefined;
           if (options.healthGraceMs) await Promise.race([cut, new Promise((resolve) => (timer = setTimeout(resolve, options.healthGraceMs)))]);
           clearTimeout(timer);
-          const dropped = await front.drain(config.drainTimeoutMs, cut);
+          const [dropped, droppedGrpc] = await Promise.all([front.drain(config.drainTimeoutMs, cut), grpc?.drain(config.drainTimeoutMs, cut) ?? 0]);
           if (dropped > 0) broker.logger.warn(`shutdown: cut ${dropped} HTTP connection(s) still busy when the drain ended`);
+          if (droppedGrpc > 0) broker.logger.warn(`shutdown: cut ${droppedGrpc} gRPC connection(s) still busy when the drain ended`);
         }
         // Services stop only once no request can reach them; the gateway closes its sockets here.
         await broker.stop();
         await front.close();
+        await grpc?.close();
         for (const cleanup of cleanups.reverse()) await cleanup();
       })();
       return stopping;

@@ -1,8 +1,10 @@
 // The stateless API tier: a Moleculer service that serves the Connect protocol (JSON and binary
 // protobuf) on the shared HTTP server and forwards each RPC to the engine action owning it.
 // Connect unary requests take the lean path (api/unary-http.ts); gRPC and gRPC-Web go through
-// Connect-ES's router.
-import type { IncomingMessage, ServerResponse } from "node:http";
+// Connect-ES's router, on the main port (gRPC-Web over HTTP/1.1) and on the gRPC port
+// (edge/grpc-front.ts, HTTP/2), where Connect-ES serves every protocol.
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { BlockList } from "node:net";
 import { createConnectRouter, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
@@ -12,7 +14,8 @@ import { Errors } from "../shared/errors.js";
 import { addressList, resolveClientAddress } from "../shared/ip.js";
 import { rpcDuration, rpcRequests } from "../shared/metrics.js";
 import { strictJsonDecoder } from "../shared/strict-json.js";
-import { errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
+import { connectErrorOf, errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
+import { detailedGrpcTrailer, detailedGrpcWebBody, grpcRefusal, protocolOf } from "./grpc-status.js";
 import { connectImplementation, requestFactsKey, type Procedure, type RequestFacts } from "./rpc.js";
 import { UnaryRpcHandler, type UnaryHttpHead, type UnaryHttpRequest, type UnaryHttpResponse } from "./unary-http.js";
 import { agentService } from "./services/agent.js";
@@ -73,7 +76,7 @@ export interface ApiOptions {
   leanUnary?: boolean;
 }
 
-function clientAddress(req: IncomingMessage, trustedProxies: BlockList | undefined): string {
+function clientAddress(req: { headers: IncomingHttpHeaders; socket: { remoteAddress?: string } }, trustedProxies: BlockList | undefined): string {
   const forwarded = req.headers["x-forwarded-for"];
   return resolveClientAddress(req.socket.remoteAddress ?? "", Array.isArray(forwarded) ? forwarded.join(",") : forwarded, trustedProxies);
 }
@@ -103,6 +106,12 @@ export interface ApiHandle {
   serveUnary(request: UnaryHttpRequest): Promise<UnaryHttpResponse>;
   /** The Connect-ES handler of a procedure path (undefined for an unknown one); its error answers carry their ErrorDetail, as handle()'s do. */
   universal(path: string): ConnectEsHandler | undefined;
+  /**
+   * Serves a request of the gRPC port (edge/grpc-front.ts) with Connect-ES, whatever its protocol
+   * (gRPC, gRPC-Web, Connect); a path naming no procedure is refused in the request's protocol.
+   * `host` stands for the Host header where procedures read it (the URLs they hand out).
+   */
+  serveHttp2(req: Http2ServerRequest, res: Http2ServerResponse, host: string): void;
 }
 
 export function apiService(onReady: (api: ApiHandle) => void, options: ApiOptions = {}): ServiceSchema {
@@ -130,9 +139,9 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
       const connectEs = new Map<string, ConnectEsHandler>();
       for (const handler of router.handlers) connectEs.set(handler.requestPath, normalizedConnectEs(handler));
 
-      const fail = (res: ServerResponse, procedure: string, err: unknown) => {
+      const fail = (res: ServerResponse | Http2ServerResponse, procedure: string, err: unknown) => {
         // A client that went away mid-answer is no fault of ours: nobody to answer, nothing to report.
-        if (res.destroyed) return;
+        if (clientGone(res)) return;
         this.logger.error("failed to answer an RPC", err);
         rpcRequests.inc({ procedure, code: "internal" });
         if (res.headersSent) res.destroy();
@@ -162,11 +171,13 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
         });
       };
 
-      const serveConnectEs = (req: IncomingMessage, res: ServerResponse, path: string, handler: ConnectEsHandler) => {
-        const facts = { clientIp: clientAddress(req, trustedProxies), host: req.headers.host ?? "" };
-        // Connect builds a URL from the Host header, of which it reads only the path: a request
-        // without a Host (HTTP/1.0) gets a stand-in. Hosts that make no URL never get this far.
-        req.headers.host ||= "localhost";
+      const serveConnectEs = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, path: string, handler: ConnectEsHandler, host = req.headers.host ?? "") => {
+        const facts = { clientIp: clientAddress(req, trustedProxies), host };
+        // Connect builds a URL from the Host header (HTTP/2: :authority), of which it reads only
+        // the path: a request without one (HTTP/1.0) gets a stand-in. Hosts that make no URL never
+        // get this far.
+        if ("authority" in req) req.headers[":authority"] ||= req.headers.host || "localhost";
+        else req.headers.host ||= "localhost";
         let universalRequest: UniversalServerRequest;
         try {
           universalRequest = universalRequestFromNodeRequest(req, res, undefined, undefined);
@@ -192,8 +203,28 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
         return true;
       };
 
+      const serveHttp2 = (req: Http2ServerRequest, res: Http2ServerResponse, host: string) => {
+        const path = req.url.split("?", 1)[0];
+        const handler = connectEs.get(path);
+        if (handler) {
+          serveConnectEs(req, res, path, handler, host);
+          return;
+        }
+        const contentType = req.headers["content-type"] ?? "";
+        const protocol = protocolOf(contentType);
+        if (protocol === "connect") {
+          // The lean path's own answer to a path that names no procedure (it counts it too).
+          send(res, unary.answerBeforeBody({ method: req.method, path, headers: req.headers as Record<string, string | undefined> })!);
+          return;
+        }
+        count("unknown", "unimplemented", performance.now());
+        const refusal = grpcRefusal(protocol, contentType, connectErrorOf(Errors.unimplemented, {}, `no such procedure: ${path}`));
+        universalResponseToNodeResponse(refusal, res).catch((err: unknown) => fail(res, path, err));
+      };
+
       onReady({
         handle,
+        serveHttp2,
         isLean: (method, path, contentType) => unary.servesLean(method, path, contentType),
         answerBeforeBody: (head) => unary.answerBeforeBody(head),
         bodyTooLarge: (path) => unary.bodyTooLarge(path),
@@ -205,20 +236,34 @@ export function apiService(onReady: (api: ApiHandle) => void, options: ApiOption
 }
 
 /**
- * A Connect-ES handler whose error answers get their ErrorDetail (normalizeErrorBody): Connect-ES
- * writes its own refusals (bodies it cannot read, content types, methods) without one.
+ * A Connect-ES handler whose error answers get their ErrorDetail: Connect-ES writes its own
+ * refusals (bodies it cannot read, content types, methods, limits) without one. A Connect error
+ * body is completed by normalizeErrorBody, gRPC trailers (gRPC-Web: the trailer frame) by
+ * api/grpc-status.ts. A gRPC or gRPC-Web answer is read whole first, since its status comes last;
+ * every method of ours is unary.
  */
 function normalizedConnectEs(handler: UniversalHandler): ConnectEsHandler {
   const procedure = handler.requestPath;
   return async (request, facts) => {
     const startedAt = performance.now();
+    const protocol = protocolOf(request.header.get("content-type"));
     const response = await handler({ ...request, contextValues: createContextValues().set(requestFactsKey, facts) });
-    if (response.status === 200) {
+    if (response.status === 200 && protocol === "connect") {
       count(procedure, "ok", startedAt);
       return response;
     }
     const chunks: Uint8Array[] = [];
     if (response.body) for await (const chunk of response.body) chunks.push(chunk);
+    if (response.status === 200 && protocol === "grpc") {
+      const { trailer, code } = detailedGrpcTrailer(response.trailer ?? new Headers());
+      count(procedure, code, startedAt);
+      return { ...response, trailer, body: chunks.length > 0 ? oneChunk(Buffer.concat(chunks)) : undefined };
+    }
+    if (response.status === 200 && protocol === "grpc-web") {
+      const { body, code } = detailedGrpcWebBody(Buffer.concat(chunks));
+      count(procedure, code, startedAt);
+      return { ...response, body: oneChunk(body) };
+    }
     const normalized = normalizeErrorBody(response.status, Buffer.concat(chunks));
     count(procedure, normalized.code, startedAt);
     const header = new Headers(response.header);
@@ -236,10 +281,15 @@ async function* oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
   yield body;
 }
 
-function send(res: ServerResponse, answer: UnaryHttpResponse): void {
+function send(res: ServerResponse | Http2ServerResponse, answer: UnaryHttpResponse): void {
   // A client that went away has nobody to hear the answer.
-  if (res.destroyed) return;
+  if (clientGone(res)) return;
   res.writeHead(answer.status, answer.headers).end(answer.body);
+}
+
+/** Whether the connection (HTTP/2: the stream) of an answer is gone; an HTTP/2 response has no `destroyed` of its own. */
+function clientGone(res: ServerResponse | Http2ServerResponse): boolean {
+  return "stream" in res ? res.stream.destroyed : res.destroyed;
 }
 
 const tooLarge = Symbol("body too large");

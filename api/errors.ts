@@ -67,22 +67,31 @@ export interface ConnectErrorJson {
 export function normalizeErrorJson(status: number, error: ConnectErrorJson): { status: number; json: ConnectErrorJson; code: string; changed: boolean } {
   let parsed = error;
   let changed = false;
-  if (parsed.code === "internal" && parsed.message?.startsWith("parse binary:")) {
+  if (parsed.code === "internal" && isUndecodableBody(Code.Internal, parsed.message)) {
     parsed = { code: "invalid_argument", message: parsed.message };
     status = 400;
     changed = true;
   }
   if (!parsed.code || (parsed.details && parsed.details.length > 0)) return { status, json: parsed, code: parsed.code ?? "unknown", changed };
-  const code = codeFromString(parsed.code) ?? Code.Internal;
-  const entry =
-    code === Code.InvalidArgument
-      ? Errors.malformedRequest
-      : code === Code.ResourceExhausted
-        ? Errors.requestTooLarge
-        : catalogueEntryForCode(code);
+  const entry = protocolErrorEntry(codeFromString(parsed.code) ?? Code.Internal);
   parsed.details = errorDetailsJson(entry);
   parsed.message ??= entry.message;
   return { status, json: parsed, code: parsed.code, changed: true };
+}
+
+/**
+ * The catalogue entry of an error Connect-ES raised itself, before our code ran: the request could
+ * not be read (invalid_argument), was too large (resource_exhausted), or a generic entry of the code.
+ */
+export function protocolErrorEntry(code: Code): CatalogueEntry {
+  if (code === Code.InvalidArgument) return Errors.malformedRequest;
+  if (code === Code.ResourceExhausted) return Errors.requestTooLarge;
+  return catalogueEntryForCode(code);
+}
+
+/** Whether Connect-ES's error says a protobuf body could not be decoded, which it reports as internal. */
+export function isUndecodableBody(code: Code, message: string | undefined): boolean {
+  return code === Code.Internal && message?.startsWith("parse binary:") === true;
 }
 
 /** normalizeErrorJson for an error body in bytes, as Connect-ES hands it over; a body that is not JSON stays as it is. */

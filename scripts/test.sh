@@ -18,6 +18,9 @@ summary_dir="$(mktemp -d)"
 trap 'rm -rf "$tls_dir" "$summary_dir"' EXIT
 export PARLEY_TEST_TLS_DIR="$tls_dir"
 export NODE_EXTRA_CA_CERTS="$tls_dir/ca.pem"
+# Servers the tests start as processes (npm start) take any free gRPC port, never the default
+# 8081, which another server on this machine may hold; the local cluster's test names its own.
+export GRPC_PORT=0
 if [ "$#" -gt 0 ]; then
   exec node --import tsx scripts/run-tests.ts "$@"
 fi

@@ -11,6 +11,11 @@ export type CodeDelivery =
 export interface ParleyConfig {
   host: string;
   port: number;
+  /**
+   * The cleartext HTTP/2 port an api process serves gRPC and gRPC-Web on (GRPC_PORT): gRPC needs
+   * HTTP/2, which the main port's uWS front does not speak. 0 binds any free port; undefined: none.
+   */
+  grpcPort: number | undefined;
   dataDir: string;
   publicUrl: string | undefined;
   publicWsUrl: string | undefined;
@@ -235,6 +240,15 @@ function choiceSetting<T extends string>(env: NodeJS.ProcessEnv, name: string, c
   return raw as T;
 }
 
+/** The port gRPC clients call when GRPC_PORT is unset: beside the default PORT. */
+export const defaultGrpcPort = 8081;
+
+/** GRPC_PORT: a port (0: any free one, as for PORT), `off` for none, unset for defaultGrpcPort. */
+function grpcPortSetting(env: NodeJS.ProcessEnv): number | undefined {
+  if (env.GRPC_PORT?.trim() === "off") return undefined;
+  return integerSetting(env, "GRPC_PORT", defaultGrpcPort, 0, 65535, ", or off");
+}
+
 /** A limit per minute; 0 turns it off. */
 const perMinute = (env: NodeJS.ProcessEnv, name: string, fallback: number) => integerSetting(env, name, fallback, 0, 1_000_000, " (0 turns the limit off)");
 
@@ -252,6 +266,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   return {
     host: env.HOST || "0.0.0.0",
     port: integerSetting(env, "PORT", 8080, 0, 65535),
+    grpcPort: grpcPortSetting(env),
     dataDir: resolve(env.DATA_DIR || "./data"),
     publicUrl: env.PUBLIC_URL || undefined,
     publicWsUrl: env.PUBLIC_WS_URL || undefined,

@@ -17,6 +17,8 @@ export interface ClusterLayout {
   nodes: ClusterNode[];
   /** The health aggregator nginx sends /healthz to. */
   healthPort: number;
+  /** The front's gRPC listener (GRPC_PORT), passing to the api nodes' gRPC ports; undefined with GRPC_PORT=off. */
+  grpcPort: number | undefined;
   /** nginx's configuration, pid and logs. */
   frontDir: string;
   restartDelayMs: number;
@@ -42,8 +44,17 @@ function count(env: NodeJS.ProcessEnv, name: string, fallback: number, min: numb
   return value;
 }
 
+/** An api node's gRPC port, 2000 above its HTTP port. */
+function apiGrpcPort(httpPort: number): number {
+  const port = httpPort + 2000;
+  if (port > 65535) throw new Error(`CLUSTER_BASE_PORT is too high for the api nodes' gRPC ports (${port} > 65535); lower it, or set GRPC_PORT=off`);
+  return port;
+}
+
 export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): ClusterLayout {
-  // Room above it for the nodes' HTTP ports and, 1000 higher, their bus ports.
+  if (config.grpcPort === 0) throw new Error("GRPC_PORT=0: the cluster's front listens for gRPC on a fixed port; name one, or off");
+  // Room above it for the nodes' HTTP ports, 1000 higher their bus ports, 2000 higher the api
+  // nodes' gRPC ports.
   const basePort = count(env, "CLUSTER_BASE_PORT", 18_000, 1024, 64_000);
   const frontHost = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
   const frontUrl = `http://${frontHost}:${config.port}`;
@@ -51,6 +62,7 @@ export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): Clu
   const layout: ClusterLayout = {
     nodes: [],
     healthPort: basePort,
+    grpcPort: config.grpcPort,
     frontDir: join(config.dataDir, "cluster", "front"),
     restartDelayMs: 1_000,
     cassandra: { contactPoint: "127.0.0.1:9042", keyspace: env.CASSANDRA_KEYSPACE || "parley" },
@@ -73,6 +85,7 @@ export function clusterLayout(env: NodeJS.ProcessEnv, config: ParleyConfig): Clu
           NODE_ID: name,
           HOST: "127.0.0.1",
           PORT: String(port),
+          GRPC_PORT: role === "api" && config.grpcPort !== undefined ? String(apiGrpcPort(port)) : "off",
           DATA_DIR: join(config.dataDir, "cluster", "nodes", name),
           TRANSPORTER: "",
           STORE: "cassandra",

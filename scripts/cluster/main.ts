@@ -1,7 +1,8 @@
 // `npm run cluster`: the card's deployment on this machine. It starts the real backing services
 // (`npm run services -- up cassandra kafka redis s3`), prepares them (keyspace, bucket), starts the
 // Parley processes by role with their pid files under DATA_DIR/cluster/pids, a health aggregator,
-// and nginx in front on HOST:PORT balancing the Connect API and /ws. A Parley process that exits
+// and nginx in front on HOST:PORT balancing the Connect API and /ws (and gRPC on HOST:GRPC_PORT
+// over the api nodes' gRPC ports). A Parley process that exits
 // without being asked is started again (as an orchestrator would). SIGTERM or SIGINT stops the
 // Parley processes gracefully, then nginx, then the backing services this run started.
 import { spawn, type ChildProcess } from "node:child_process";
@@ -173,12 +174,17 @@ try {
       apiUpstreams: layout.nodes.filter((node) => node.role === "api").map((node) => `127.0.0.1:${node.port}`),
       gatewayUpstreams: layout.nodes.filter((node) => node.role === "gateway").map((node) => `127.0.0.1:${node.port}`),
       healthUpstream: `127.0.0.1:${layout.healthPort}`,
+      grpc:
+        layout.grpcPort === undefined
+          ? undefined
+          : { listenPort: layout.grpcPort, upstreams: layout.nodes.filter((node) => node.role === "api").map((node) => `127.0.0.1:${node.env.GRPC_PORT}`) },
       runDir: layout.frontDir,
     }),
   );
   await startNginx(confPath, layout.frontDir);
   const seconds = ((performance.now() - began) / 1000).toFixed(1);
-  log(`ready after ${seconds} s on http://${config.host}:${config.port} (${layout.nodes.map((node) => node.name).join(", ")}; pids in ${pidDir}, logs in ${logDir})`);
+  const grpc = layout.grpcPort === undefined ? "" : `, gRPC on ${config.host}:${layout.grpcPort}`;
+  log(`ready after ${seconds} s on http://${config.host}:${config.port}${grpc} (${layout.nodes.map((node) => node.name).join(", ")}; pids in ${pidDir}, logs in ${logDir})`);
 } catch (err) {
   console.error(`cluster: ${(err as Error).message}`);
   await stopAll();

@@ -5,8 +5,10 @@
 // The nginx front reads its upstreams from the environment (the cluster's nodes are not services
 // this script starts): NGINX_LISTEN (host:port, default 127.0.0.1:8000), NGINX_API_UPSTREAMS
 // (comma-separated host:port of the api nodes, default 127.0.0.1:8080), NGINX_GATEWAY_UPSTREAMS
-// (default: the api list), NGINX_HEALTH_UPSTREAM (default: the first api node). `up nginx` again
-// with other lists reloads the running front (SIGHUP) instead of restarting it.
+// (default: the api list), NGINX_HEALTH_UPSTREAM (default: the first api node), and for a gRPC
+// listener on the same host NGINX_GRPC_PORT with NGINX_GRPC_UPSTREAMS (the api nodes' GRPC_PORTs;
+// none unless both are set). `up nginx` again with other lists reloads the running front (SIGHUP)
+// instead of restarting it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadConfig } from "../../shared/config.js";
@@ -85,7 +87,8 @@ const services: Record<string, BackingService> = {
         writeFileSync(paths.config, config);
       }
       const instance = await startNginx(paths.config, runDir);
-      const upstreams = `api ${options.apiUpstreams.join(",")}; ws ${options.gatewayUpstreams.join(",")}; healthz ${options.healthUpstream}`;
+      const grpc = options.grpc ? `; gRPC on :${options.grpc.listenPort} to ${options.grpc.upstreams.join(",")}` : "";
+      const upstreams = `api ${options.apiUpstreams.join(",")}; ws ${options.gatewayUpstreams.join(",")}; healthz ${options.healthUpstream}${grpc}`;
       const listen = `nginx ${instance.version} on ${options.listenHost}:${options.listenPort}`;
       if (instance.started) return `${listen} started (pid ${instance.pid}); ${upstreams}`;
       if (!changed) return `${listen} already running (pid ${instance.pid}); ${upstreams}`;
@@ -106,12 +109,16 @@ function frontOptions(env: NodeJS.ProcessEnv, runDir: string) {
   const listen = /^(.+):(\d{1,5})$/.exec(env.NGINX_LISTEN ?? "127.0.0.1:8000");
   if (!listen) throw new Error(`NGINX_LISTEN must be host:port; got ${JSON.stringify(env.NGINX_LISTEN)}`);
   const apiUpstreams = hostPorts("NGINX_API_UPSTREAMS", env.NGINX_API_UPSTREAMS ?? "127.0.0.1:8080");
+  const grpcPort = env.NGINX_GRPC_PORT;
+  if (grpcPort !== undefined && !/^\d{1,5}$/.test(grpcPort)) throw new Error(`NGINX_GRPC_PORT must be a port number; got ${JSON.stringify(grpcPort)}`);
+  if ((grpcPort === undefined) !== (env.NGINX_GRPC_UPSTREAMS === undefined)) throw new Error("NGINX_GRPC_PORT and NGINX_GRPC_UPSTREAMS go together: the gRPC listener needs both");
   return {
     listenHost: listen[1].replace(/^\[|\]$/g, ""),
     listenPort: Number(listen[2]),
     apiUpstreams,
     gatewayUpstreams: env.NGINX_GATEWAY_UPSTREAMS ? hostPorts("NGINX_GATEWAY_UPSTREAMS", env.NGINX_GATEWAY_UPSTREAMS) : apiUpstreams,
     healthUpstream: env.NGINX_HEALTH_UPSTREAM ?? apiUpstreams[0],
+    grpc: grpcPort === undefined ? undefined : { listenPort: Number(grpcPort), upstreams: hostPorts("NGINX_GRPC_UPSTREAMS", env.NGINX_GRPC_UPSTREAMS ?? "") },
     runDir,
   };
 }

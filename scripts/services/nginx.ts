@@ -1,5 +1,6 @@
 // nginx as the front of a Parley cluster: one address for clients, the Connect API and media
-// downloads balanced over the api nodes, /ws over the gateway nodes, /healthz to one chosen node.
+// downloads balanced over the api nodes, /ws over the gateway nodes, /healthz to one chosen node;
+// optionally a second, HTTP/2 listener passing gRPC to the api nodes' gRPC ports (GRPC_PORT).
 //
 // Install: Debian's own nginx (bookworm: 1.22.1) unpacked into the cache by debian-packages.ts;
 // nothing system-wide changes. Its compiled-in paths (/etc/nginx, /var/lib/nginx, /var/log/nginx)
@@ -13,7 +14,8 @@ import { userInfo } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { maxRequestBytes } from "../../api/api-service.js";
-import { errorBodyJson } from "../../api/errors.js";
+import { connectErrorOf, errorBodyJson } from "../../api/errors.js";
+import { grpcStatusHeaders } from "../../api/grpc-status.js";
 import { Errors } from "../../shared/errors.js";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
 import { unpackDebianPackages } from "./debian-packages.js";
@@ -44,6 +46,8 @@ export interface FrontOptions {
   gatewayUpstreams: string[];
   /** host:port of the node whose /healthz the front answers with. */
   healthUpstream: string;
+  /** A listener for gRPC on `listenHost`, balanced over the api nodes' gRPC ports; none when left out. */
+  grpc?: { listenPort: number; upstreams: string[] };
   /** Where the pid file, the logs and the temporary files go. */
   runDir: string;
 }
@@ -77,6 +81,60 @@ function nginxString(text: string): string {
   return text;
 }
 
+/** `host:port` for nginx's listen directive. */
+function listenOn(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/**
+ * The gRPC listener: cleartext HTTP/2 with prior knowledge (nginx 1.22 serves no HTTP/1.1 on such
+ * a listener, so gRPC-Web over HTTP/1.1 stays on the main listener), passed over HTTP/2 to the api
+ * nodes' gRPC ports. The Host passed on names the front's main listener, so the URLs an api node
+ * hands out (downloads, wsUrl) lead back here rather than to the gRPC port or the node.
+ */
+function grpcServerBlock(options: FrontOptions, grpc: NonNullable<FrontOptions["grpc"]>): string {
+  // nginx's own refusal of an oversized body, in the form a gRPC client reads: the status and the
+  // ErrorDetail an api node gives (a trailers-only answer; gRPC clients read grpc-status over 204).
+  const tooLarge = grpcStatusHeaders(connectErrorOf(Errors.requestTooLarge));
+  return `
+  upstream parley_grpc {
+    zone parley_grpc 64k;
+    least_conn;
+${serverLines(grpc.upstreams)}
+    keepalive 64;
+    # Below the api node's 65 s idle close of an HTTP/2 connection.
+    keepalive_timeout 30s;
+  }
+
+  server {
+    listen ${listenOn(options.listenHost, grpc.listenPort)} http2;
+
+    grpc_set_header Host $host:${options.listenPort};
+    grpc_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    grpc_connect_timeout 2s;
+    grpc_read_timeout 60s;
+    grpc_send_timeout 60s;
+    # As for the Connect API: a call is retried on another node only if it was never sent.
+    grpc_next_upstream error timeout;
+    grpc_next_upstream_tries 2;
+    grpc_next_upstream_timeout 10s;
+
+    error_page 413 = @grpc_request_too_large;
+    location @grpc_request_too_large {
+      default_type application/grpc;
+      add_header grpc-status ${nginxString(tooLarge.get("grpc-status") ?? "")} always;
+      add_header grpc-message '${nginxString(tooLarge.get("grpc-message") ?? "")}' always;
+      add_header grpc-status-details-bin '${nginxString(tooLarge.get("grpc-status-details-bin") ?? "")}' always;
+      return 204;
+    }
+
+    location / {
+      grpc_pass grpc://parley_grpc;
+    }
+  }
+`;
+}
+
 /** A complete nginx.conf for a front with these upstreams; it reads nothing outside `runDir`. */
 export function renderFrontConfig(options: FrontOptions): string {
   const paths = nginxPaths(options.runDir);
@@ -86,7 +144,7 @@ export function renderFrontConfig(options: FrontOptions): string {
   // Past the API's own limit, so an oversized upload gets the API's Connect error rather than
   // nginx's HTML 413 page.
   const maxBodyMiB = Math.ceil(maxRequestBytes / (1024 * 1024)) + 1;
-  const listen = options.listenHost.includes(":") ? `[${options.listenHost}]:${options.listenPort}` : `${options.listenHost}:${options.listenPort}`;
+  const listen = listenOn(options.listenHost, options.listenPort);
   return `# Written by scripts/services/nginx.ts; edits are overwritten.
 ${user}daemon off;
 worker_processes auto;
@@ -200,7 +258,7 @@ ${serverLines([options.healthUpstream])}
       proxy_read_timeout 60s;
     }
   }
-}
+${options.grpc ? grpcServerBlock(options, options.grpc) : ""}}
 `;
 }
 

@@ -87,7 +87,8 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
   const nodes = Object.fromEntries(names.map((name, index) => [name, started[index]]));
   const hostPort = (node: Parley) => `127.0.0.1:${node.port}`;
   const withRole = (role: Role) => names.filter((name) => clusterTopology[name].includes(role)).map((name) => hostPort(nodes[name]));
-  const front = await startTestFront({ api: withRole("api"), gateway: withRole("gateway"), health: hostPort(nodes.api1) }).catch(async (error: unknown) => {
+  const grpcPorts = names.flatMap((name) => (nodes[name].grpcPort === undefined ? [] : [`127.0.0.1:${nodes[name].grpcPort}`]));
+  const front = await startTestFront({ api: withRole("api"), gateway: withRole("gateway"), health: hostPort(nodes.api1), grpc: grpcPorts.length > 0 ? grpcPorts : undefined }).catch(async (error: unknown) => {
     await Promise.all(started.map((node) => node.stop()));
     throw error;
   });
@@ -98,6 +99,7 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
     broker: nodes.api1.broker,
     port: front.port,
     url: front.url,
+    grpcPort: front.grpcPort,
     stop() {
       stopping ??= (async () => {
         await front.stop();

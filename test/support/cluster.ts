@@ -40,6 +40,7 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
       CASSANDRA_KEYSPACE: testKeyspace("cluster"),
       CLUSTER_BASE_PORT: String(await freeBasePort()),
+      GRPC_PORT: String(await freeStablePort()),
       // Limits a load test would trip over, out of reach as for every test server.
       VERIFY_CODES_PER_ADDRESS_PER_MINUTE: "0",
       VERIFY_CODES_PER_MINUTE: "0",
@@ -62,8 +63,8 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
   return { cluster: { url: `http://127.0.0.1:${port}`, dataDir, codesFile }, child };
 }
 
-/** The cluster's node ports (base +1..+16) and their bus ports (+1001..+1016), all free. */
-const freeBasePort = () => freeStablePort(Array.from({ length: 16 }, (_, i) => [1 + i, 1001 + i]).flat());
+/** The cluster's node ports (base +1..+16), their bus ports (+1001..+1016) and the api nodes' gRPC ports (+2001..+2016), all free. */
+const freeBasePort = () => freeStablePort(Array.from({ length: 16 }, (_, i) => [1 + i, 1001 + i, 2001 + i]).flat());
 
 export async function testCluster(): Promise<TestCluster> {
   running ??= start();

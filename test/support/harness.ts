@@ -137,13 +137,14 @@ function whileRunning(parley: Parley, dataDir: string): Parley {
 }
 
 /**
- * A test server's configuration: loopback on an ephemeral port, codes to `<dataDir>/codes.jsonl`,
+ * A test server's configuration: loopback on ephemeral ports (HTTP and gRPC), codes to `<dataDir>/codes.jsonl`,
  * the suite's socket driver and store, abuse limits out of reach; `env` adds or overrides.
  */
 export async function testConfig(dataDir: string, env: Record<string, string> = {}): Promise<ParleyConfig> {
   return loadConfig({
     HOST: "127.0.0.1",
     PORT: "0",
+    GRPC_PORT: "0",
     DATA_DIR: dataDir,
     CODE_DELIVERY: `file:${join(dataDir, "codes.jsonl")}`,
     LOG_LEVEL: "warn",

@@ -14,12 +14,16 @@ export interface TestFrontUpstreams {
   gateway?: string[];
   /** host:port of the node answering /healthz; the first api node when left out. */
   health?: string;
+  /** host:port of each api node's gRPC port: the front then also listens for gRPC (HTTP/2). */
+  grpc?: string[];
 }
 
 export interface TestFront {
   /** http://127.0.0.1:<port> */
   url: string;
   port: number;
+  /** The front's gRPC listener, when the upstreams named gRPC ports. */
+  grpcPort: number | undefined;
   runDir: string;
   /** Points the running front at other nodes (SIGHUP); open WebSockets stay on their old node. */
   reload(upstreams: TestFrontUpstreams): Promise<void>;
@@ -32,11 +36,20 @@ export async function startTestFront(upstreams: TestFrontUpstreams): Promise<Tes
   mkdirSync(testServicesDir, { recursive: true });
   const runDir = mkdtempSync(join(testServicesDir, "nginx-"));
   const configPath = join(runDir, "nginx.conf");
-  const port = await freeStablePort();
+  const port = await freeStablePort(upstreams.grpc ? [0, 1] : [0]);
+  const grpcPort = upstreams.grpc ? port + 1 : undefined;
   const write = (chosen: TestFrontUpstreams) =>
     writeFileSync(
       configPath,
-      renderFrontConfig({ listenHost: "127.0.0.1", listenPort: port, apiUpstreams: chosen.api, gatewayUpstreams: chosen.gateway ?? chosen.api, healthUpstream: chosen.health ?? chosen.api[0], runDir }),
+      renderFrontConfig({
+        listenHost: "127.0.0.1",
+        listenPort: port,
+        apiUpstreams: chosen.api,
+        gatewayUpstreams: chosen.gateway ?? chosen.api,
+        healthUpstream: chosen.health ?? chosen.api[0],
+        grpc: grpcPort !== undefined && chosen.grpc ? { listenPort: grpcPort, upstreams: chosen.grpc } : undefined,
+        runDir,
+      }),
     );
   write(upstreams);
   running.add(runDir);
@@ -49,6 +62,7 @@ export async function startTestFront(upstreams: TestFrontUpstreams): Promise<Tes
   return {
     url: `http://127.0.0.1:${port}`,
     port,
+    grpcPort,
     runDir,
     reload: async (chosen) => {
       write(chosen);
