@@ -326,7 +326,12 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const port = await front.listen(config.host, config.port);
   let grpcPort: number | undefined;
   try {
-    grpcPort = await grpc?.listen(config.host, config.grpcPort ?? 0);
+    grpcPort = await grpc?.listen(config.host, config.grpcPort ?? 0).catch(async (err: unknown) => {
+      if (!(config.grpcPortIsDefault && (err as NodeJS.ErrnoException).code === "EADDRINUSE")) throw err;
+      broker.logger.warn(`gRPC is not served: its default port ${config.grpcPort} is in use by another process; set GRPC_PORT to serve it`);
+      await grpc?.close();
+      return undefined;
+    });
   } catch (err) {
     // Nothing has been served yet: release what started, so the port can be tried again.
     await front.close();

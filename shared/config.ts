@@ -16,6 +16,12 @@ export interface ParleyConfig {
    * HTTP/2, which the main port's uWS front does not speak. 0 binds any free port; undefined: none.
    */
   grpcPort: number | undefined;
+  /**
+   * Whether GRPC_PORT was left unset (grpcPort is then the default): a default port another
+   * process holds leaves gRPC off with a warning instead of failing the start, so two servers on
+   * one machine started with different PORTs alone (as tests and operators do) both start.
+   */
+  grpcPortIsDefault: boolean;
   dataDir: string;
   publicUrl: string | undefined;
   publicWsUrl: string | undefined;
@@ -267,6 +273,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     host: env.HOST || "0.0.0.0",
     port: integerSetting(env, "PORT", 8080, 0, 65535),
     grpcPort: grpcPortSetting(env),
+    grpcPortIsDefault: (env.GRPC_PORT ?? "").trim() === "",
     dataDir: resolve(env.DATA_DIR || "./data"),
     publicUrl: env.PUBLIC_URL || undefined,
     publicWsUrl: env.PUBLIC_WS_URL || undefined,

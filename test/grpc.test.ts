@@ -6,6 +6,7 @@
 // them: the status code, and the ErrorDetail inside the google.rpc.Status of grpc-status-details-bin.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import net from "node:net";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
@@ -310,6 +311,48 @@ describe("gRPC and gRPC-Web (GRPC_PORT)", function () {
     it("refuses a body past its limit itself, as a gRPC status carrying the ErrorDetail an api node gives", async () => {
       const { detail } = await failureOf(rawCall(grpcClient("UserService", frontAddress), "/api.v1.MediaService/UploadFile", new Uint8Array(10 * 1024 * 1024)), grpc.status.RESOURCE_EXHAUSTED);
       expect(detail.errorName).to.equal(Errors.requestTooLarge.errorName);
+    });
+  });
+
+  describe("a gRPC port another process holds", () => {
+    /** Holds `port` on 127.0.0.1 if it is free; a port someone else holds is taken all the same. */
+    async function holdPort(port: number): Promise<net.Server | undefined> {
+      const holder = net.createServer();
+      return new Promise((resolve) => {
+        holder.once("error", () => resolve(undefined));
+        holder.listen(port, "127.0.0.1", () => resolve(holder));
+      });
+    }
+
+    it("with GRPC_PORT unset, the server starts without gRPC rather than failing (two servers on one machine, told apart by PORT)", async function () {
+      if (testTopology === "cluster") this.skip(); // one process's start; the cluster's nodes get their ports
+      const holder = await holdPort(defaultGrpcPort);
+      const second = await startTestServer({ topology: "single", env: { GRPC_PORT: "" } });
+      try {
+        expect(second.grpcPort).to.equal(undefined);
+        expect((await fetch(`${second.url}/healthz`)).status).to.equal(200);
+      } finally {
+        await second.dispose();
+        holder?.close();
+      }
+    });
+
+    it("a GRPC_PORT set explicitly and taken fails the start, naming the port", async function () {
+      if (testTopology === "cluster") this.skip();
+      const holder = await holdPort(0);
+      const taken = (holder!.address() as net.AddressInfo).port;
+      try {
+        const failed = await startTestServer({ topology: "single", env: { GRPC_PORT: String(taken) } }).then(
+          async (started) => {
+            await started.dispose();
+            return undefined;
+          },
+          (err: Error) => err,
+        );
+        expect(failed?.message).to.match(new RegExp(`EADDRINUSE.*${taken}`));
+      } finally {
+        holder!.close();
+      }
     });
   });
 
