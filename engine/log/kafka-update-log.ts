@@ -48,6 +48,14 @@ function errorId(error: unknown, id: string): boolean {
   return found !== undefined && found !== null;
 }
 
+/** The client's errors nest the broker's answers (AggregateError of per-partition errors): all of them, for a log line. */
+export function kafkaErrorText(error: unknown): string {
+  const nested = error as { message?: string; apiId?: string; errors?: unknown[]; cause?: unknown };
+  const own = `${nested.apiId ? `${nested.apiId}: ` : ""}${nested.message ?? String(error)}`;
+  const inner = [...(nested.errors ?? []), ...(nested.cause === undefined ? [] : [nested.cause])].map(kafkaErrorText);
+  return inner.length > 0 ? `${own} (${inner.join("; ")})` : own;
+}
+
 /**
  * How long a topic just created may stay unknown to the metadata the brokers answer with. Usually
  * well under a second; a clean-clone CI run on this 2-core machine, with Cassandra busy beside
@@ -123,7 +131,11 @@ export class KafkaUpdateLog implements UpdateLog {
     let chunk: MessageToProduce[] = [];
     let bytes = 0;
     const flush = async () => {
-      if (chunk.length > 0) await producer.send({ messages: chunk });
+      if (chunk.length > 0) {
+        await producer.send({ messages: chunk }).catch((error: unknown) => {
+          throw new Error(`producing ${chunk.length} record(s) to ${topic} failed: ${kafkaErrorText(error)}`, { cause: error });
+        });
+      }
       chunk = [];
       bytes = 0;
     };
