@@ -152,6 +152,19 @@ describe("cassandra update streams and webhook queue", () => {
     expect((await engine.jobs.pending(22)).map((job) => job.body)).to.deep.equal(["b2"]);
   });
 
+  it("does not bring back a job another handle removed while this one had it as its head (a retry after the queue was dropped)", async () => {
+    const dispatcher = await parts();
+    const engine = await parts();
+    await engine.jobs.enqueue(23, "c1", 100);
+    const [head] = await dispatcher.jobs.due(100, [], 10);
+    expect(head).to.deep.include({ agentUserId: 23, body: "c1" });
+    // The agent left WEBHOOK mode: its engine drops the queue while the delivery is in flight here.
+    await engine.jobs.clearAgent(23);
+    await dispatcher.jobs.reschedule(head, 1, 200);
+    expect(await engine.jobs.pending(23)).to.deep.equal([]);
+    expect(await dispatcher.jobs.due(1_000, [], 10)).to.deep.equal([]);
+  });
+
   it("looks at a queue another handle wrote as soon as it is announced, not at the next walk of the index", async () => {
     // Walks the index at its first due() only.
     const dispatcher = await parts(3_600_000);

@@ -276,10 +276,6 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
     await Promise.all(unknown.map((agentUserId) => delivery.readHead(agentUserId)));
   }
 
-  async function rowExists(agentUserId: number, jobId: number): Promise<boolean> {
-    return (await cql.row("SELECT job_id FROM webhook_jobs WHERE agent_user_id = ? AND job_id = ?", [agentUserId, BigInt(jobId)])) !== undefined;
-  }
-
   /** The position and its generation (null before the first rewind). */
   async function cursorOf(agentUserId: number, serial = false): Promise<{ sn: number; generation: number | null } | undefined> {
     const row = await cql.row("SELECT delivered_sn, generation FROM agent_cursors WHERE agent_user_id = ?", [agentUserId], { serial });
@@ -326,16 +322,18 @@ export function webhookJobStore(ctx: CassandraContext, options: WebhookJobStoreO
 
     async reschedule({ agentUserId, jobId }, attempts, nextAttemptAt) {
       const head = delivery.heads.get(agentUserId);
-      // An UPDATE would create a removed job again (an upsert): it must exist.
-      if (head?.jobId !== jobId && !(await rowExists(agentUserId, jobId))) return;
       delivery.touched(agentUserId);
-      await cql.write("UPDATE webhook_jobs SET attempts = ?, next_attempt_at = ? WHERE agent_user_id = ? AND job_id = ?", [
+      // A plain UPDATE is an upsert: it would bring back a job another process removed meanwhile
+      // (an engine dropping the queue of an agent that left WEBHOOK mode, while this node still has
+      // the job as its cached head), as a row without a body that nothing removes again. Failed
+      // attempts are rare, so the condition's round trips cost little.
+      const updated = await cql.lwt("UPDATE webhook_jobs SET attempts = ?, next_attempt_at = ? WHERE agent_user_id = ? AND job_id = ? IF EXISTS", [
         attempts,
         BigInt(nextAttemptAt),
         agentUserId,
         BigInt(jobId),
       ]);
-      delivery.heads.set(agentUserId, head?.jobId === jobId ? { ...head, attempts, nextAttemptAt } : undefined);
+      delivery.heads.set(agentUserId, updated.applied && head?.jobId === jobId ? { ...head, attempts, nextAttemptAt } : undefined);
     },
 
     async pending(agentUserId) {
