@@ -5,11 +5,11 @@
 //   secret key the scenario registers for its agent, and counts what arrived:
 //   `POST /agents {"agentUserId","secretKey"}` registers, `GET /webhooks` answers the counts,
 //   `GET /webhooks/seen?agent=<id>&message=<id>` when a message first arrived.
-import { createHmac, timingSafeEqual } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
+import { checkWebhookSignature, webhookHeaderSets } from "@parley/sdk";
 
 interface DeliveredCode {
   identityValue: string;
@@ -53,13 +53,6 @@ export class CodeFile {
   }
 }
 
-/** Whether `sha256=<hex>` is the HMAC-SHA256 of `timestamp.body` under the secret key. */
-export function signatureMatches(secretKey: string, timestamp: string, signature: string, rawBody: string): boolean {
-  const expected = Buffer.from(`sha256=${createHmac("sha256", secretKey).update(`${timestamp}.${rawBody}`).digest("hex")}`);
-  const given = Buffer.from(signature);
-  return given.length === expected.length && timingSafeEqual(given, expected);
-}
-
 export interface WebhookCounts {
   /** Requests whose both signatures matched the agent's registered key and whose timestamp was fresh. */
   valid: number;
@@ -70,8 +63,6 @@ export interface WebhookCounts {
   /** The server's reachability checks (`{}`, before the webhook is accepted). */
   probes: number;
 }
-
-const maxTimestampAgeSeconds = 300;
 
 export class WebhookReceiver {
   private readonly secretKeys = new Map<number, string>();
@@ -98,14 +89,13 @@ export class WebhookReceiver {
       return 200;
     }
     const secretKey = this.secretKeys.get(agentUserId);
-    const timestamp = String(headers["x-service-timestamp"] ?? "");
-    const fresh = Math.abs(nowSeconds - Number(timestamp)) <= maxTimestampAgeSeconds;
+    // Stricter than an agent, which takes either set: the server must send both, each valid.
     const signed =
       secretKey !== undefined &&
-      signatureMatches(secretKey, timestamp, String(headers["x-service-signature"] ?? ""), rawBody) &&
-      headers["x-nexus-timestamp"] === timestamp &&
-      signatureMatches(secretKey, timestamp, String(headers["x-nexus-signature"] ?? ""), rawBody);
-    if (!signed || !fresh) {
+      webhookHeaderSets.every(
+        (set) => checkWebhookSignature(secretKey, String(headers[set.timestamp] ?? ""), String(headers[set.signature] ?? ""), rawBody, { nowSeconds }) === undefined,
+      );
+    if (!signed) {
       this.invalid += 1;
       return 401;
     }
