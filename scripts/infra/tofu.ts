@@ -7,12 +7,10 @@
 // scripts/services/go-install.ts). The provider reaches OpenTofu through a filesystem mirror only,
 // named by a CLI configuration (TF_CLI_CONFIG_FILE) without a direct installation method, so
 // `tofu init` never tries the network.
-import { spawn } from "node:child_process";
 import { existsSync, linkSync, copyFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { withLock } from "../services/daemon.js";
-import { goToolPath, goToolsCache, installGoTool, type GoTool } from "../services/go-install.js";
+import { goToolPath, installGoTool, runGo, runProgram, type GoTool, type ProgramRun } from "../services/go-install.js";
 
 /**
  * OpenTofu's newest release on the proxy when this was written (go.mod: go 1.26.6, so it builds
@@ -41,75 +39,31 @@ export const kubernetesProviderRelease = "3.2.1";
 /** Where OpenTofu looks for `hashicorp/kubernetes` (the source address in versions.tf). */
 export const kubernetesProviderAddress = "registry.opentofu.org/hashicorp/kubernetes";
 
-const buildTimeoutMs = 45 * 60_000;
-
-export interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs a program to its end and keeps what it printed (its last 200,000 characters of each). */
-export function run(program: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk: Buffer) => (stdout = (stdout + chunk.toString("utf8")).slice(-200_000)));
-    child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString("utf8")).slice(-200_000)));
-    const timer = options.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), options.timeoutMs) : undefined;
-    child.on("error", (error) => {
-      clearTimeout(timer);
-      reject(new Error(`could not run ${program}: ${error.message}`, { cause: error }));
-    });
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr });
-    });
-  });
-}
-
-/** The tofu binary's path once built: it may not exist yet. */
-export function tofuPath(): string {
-  return join(goToolsCache("opentofu"), tofuVersion, "bin", "tofu");
-}
+export type Run = ProgramRun;
 
 /**
- * Builds OpenTofu into the shared cache (once per version) and answers the binary's path. Not
- * `go install …@version`: OpenTofu's go.mod replaces hashicorp/hcl with its own fork, and go
- * install refuses a module with replace directives. So the module is downloaded and built in its
- * own directory, where its go.mod (replace included) governs, with the flags of its release
- * builds (.goreleaser.yaml): without `version.dev=no` it calls itself 1.12.6-dev, a prerelease
- * that a `required_version = ">= 1.8.0"` refuses.
+ * OpenTofu, built once per version into the shared cache. Not `go install …@version`: OpenTofu's
+ * go.mod replaces hashicorp/hcl with its own fork, and go install refuses a module with replace
+ * directives. So the module is downloaded and built in its own directory, where its go.mod
+ * (replace included) governs, with the flags of its release builds (.goreleaser.yaml): without
+ * `version.dev=no` it calls itself 1.12.6-dev, a prerelease that `required_version = ">= 1.8.0"`
+ * refuses.
  */
-export async function installTofu(): Promise<string> {
-  const root = goToolsCache("opentofu");
-  const binary = tofuPath();
-  if (existsSync(binary)) return binary;
-  mkdirSync(root, { recursive: true });
-  return withLock(
-    join(root, `${tofuVersion}.lock`),
-    async () => {
-      if (existsSync(binary)) return binary;
-      const staging = mkdtempSync(join(root, `.${tofuVersion}-staging-`));
-      try {
-        const env = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-mod=readonly -buildvcs=false" };
-        const download = await run("go", ["mod", "download", "-json", `${tofuModule}@${tofuVersion}`], { cwd: staging, env, timeoutMs: buildTimeoutMs });
-        const source = download.code === 0 ? (JSON.parse(download.stdout) as { Dir?: string }).Dir : undefined;
-        if (!source) throw new Error(`go mod download ${tofuModule}@${tofuVersion} failed:\n${download.stdout}${download.stderr}`);
-        const ldflags = "-s -w -X github.com/opentofu/opentofu/version.dev=no";
-        const build = await run("go", ["build", "-trimpath", "-ldflags", ldflags, "-o", join(staging, "bin", "tofu"), "./cmd/tofu"], { cwd: source, env, timeoutMs: buildTimeoutMs });
-        if (build.code !== 0 || !existsSync(join(staging, "bin", "tofu"))) throw new Error(`go build ${tofuModule}/cmd/tofu@${tofuVersion} failed:\n${`${build.stdout}${build.stderr}`.slice(-8000)}`);
-        writeFileSync(join(staging, "complete"), `${new Date().toISOString()}\n`);
-        renameSync(staging, join(root, tofuVersion));
-      } finally {
-        rmSync(staging, { recursive: true, force: true });
-      }
-      return binary;
-    },
-    buildTimeoutMs,
-  );
-}
+export const tofu: GoTool = {
+  tool: "opentofu",
+  packagePath: `${tofuModule}/cmd/tofu`,
+  version: tofuVersion,
+  binary: "tofu",
+  env: { CGO_ENABLED: "0", GOFLAGS: "-mod=readonly -buildvcs=false" },
+  async build(output, env) {
+    const download = await runGo(["mod", "download", "-json", `${tofuModule}@${tofuVersion}`], { cwd: dirname(dirname(output)), env });
+    const source = download.code === 0 ? (JSON.parse(download.stdout) as { Dir?: string }).Dir : undefined;
+    if (!source) throw new Error(`go mod download ${tofuModule}@${tofuVersion} failed:\n${download.output}`);
+    const ldflags = "-s -w -X github.com/opentofu/opentofu/version.dev=no";
+    const build = await runGo(["build", "-trimpath", "-ldflags", ldflags, "-o", output, "./cmd/tofu"], { cwd: source, env });
+    if (build.code !== 0) throw new Error(`go build ${tofuModule}/cmd/tofu@${tofuVersion} failed:\n${build.output}`);
+  },
+};
 
 /** The provider's build, under the layout of an unpacked filesystem mirror; answers the mirror's root. */
 export async function installKubernetesProvider(): Promise<string> {
@@ -143,7 +97,7 @@ export async function installKubernetesProvider(): Promise<string> {
 
 /** Whether both builds are in the cache already (a check then takes seconds, not minutes). */
 export function toolsBuilt(): boolean {
-  return existsSync(tofuPath()) && existsSync(goToolPath(kubernetesProvider));
+  return existsSync(goToolPath(tofu)) && existsSync(goToolPath(kubernetesProvider));
 }
 
 export interface Tofu {
@@ -161,7 +115,7 @@ export interface Tofu {
  * configuration whose only installation method is the provider's filesystem mirror.
  */
 export async function prepareTofu(): Promise<Tofu> {
-  const binary = await installTofu();
+  const binary = await installGoTool(tofu);
   const mirror = await installKubernetesProvider();
   const home = mkdtempSync(join(tmpdir(), "parley-tofu-"));
   const cliConfig = join(home, "tofu.tfrc");
@@ -177,7 +131,7 @@ export async function prepareTofu(): Promise<Tofu> {
   return {
     binary,
     env,
-    run: (args) => run(binary, args, { env, timeoutMs: 10 * 60_000 }),
+    run: (args) => runProgram(binary, args, { env, timeoutMs: 10 * 60_000 }),
     dispose: () => rmSync(home, { recursive: true, force: true }),
   };
 }

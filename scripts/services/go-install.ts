@@ -21,6 +21,11 @@ export interface GoTool {
   env?: Record<string, string>;
   /** What the tool needs of Go, for the error when `go` is missing. */
   needs?: string;
+  /**
+   * Builds the binary to `output` when `go install <packagePath>@<version>` cannot (a module
+   * whose go.mod has replace directives, or that needs release ldflags). Throws on failure.
+   */
+  build?: (output: string, env: NodeJS.ProcessEnv) => Promise<void>;
 }
 
 const buildTimeoutMs = 30 * 60_000;
@@ -49,9 +54,14 @@ export async function installGoTool(spec: GoTool): Promise<string> {
       const staging = mkdtempSync(join(root, `.${spec.version}-staging-`));
       try {
         const env = { ...process.env, GOBIN: join(staging, "bin"), GOFLAGS: "-buildvcs=false", ...spec.env };
-        const target = `${spec.packagePath}@${spec.version}`;
-        const go = await runGo(["install", target], env, staging, spec.needs ?? `Go is needed to build ${spec.tool}`);
-        if (!go.ok || !existsSync(join(staging, "bin", spec.binary))) throw new Error(`go install ${target} failed:\n${go.output}`);
+        const output = join(staging, "bin", spec.binary);
+        if (spec.build) await spec.build(output, env);
+        else {
+          const target = `${spec.packagePath}@${spec.version}`;
+          const go = await runGo(["install", target], { cwd: staging, env, needs: spec.needs });
+          if (go.code !== 0) throw new Error(`go install ${target} failed:\n${go.output}`);
+        }
+        if (!existsSync(output)) throw new Error(`building ${spec.tool} ${spec.version} left no ${spec.binary}`);
         writeFileSync(join(staging, "complete"), `${new Date().toISOString()}\n`);
         renameSync(staging, installed);
       } finally {
@@ -63,23 +73,40 @@ export async function installGoTool(spec: GoTool): Promise<string> {
   );
 }
 
-function runGo(args: string[], env: NodeJS.ProcessEnv, cwd: string, needs: string): Promise<{ ok: boolean; output: string }> {
+export interface ProgramRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+  /** The last 8,000 characters of both, interleaved as printed: for an error message. */
+  output: string;
+}
+
+/** Runs a program to its end and keeps what it printed (the last 200,000 characters of each stream). */
+export function runProgram(program: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; needs?: string } = {}): Promise<ProgramRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn("go", args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-    let output = "";
-    const keep = (chunk: Buffer) => {
+    const child = spawn(program, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    let [stdout, stderr, output] = ["", "", ""];
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout = (stdout + chunk.toString("utf8")).slice(-200_000);
       output = (output + chunk.toString("utf8")).slice(-8000);
-    };
-    child.stdout.on("data", keep);
-    child.stderr.on("data", keep);
-    const timer = setTimeout(() => child.kill("SIGKILL"), buildTimeoutMs);
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString("utf8")).slice(-200_000);
+      output = (output + chunk.toString("utf8")).slice(-8000);
+    });
+    const timer = options.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), options.timeoutMs) : undefined;
     child.on("error", (error) => {
       clearTimeout(timer);
-      reject(new Error(`could not run go: ${error.message}; ${needs}`, { cause: error }));
+      reject(new Error(`could not run ${program}: ${error.message}${options.needs ? `; ${options.needs}` : ""}`, { cause: error }));
     });
-    child.on("close", (code) => {
+    child.on("close", (code, signal) => {
       clearTimeout(timer);
-      resolve({ ok: code === 0, output });
+      resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr, output });
     });
   });
+}
+
+/** `go <args>` under the build time limit. */
+export function runGo(args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; needs?: string }): Promise<ProgramRun> {
+  return runProgram("go", args, { ...options, timeoutMs: buildTimeoutMs, needs: options.needs ?? "Go is needed to build this tool" });
 }
