@@ -189,9 +189,12 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
 
   /**
    * Validates and applies a configuration change. A webhook configuration (WEBHOOK mode with a
-   * new mode or URL given) is accepted only once the URL answered a test request signed with a
-   * fresh secret key, which then replaces the old one; on any refusal nothing changes.
-   * `alwaysNewKey` issues a new key even when no webhook was configured (SetAgentConfig).
+   * new mode or URL given) is accepted only once the URL answered a test request signed with the
+   * agent's current secret key: the key its receiver verifies with until it hears of another, so
+   * an agent can point its own verifying handler at itself. `issuesNewKey` (the owner's calls:
+   * SetAgentConfig, /setwebhook) replaces the key once the change is written, and every request
+   * sent after that is signed with the new one; the agent's own call (UpdateAgentSelfConfig)
+   * keeps it, because its answer has no field to carry a new key. On any refusal nothing changes.
    *
    * The change is checked against the record read and written only if the record is still that
    * version. When another node changed it in between, the change is checked again against the new
@@ -199,7 +202,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
    * AgentPolicy.configWriteAttempts times; a URL that already passed its test request is not asked
    * again. Past that it answers UNAVAILABLE, retryable, with nothing written.
    */
-  async function applyConfig(ctx: Context, agentUserId: number, change: AgentConfigChange, alwaysNewKey: boolean): Promise<{ agent: AgentRecord; secretKey: string }> {
+  async function applyConfig(ctx: Context, agentUserId: number, change: AgentConfigChange, issuesNewKey: boolean): Promise<{ agent: AgentRecord; secretKey: string }> {
     const update: Partial<AgentRecord> = {};
     if (change.visibility !== undefined) {
       if (change.visibility !== AgentVisibility.public && change.visibility !== AgentVisibility.private) {
@@ -226,28 +229,15 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     }
 
     return mailboxes.run(agentUserId, async () => {
-      let verified: { url: string; secretKey: string } | undefined;
+      let verifiedUrl: string | undefined;
       for (let attempt = 1; ; attempt++) {
         const agent = await store.agents.getAgent(agentUserId);
         if (!agent) throw new ParleyError(Errors.agentNotFound);
         if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
-        const written = await checkedChange(ctx, agent, change, { ...update }, alwaysNewKey, verified);
-        verified = written.verified;
-        let saved: AgentRecord;
-        try {
-          saved = await store.agents.updateAgent(agentUserId, { ...written.update, updatedAt: clock.now() }, undefined, { ifUpdatedAt: agent.updatedAt });
-        } catch (err) {
-          if (!(err instanceof AgentChangeRefused)) throw err;
-          if (err.current?.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
-          if (attempt >= AgentPolicy.configWriteAttempts) {
-            throw new ParleyError(
-              Errors.unavailable,
-              { reason: "agent_changed_concurrently", agentUserId: String(agentUserId), attempts: String(attempt) },
-              "the agent's configuration kept changing while this change was applied; try again",
-            );
-          }
-          continue;
-        }
+        const written = await checkedChange(ctx, agent, change, { ...update }, issuesNewKey, verifiedUrl);
+        verifiedUrl = written.verifiedUrl;
+        const saved = await writeConfig(agent, written.update, attempt);
+        if (!saved) continue;
         await announceConfig(ctx, agent, saved, written.update);
         return { agent: saved, secretKey: written.secretKey };
       }
@@ -255,43 +245,60 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
   }
 
   /**
+   * Writes the change over `agent` if the record is still that version; answers undefined when
+   * another node changed it in between (the caller checks the change again).
+   */
+  async function writeConfig(agent: AgentRecord, update: Partial<AgentRecord>, attempt: number): Promise<AgentRecord | undefined> {
+    try {
+      return await store.agents.updateAgent(agent.agentUserId, { ...update, updatedAt: clock.now() }, undefined, { ifUpdatedAt: agent.updatedAt });
+    } catch (err) {
+      if (!(err instanceof AgentChangeRefused)) throw err;
+      if (err.current?.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+      if (attempt >= AgentPolicy.configWriteAttempts) {
+        throw new ParleyError(
+          Errors.unavailable,
+          { reason: "agent_changed_concurrently", agentUserId: String(agent.agentUserId), attempts: String(attempt) },
+          "the agent's configuration kept changing while this change was applied; try again",
+        );
+      }
+      return undefined;
+    }
+  }
+
+  /**
    * The record fields a configuration change writes over `agent`, checked against it: `update`
    * holds what needs no record (validated already); a webhook URL is tested here unless it is the
-   * one `verified` already passed (a retry over a newer record).
+   * one `verifiedUrl` already passed (a retry over a newer record). `secretKey` is the new key when
+   * the change issues one, empty otherwise.
    */
   async function checkedChange(
     ctx: Context,
     agent: AgentRecord,
     change: AgentConfigChange,
     update: Partial<AgentRecord>,
-    alwaysNewKey: boolean,
-    verified: { url: string; secretKey: string } | undefined,
-  ): Promise<{ update: Partial<AgentRecord>; secretKey: string; verified: { url: string; secretKey: string } | undefined }> {
+    issuesNewKey: boolean,
+    verifiedUrl: string | undefined,
+  ): Promise<{ update: Partial<AgentRecord>; secretKey: string; verifiedUrl: string | undefined }> {
     const mode = change.deliveryMode ?? agent.deliveryMode;
-    let secretKey = "";
     if (mode === DeliveryMode.webhook && (change.deliveryMode !== undefined || change.webhookUrl !== undefined)) {
       const url = change.webhookUrl ?? agent.webhookUrl;
       if (!url) throw new ParleyError(Errors.webhookUrlRequired, { field: "webhook_url" });
-      if (verified?.url !== url) {
-        const candidate = newToken(TokenPrefix.secretKey);
-        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey: candidate } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
+      if (verifiedUrl !== url) {
+        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey: agent.secretKey } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
         if (!check.ok) {
           const reason = check.reason ?? "the test request failed";
           throw new ParleyError(check.invalidUrl ? Errors.invalidWebhookUrl : Errors.webhookUnreachable, { reason, url }, check.invalidUrl ? reason : `the webhook URL failed the test request: ${reason}`);
         }
-        verified = { url, secretKey: candidate };
+        verifiedUrl = url;
       }
-      secretKey = verified.secretKey;
-      Object.assign(update, { deliveryMode: DeliveryMode.webhook, webhookUrl: url, secretKey });
+      Object.assign(update, { deliveryMode: DeliveryMode.webhook, webhookUrl: url });
     } else if (mode === DeliveryMode.websocket) {
       if (change.webhookUrl) throw new ParleyError(Errors.invalidAgentConfig, { field: "webhook_url" }, "a webhook URL needs deliveryMode WEBHOOK");
       if (change.deliveryMode !== undefined) Object.assign(update, { deliveryMode: DeliveryMode.websocket, webhookUrl: "" });
     }
-    if (!secretKey && alwaysNewKey) {
-      secretKey = newToken(TokenPrefix.secretKey);
-      update.secretKey = secretKey;
-    }
-    return { update, secretKey, verified };
+    const secretKey = issuesNewKey ? newToken(TokenPrefix.secretKey) : "";
+    if (secretKey) update.secretKey = secretKey;
+    return { update, secretKey, verifiedUrl };
   }
 
   /** What follows a configuration change written over `before`: caches forgotten, the change announced, delivery switched. */
@@ -487,13 +494,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       updateAgentSelfConfig: rpcAction(UpdateAgentSelfConfigRequestSchema, UpdateAgentSelfConfigResponseSchema, async ({ request, caller, ctx }) => {
         if (!caller || caller.kind !== "agent") throw new ParleyError(Errors.agentOnly);
         // applyConfig answers NOT_FOUND or FAILED_PRECONDITION (not active) from inside the agent's mailbox.
-        const { secretKey } = await applyConfig(
-          ctx,
-          caller.userId,
-          { commands: request.commands?.items, deliveryMode: request.deliveryMode, webhookUrl: request.webhookUrl },
-          false,
-        );
-        return { secretKey };
+        await applyConfig(ctx, caller.userId, { commands: request.commands?.items, deliveryMode: request.deliveryMode, webhookUrl: request.webhookUrl }, false);
+        return {};
       }),
       deleteMyAgent: rpcAction(DeleteMyAgentRequestSchema, DeleteMyAgentResponseSchema, async ({ request, caller, ctx }) => {
         const creatorId = requireUser(caller).userId;
@@ -581,7 +583,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       /** Internal (no RPC): points an agent's webhook at a URL exactly as SetAgentConfig would. */
       configureWebhook: {
         handler: async (ctx: Context<ConfigureWebhookParams>) => {
-          const { secretKey } = await applyConfig(ctx, ctx.params.agentUserId, { deliveryMode: DeliveryMode.webhook, webhookUrl: ctx.params.url }, false);
+          const { secretKey } = await applyConfig(ctx, ctx.params.agentUserId, { deliveryMode: DeliveryMode.webhook, webhookUrl: ctx.params.url }, true);
           return { secretKey };
         },
       },

@@ -38,17 +38,19 @@ describe("an agent conversation end to end (webhook agent, live user socket)", (
   it("adds the agent, gets a streamed reply and a card, presses a button, sees the answer", async () => {
     const developer = await signInWithCode(server, "json");
     const created = await createAgent(server, developer);
-    await client(server, AgentService, "json", developer.accessToken).setAgentConfig({ agentUserId: created.userId, visibility: AgentVisibility.PUBLIC });
+    // The owner's SetAgentConfig issues the agent a new key: the one the agent verifies with from now on.
+    const { secretKey } = await client(server, AgentService, "json", developer.accessToken).setAgentConfig({ agentUserId: created.userId, visibility: AgentVisibility.PUBLIC });
     const tlsDir = testTlsDir();
     agent = await startWebhookAgent({
       serverUrl: server.url,
       token: created.token,
-      secretKey: "",
+      secretKey,
       tls: { cert: readFileSync(join(tlsDir, "cert.pem")), key: readFileSync(join(tlsDir, "key.pem")) },
       wordDelayMs: 0,
       log: () => {},
     });
-    agent.setSecretKey(await configureOwnWebhook(server.url, created.token, agent.url));
+    // Its own webhook configuration is tested with that key, and keeps it.
+    await configureOwnWebhook(server.url, created.token, agent.url);
 
     const user = await signInWithCode(server, "json");
     const socket = await GatewayClient.connect(server.url, "json");

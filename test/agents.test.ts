@@ -268,7 +268,7 @@ for (const mode of wireModes) {
     });
 
     describe("AgentService.SetAgentConfig webhook rules", () => {
-      it("configures WEBHOOK after a signed test request with the new key, which replaces the old one at once", async () => {
+      it("configures WEBHOOK after a test request signed with the key the agent holds, then issues a new key that replaces it at once", async () => {
         const agent = await newAgent();
         const before = verifications(ok).length;
         const { secretKey, profile } = await agents(owner).setAgentConfig({ agentUserId: agent.userId, deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: webhookUrl(ok, "/a") });
@@ -278,17 +278,19 @@ for (const mode of wireModes) {
         expect(tests).to.have.length(1);
         expect(tests[0]).to.deep.include({ method: "POST", path: "/a", body: "{}" });
         expect(tests[0].headers["content-type"]).to.equal("application/json");
-        expect(signedWith(tests[0], secretKey)).to.equal(true);
-        expect(signedWith(tests[0], agent.secretKey)).to.equal(false);
+        expect(signedWith(tests[0], agent.secretKey)).to.equal(true);
+        expect(signedWith(tests[0], secretKey)).to.equal(false);
         expect(await isCurrentKey(agent, secretKey)).to.equal(true);
         expect(await isCurrentKey(agent, agent.secretKey)).to.equal(false);
 
-        // A new URL alone, in WEBHOOK mode, is a new configuration: tested again, new key again.
+        // A new URL alone, in WEBHOOK mode, is a new configuration: tested again (with the key the
+        // first call issued, now the agent's), new key again.
         const moved = await agents(owner).setAgentConfig({ agentUserId: agent.userId, webhookUrl: webhookUrl(ok, "/b") });
         const retest = verifications(ok).slice(before);
         expect(retest).to.have.length(2);
         expect(retest[1].path).to.equal("/b");
-        expect(signedWith(retest[1], moved.secretKey)).to.equal(true);
+        expect(signedWith(retest[1], secretKey)).to.equal(true);
+        expect(signedWith(retest[1], moved.secretKey)).to.equal(false);
         expect(moved.secretKey).to.not.equal(secretKey);
       });
 
@@ -322,7 +324,7 @@ for (const mode of wireModes) {
         expect(detail.metadata.reason).to.equal("answered HTTP 500");
         const attempts = failing.received.slice(before).filter((r) => r.body === "{}");
         expect(attempts).to.have.length(1);
-        expect(signedWith(attempts[0], configured.secretKey)).to.equal(false);
+        expect(signedWith(attempts[0], configured.secretKey)).to.equal(true);
         const { profile } = await agents(owner).getMyAgent({ agentUserId: agent.userId });
         expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBHOOK, secretKeyPrefix: configured.secretKey.slice(0, 12) });
         expect(await isCurrentKey(agent, configured.secretKey)).to.equal(true);
@@ -371,30 +373,27 @@ for (const mode of wireModes) {
     });
 
     describe("AgentService.UpdateAgentSelfConfig", () => {
-      it("lets the agent replace its commands and configure its webhook, answering the key only then", async () => {
+      it("lets the agent replace its commands and configure its webhook, testing it with the agent's key and never changing the key", async () => {
         const agent = await newAgent();
-        const commandsOnly = await agents(agent).updateAgentSelfConfig({ commands: { items: [{ command: "ask", description: "Ask me" }] } });
-        expect(commandsOnly.secretKey).to.equal("");
-        const kept = await agents(agent).updateAgentSelfConfig({});
-        expect(kept.secretKey).to.equal("");
+        await agents(agent).updateAgentSelfConfig({ commands: { items: [{ command: "ask", description: "Ask me" }] } });
+        await agents(agent).updateAgentSelfConfig({});
         let { profile } = await agents(owner).getMyAgent({ agentUserId: agent.userId });
         expect(profile?.commands.map((c) => c.command)).to.deep.equal(["ask"]);
         expect(profile?.secretKeyPrefix).to.equal(agent.secretKey.slice(0, 12));
 
         const before = verifications(ok).length;
-        const { secretKey } = await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: webhookUrl(ok, "/self") });
-        expect(secretKey).to.match(/^nxk_/);
+        await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl: webhookUrl(ok, "/self") });
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/self");
-        expect(signedWith(test, secretKey)).to.equal(true);
+        expect(signedWith(test, agent.secretKey)).to.equal(true);
+        expect(await isCurrentKey(agent, agent.secretKey)).to.equal(true);
         ({ profile } = await agents(owner).getMyAgent({ agentUserId: agent.userId }));
-        expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBHOOK, secretKeyPrefix: secretKey.slice(0, 12) });
+        expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBHOOK, secretKeyPrefix: agent.secretKey.slice(0, 12) });
         expect(profile?.commands.map((c) => c.command)).to.deep.equal(["ask"]);
 
-        const back = await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBSOCKET, commands: { items: [] } });
-        expect(back.secretKey).to.equal("");
+        await agents(agent).updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBSOCKET, commands: { items: [] } });
         ({ profile } = await agents(owner).getMyAgent({ agentUserId: agent.userId }));
-        expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBSOCKET, secretKeyPrefix: secretKey.slice(0, 12) });
+        expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBSOCKET, secretKeyPrefix: agent.secretKey.slice(0, 12) });
         expect(profile?.commands).to.deep.equal([]);
       });
 
@@ -856,7 +855,9 @@ for (const mode of wireModes) {
         expect(key, textOf(reply)).to.be.a("string");
         const [test] = verifications(ok).slice(before);
         expect(test.path).to.equal("/via-system");
-        expect(signedWith(test, key!)).to.equal(true);
+        // Tested with the key the agent held; the new one signs what follows.
+        expect(signedWith(test, agent.secretKey)).to.equal(true);
+        expect(key).to.not.equal(agent.secretKey);
         const { profile } = await agents(owner).getMyAgent({ agentUserId: agent.userId });
         expect(profile).to.deep.include({ deliveryMode: AgentDeliveryMode.WEBHOOK, secretKeyPrefix: key!.slice(0, 12) });
       });

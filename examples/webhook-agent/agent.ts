@@ -62,13 +62,13 @@ async function* wordsOf(text: string, delayMs: number): AsyncGenerator<string> {
 }
 
 /**
- * Points the agent's webhook at `webhookUrl` with its own token. The server first checks that the
- * URL answers, then issues a new secret key: the answer carries it, and only it signs from now on.
+ * Points the agent's webhook at `webhookUrl` with its own token. The server first sends the URL a
+ * test request signed with the agent's current secret key, so the endpoint must already be
+ * verifying with that key; the key does not change (only the owner's SetAgentConfig issues one).
  */
-export async function configureOwnWebhook(serverUrl: string, token: string, webhookUrl: string): Promise<string> {
+export async function configureOwnWebhook(serverUrl: string, token: string, webhookUrl: string): Promise<void> {
   const client = createParleyClient({ baseUrl: serverUrl, tokens: { accessToken: token } });
-  const { secretKey } = await client.agent.updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl });
-  return secretKey;
+  await client.agent.updateAgentSelfConfig({ deliveryMode: AgentDeliveryMode.WEBHOOK, webhookUrl });
 }
 
 export async function startWebhookAgent(options: WebhookAgentOptions): Promise<RunningAgent> {

@@ -155,9 +155,11 @@ describe("k6 sidecar", () => {
     expect(receiver.seenAt(7, "42")).to.equal(undefined);
   });
 
-  it("answers the server's reachability check before the agent's key is known", () => {
+  it("takes the server's reachability check signed with the agent's key, and refuses an unsigned one", () => {
     const receiver = new WebhookReceiver();
-    expect(receiver.receive(9, {}, "{}", 1000)).to.equal(200);
-    expect(receiver.counts().probes).to.equal(1);
+    receiver.register(9, "nxk_created");
+    expect(receiver.receive(9, signed("nxk_created", 1000, "{}"), "{}", 1000)).to.equal(200);
+    expect(receiver.receive(9, {}, "{}", 1000)).to.equal(401);
+    expect(receiver.counts()).to.deep.include({ probes: 1, invalid: 1, valid: 0 });
   });
 });

@@ -82,12 +82,6 @@ export class WebhookReceiver {
 
   /** Judges one delivery to /hook/<agentUserId>; answers the HTTP status to reply with. */
   receive(agentUserId: number, headers: IncomingMessage["headers"], rawBody: string, nowSeconds = Math.floor(Date.now() / 1000)): number {
-    // The reachability check is signed with the key SetAgentConfig is about to answer, which the
-    // scenario registers only once it has it; an agent answers the empty update with 2xx.
-    if (rawBody.trim() === "{}") {
-      this.probes += 1;
-      return 200;
-    }
     const secretKey = this.secretKeys.get(agentUserId);
     // Stricter than an agent, which takes either set: the server must send both, each valid.
     const signed =
@@ -98,6 +92,12 @@ export class WebhookReceiver {
     if (!signed) {
       this.invalid += 1;
       return 401;
+    }
+    // The reachability check of a configuration, signed like any delivery with the key the agent
+    // holds (from CreateAgent, before SetAgentConfig answers a new one): an empty update.
+    if (rawBody.trim() === "{}") {
+      this.probes += 1;
+      return 200;
     }
     this.valid += 1;
     const messageId = messageIdOf(rawBody);

@@ -36,6 +36,11 @@ interface Setup {
   agents: Agent[];
 }
 
+/** Tells the sidecar which key the agent's deliveries are signed with from now on. */
+function register(agentUserId: number, secretKey: string): void {
+  http.post(`${sidecarUrl}/agents`, JSON.stringify({ agentUserId, secretKey }), { headers: { "Content-Type": "application/json" }, tags: { name: "sidecar" } });
+}
+
 export function setup(): Setup {
   const webhookUrl = __ENV.WEBHOOK_URL;
   if (!webhookUrl) fail("WEBHOOK_URL is empty: run with WEBHOOK_TLS_DIR set (see scripts/k6/run.ts)");
@@ -44,8 +49,10 @@ export function setup(): Setup {
   for (let i = 0; i < agentCount; i++) {
     const owner = signIn("webhook-owner");
     const agent = createAgent(owner, `webhook ${i}`);
+    // The test request of the configuration is signed with the key the agent holds now.
+    register(agent.userId, agent.secretKey);
     const configured = rpc<{ secretKey: string }>("AgentService/SetAgentConfig", { agentUserId: agent.userId, deliveryMode: "AGENT_DELIVERY_MODE_WEBHOOK", webhookUrl: `${webhookUrl}/${agent.userId}` }, owner.accessToken);
-    http.post(`${sidecarUrl}/agents`, JSON.stringify({ agentUserId: agent.userId, secretKey: configured.secretKey }), { headers: { "Content-Type": "application/json" }, tags: { name: "sidecar" } });
+    register(agent.userId, configured.secretKey);
     owners.push(owner);
     agents.push({ ...agent, secretKey: configured.secretKey });
   }
