@@ -355,6 +355,13 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.social.block(9, 8, 14)).to.deep.equal({ blocked: true, contactRemoved: true });
       });
 
+      it("a request id past any the store assigns names no request", async () => {
+        for (const requestId of [2 ** 31 + 7, Number.MAX_SAFE_INTEGER]) {
+          expect(await store.social.getFriendRequest(requestId)).to.equal(undefined);
+          expect(await store.social.resolveFriendRequest(requestId, 2, 1)).to.equal(false);
+        }
+      });
+
       it("clearing history and deleting with clearing move the read position to what was cleared, never back", async () => {
         const conversationId = (9n << 32n) | 8n;
         await store.conversations.clearHistory(8, conversationId, 4n);
@@ -1164,6 +1171,15 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(ids(await store.messages.listVisible(7, conversationId, "before", 100n, 1n, 10))).to.deep.equal([5n, 3n]);
         expect(ids(await store.messages.listVisible(7, conversationId, "after", 0n, 1n, 10))).to.deep.equal([3n, 5n]);
         expect(ids(await store.messages.listVisible(8, conversationId, "after", 2n, 0n, 2))).to.deep.equal([3n, 4n]);
+      });
+
+      it("a message id past any the sequence assigns names no message", async () => {
+        await store.messages.insertMessage(message(1n));
+        const beyond = [2n ** 31n + 7n, 2n ** 53n + 1n, 2n ** 63n - 1n];
+        for (const messageId of beyond) expect(await store.messages.getMessage(conversationId, messageId)).to.equal(undefined);
+        expect(await store.messages.deleteFor(7, conversationId, beyond, 0n)).to.deep.equal([]);
+        expect((await store.messages.listVisible(7, conversationId, "before", 2n ** 63n - 1n, 0n, 10)).map((m) => m.messageId)).to.deep.equal([1n]);
+        expect(await store.messages.listVisible(7, conversationId, "after", 2n ** 63n - 1n, 0n, 10)).to.deep.equal([]);
       });
     });
 

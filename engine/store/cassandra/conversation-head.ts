@@ -24,6 +24,12 @@ import { sweepEntry } from "./sweep-index.js";
 
 /** Messages per `messages` partition: `bucket = message_id >> 12` (ids are dense per conversation). */
 export const bucketOf = (messageId: bigint): number => Number(messageId >> 12n);
+/**
+ * Whether a message id can name a stored message: positive, with a bucket an `int` holds. Ids are
+ * dense from 1, so one past 2^43 is never assigned; asked for by a client, it names nothing (the
+ * driver would throw on its bucket instead of finding no row).
+ */
+export const isStorableMessageId = (messageId: bigint): boolean => messageId > 0n && messageId >> 12n <= BigInt(2 ** 31 - 1);
 
 /** A write committed by a head LWT, kept in `pending_write` until its rows exist. */
 export type PendingWrite =
@@ -102,6 +108,7 @@ export function messageRowStatement(m: MessageRecord): Statement {
 }
 
 export async function readMessage(cql: Cql, conversationId: bigint, messageId: bigint, serial = false): Promise<MessageRecord | undefined> {
+  if (!isStorableMessageId(messageId)) return undefined;
   const row = await cql.row(`SELECT ${messageColumns} FROM messages WHERE conversation_id = ? AND bucket = ? AND message_id = ?`, [conversationId, bucketOf(messageId), messageId], {
     serial,
   });

@@ -190,6 +190,12 @@ function writtenTable(query: string): string | null {
 export const bigintOf = (value: unknown): bigint => (value === null || value === undefined ? 0n : (value as bigint));
 /** An `int`/`bigint` column that holds a JS-safe number (times, counts). */
 export const numberOf = (value: unknown): number => (value === null || value === undefined ? 0 : Number(value));
+/**
+ * Whether a value can be bound to an `int` column. Ids the API carries as int64 but this adapter
+ * keeps in `int` columns (friend requests) can name nothing beyond it; the driver throws on such a
+ * value instead of finding no row, so readers answer "absent" for them before asking.
+ */
+export const fitsInt32 = (value: number): boolean => Number.isInteger(value) && value >= -(2 ** 31) && value <= 2 ** 31 - 1;
 /** A `blob` column as plain bytes (a Uint8Array, not the driver's Buffer, as the port's other adapter answers). */
 export const bytesOf = (value: unknown): Uint8Array => (value === null || value === undefined ? new Uint8Array(0) : new Uint8Array(value as Buffer));
 

@@ -4,7 +4,7 @@
 import { OwnershipLostError, type Fence, type MessageRecord, type MessageStore, type OpenStreamRecord } from "../store.js";
 import { isUnknownLwtOutcome, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";
-import { bucketOf, conversationHeads, encodePendingWrite, messageColumns, messageOf, readMessage, type HeadSnapshot, type PendingWrite } from "./conversation-head.js";
+import { bucketOf, conversationHeads, encodePendingWrite, isStorableMessageId, messageColumns, messageOf, readMessage, type HeadSnapshot, type PendingWrite } from "./conversation-head.js";
 import { commitWithEvents } from "./outbox-rows.js";
 import type { SweepItem } from "./sweep-index.js";
 
@@ -261,7 +261,7 @@ export function messageStore(ctx: CassandraContext): MessageStore {
     },
 
     async deleteFor(userId, conversationId, messageIds, clearedUpTo, events) {
-      const candidates = [...new Set(messageIds)].filter((id) => id > clearedUpTo);
+      const candidates = [...new Set(messageIds)].filter((id) => id > clearedUpTo && isStorableMessageId(id));
       const byBucket = new Map<number, bigint[]>();
       for (const id of candidates) byBucket.set(bucketOf(id), [...(byBucket.get(bucketOf(id)) ?? []), id]);
       const [existing, alreadyDeleted] = await Promise.all([

@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { ConversationKind, FriendRequestStatus, type BlockRecord, type ContactRecord, type FanOutRecord, type FriendRequestRecord, type FriendRequestStatusValue, type SocialStore } from "../store.js";
 import { privateConversationId } from "../../../shared/ids.js";
 import type { CassandraContext } from "./context.js";
-import { isUnknownLwtOutcome, numberOf, type Cql, type Row, type Statement } from "./cql.js";
+import { fitsInt32, isUnknownLwtOutcome, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import { createHead } from "./conversations.js";
 import { orderRowStatements } from "./conversation-order.js";
 import { commitWithEvents, outboxStatements } from "./outbox-rows.js";
@@ -224,7 +224,9 @@ export function socialStore(ctx: CassandraContext): SocialStore {
   };
 }
 
-const readRequestRow = (cql: Cql, requestId: number, serial = false) => cql.row("SELECT * FROM friend_requests WHERE request_id = ?", [requestId], { serial });
+/** The request's row; an id past int32 (the API's ids are int64) names no request here. */
+const readRequestRow = async (cql: Cql, requestId: number, serial = false): Promise<Row | undefined> =>
+  fitsInt32(requestId) ? cql.row("SELECT * FROM friend_requests WHERE request_id = ?", [requestId], { serial }) : undefined;
 
 async function readContactRow(cql: Cql, ownerId: number, contactId: number): Promise<Row | undefined> {
   const row = await cql.row("SELECT * FROM contacts WHERE owner_id = ? AND contact_id = ?", [ownerId, contactId]);
