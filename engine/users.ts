@@ -18,7 +18,7 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope } from "./fan-out.js";
 import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import type { ProfileChange, UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "./store/store.js";
 import { selfView, userInfoView } from "./views.js";
 
 const usernamePattern = /^[a-z0-9_]{5,32}$/;
@@ -102,7 +102,13 @@ export function usersService(deps: EngineDeps): ServiceSchema {
       batchGetUserInfo: rpcAction(BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, async ({ request, caller }) => {
         requireCaller(caller);
         const found = await users.getUsers([...new Set(request.userIds)]);
-        return { users: Object.fromEntries(found.map((user) => [user.userId, userInfoView(user)])) };
+        // The spec omits deleted accounts; the only accounts that can be deleted are agents.
+        const deleted = new Set(
+          (await Promise.all(found.filter((user) => user.accountType === AccountType.agent).map((user) => deps.store.agents.getAgent(user.userId))))
+            .filter((agent) => agent?.status === AgentStatus.deleted)
+            .map((agent) => agent!.agentUserId),
+        );
+        return { users: Object.fromEntries(found.filter((user) => !deleted.has(user.userId)).map((user) => [user.userId, userInfoView(user)])) };
       }),
     },
   };

@@ -163,7 +163,11 @@ const endpoints: Record<string, Cases> = {
     { what: "another user's device", call: () => api.users(w.alice).removeDevice({ deviceId: w.bob.deviceId }), expected: Errors.deviceNotFound },
   ],
   "UserService.BatchGetUserInfo": (w, api) => [
-    { what: "ids that name no account are omitted", call: () => api.users(w.alice).batchGetUserInfo({ userIds: unknownInt32 }), expected: (a) => expect(Object.keys((a as { users: object }).users)).to.deep.equal([]) },
+    {
+      what: "ids that name no account, or a deleted one, are omitted",
+      call: () => api.users(w.alice).batchGetUserInfo({ userIds: [...unknownInt32, w.deletedAgentId, w.agent.userId] }),
+      expected: (a) => expect(Object.keys((a as { users: object }).users)).to.deep.equal([String(w.agent.userId)]),
+    },
   ],
 
   // AuthService: the session and token references are the ids here.
