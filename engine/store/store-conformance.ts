@@ -355,6 +355,24 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.social.block(9, 8, 14)).to.deep.equal({ blocked: true, contactRemoved: true });
       });
 
+      it("request ids increase across handles (processes), also after a refused creation gave its id back", async () => {
+        const other = subject.another ? await subject.another() : store;
+        const [a, b] = [await newUser("ia@x.io"), await newUser("ib@x.io")];
+        const ids: number[] = [];
+        // Alternating handles, one request after the other: each id above every earlier one.
+        for (let i = 0; i < 4; i++) ids.push((await (i % 2 === 0 ? store : other).social.createFriendRequest(a.userId, b.userId, "", i)).requestId);
+        // A creation refused before anything is written (its events throw) may give its id back…
+        await expectRejected(
+          store.social.createFriendRequest(a.userId, b.userId, "", 10, () => {
+            throw new Error("refused");
+          }),
+        );
+        // …but once the other handle took a larger id, never after it.
+        ids.push((await other.social.createFriendRequest(a.userId, b.userId, "", 11)).requestId);
+        ids.push((await store.social.createFriendRequest(a.userId, b.userId, "", 12)).requestId);
+        for (let i = 1; i < ids.length; i++) expect(ids[i], `ids ${ids.join(", ")}`).to.be.above(ids[i - 1]);
+      });
+
       it("a request id past any the store assigns names no request", async () => {
         for (const requestId of [2 ** 31 + 7, Number.MAX_SAFE_INTEGER]) {
           expect(await store.social.getFriendRequest(requestId)).to.equal(undefined);

@@ -2,12 +2,13 @@
 // and the fence check. One per open store.
 import { OwnershipLostError, type Fence } from "../store.js";
 import type { Cql } from "./cql.js";
-import { IdBlocks, type IdSequence } from "./id-blocks.js";
+import { IdBlocks, type IdAllocator, type IdSequence } from "./id-blocks.js";
+import { IncreasingIds } from "./increasing-ids.js";
 import { SweepIndex } from "./sweep-index.js";
 
 export interface CassandraContext {
   cql: Cql;
-  ids: Record<IdSequence, IdBlocks>;
+  ids: Record<IdSequence, IdAllocator>;
   sweeps: SweepIndex;
   /**
    * Refuses (OwnershipLostError, before anything is written) a fence whose shard has a newer epoch
@@ -20,10 +21,11 @@ export interface CassandraContext {
 
 export function cassandraContext(cql: Cql): CassandraContext & { close(): Promise<void> } {
   const closers: (() => Promise<void>)[] = [];
-  const ids: Record<IdSequence, IdBlocks> = {
+  const ids: Record<IdSequence, IdAllocator> = {
     user: new IdBlocks(cql, "user", { first: 10001, blockSize: 64 }),
     group: new IdBlocks(cql, "group", { first: 1, blockSize: 256 }),
-    friend_request: new IdBlocks(cql, "friend_request", { first: 1, blockSize: 256 }),
+    // The spec calls request ids increasing: one LWT per id, not per-process blocks (increasing-ids.ts).
+    friend_request: new IncreasingIds(cql, "friend_request", 1),
   };
   return {
     cql,

@@ -1,12 +1,23 @@
-// int32 ids (users, groups, friend requests) from blocks taken with an LWT (DATA-MODEL.md §4): one
-// Paxos round per block, not per id. Ids of a block are handed out in order in memory; close()
-// gives the unused rest back when no other process took a block since, so a restarted process
-// continues densely.
+// int32 ids (users, groups) from blocks taken with an LWT (DATA-MODEL.md §4): one Paxos round per
+// block, not per id. Ids of a block are handed out in order in memory; close() gives the unused
+// rest back when no other process took a block since, so a restarted process continues densely.
+// Ids from blocks are unique but increase only within one process's block (two processes hand out
+// interleaved ranges): a sequence the spec calls increasing uses IncreasingIds instead.
 import type { Cql } from "./cql.js";
 
 export type IdSequence = "user" | "group" | "friend_request";
 
-const maxInt32 = 2 ** 31 - 1;
+export const maxInt32 = 2 ** 31 - 1;
+
+/** Hands out the ids of one sequence; every process holds one per sequence (CassandraContext.ids). */
+export interface IdAllocator {
+  /** An id no process was handed before. */
+  take(): Promise<number>;
+  /** An id taken but not used, where nothing was written with it: it may be handed out again. */
+  giveBack(id: number): void | Promise<void>;
+  /** Gives back what the allocator holds unused, at store close. */
+  close(): Promise<void>;
+}
 
 export interface IdSequencePolicy {
   /** The first id the sequence hands out. */
@@ -14,7 +25,7 @@ export interface IdSequencePolicy {
   blockSize: number;
 }
 
-export class IdBlocks {
+export class IdBlocks implements IdAllocator {
   private next = 0;
   private end = 0;
   /** Ids given back (a creation refused after it took one): handed out again first, so a refusal leaves no gap. */

@@ -59,24 +59,25 @@ export function socialStore(ctx: CassandraContext): SocialStore {
       const requestId = await ctx.ids.friend_request.take();
       const request: FriendRequestRecord = { requestId, fromUserId, toUserId, message, status: FriendRequestStatus.pending, createdAt };
       const [low, high] = pairOf(fromUserId, toUserId);
+      let recorded: Statement[];
       try {
-        return await commitWithEvents(
-          cql,
-          request,
-          [
-            {
-              query: "INSERT INTO friend_requests (request_id, from_user_id, to_user_id, message, status, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-              params: [requestId, fromUserId, toUserId, message, FriendRequestStatus.pending, BigInt(createdAt)],
-            },
-            { query: "INSERT INTO pending_requests_to (to_user_id, created_at, request_id) VALUES (?, ?, ?)", params: [toUserId, BigInt(createdAt), requestId] },
-            { query: "INSERT INTO pending_requests_between (low_user_id, high_user_id, request_id) VALUES (?, ?, ?)", params: [low, high, requestId] },
-          ],
-          events,
-        );
+        recorded = await outboxStatements(cql, events ? events(request) : []);
       } catch (err) {
-        ctx.ids.friend_request.giveBack(requestId);
+        // Refused before anything was written: the id may be handed out again.
+        await ctx.ids.friend_request.giveBack(requestId);
         throw err;
       }
+      // Not given back if the batch fails: a timed-out logged batch may still apply, and its id must never name a second request.
+      await cql.batch([
+        {
+          query: "INSERT INTO friend_requests (request_id, from_user_id, to_user_id, message, status, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+          params: [requestId, fromUserId, toUserId, message, FriendRequestStatus.pending, BigInt(createdAt)],
+        },
+        { query: "INSERT INTO pending_requests_to (to_user_id, created_at, request_id) VALUES (?, ?, ?)", params: [toUserId, BigInt(createdAt), requestId] },
+        { query: "INSERT INTO pending_requests_between (low_user_id, high_user_id, request_id) VALUES (?, ?, ?)", params: [low, high, requestId] },
+        ...recorded,
+      ]);
+      return request;
     },
     async getFriendRequest(requestId) {
       const row = await readRequest(requestId);
