@@ -8,10 +8,11 @@
 // A mode switch takes effect in the agent's inbox mailbox, the one place its appends run, so no
 // append is routed by a mode whose switch was not yet carried out (WebhookRouting.settle):
 // - into WEBHOOK mode, the entries after the delivered position (what its sockets never had) are
-//   queued as if they had just arrived, and the position moves to the latest entry;
+//   queued as if they had just arrived, and the position moves to the latest entry (what a live
+//   socket was sent and the agent confirmed was recorded first: gateway/agent-feed.ts);
 // - out of it, the queue is dropped and the position moves back to just before the oldest entry
 //   still queued, so the socket catch-up replays what the webhook had not delivered.
-import type { AgentBacklog, WebhookTarget } from "../shared/agent-delivery.js";
+import type { AgentBacklog, FeedRelease, WebhookTarget } from "../shared/agent-delivery.js";
 import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
 import { GroupInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
 import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
@@ -71,18 +72,23 @@ export class WebhookRouting {
     const changes = this.agentChanges;
     const agents = new Set((await this.store.users.getUsers(unknown)).filter((user) => user.accountType === AccountType.agent).map((user) => user.userId));
     for (const userId of unknown) {
-      const sends = agents.has(userId) && (await this.settle(userId, () => latestSn(userId)));
+      const sends = agents.has(userId) && (await this.settle(userId, () => latestSn(userId))).toWebhook;
       this.remember(userId, sends, changes);
       if (sends) byWebhook.add(userId);
     }
     return byWebhook;
   }
 
-  /** The agent's mode or URL changed (or a job of it met a mode other than WEBHOOK): settles it now. */
-  async modeChanged(agentUserId: number, latestSn: () => Promise<number>): Promise<void> {
+  /**
+   * The agent's mode or URL changed (or a job of it met a mode other than WEBHOOK): settles it
+   * now, and answers what the agent's sockets are to be told.
+   */
+  async modeChanged(agentUserId: number, latestSn: () => Promise<number>): Promise<FeedRelease> {
     this.forgetAgent(agentUserId);
     const changes = this.agentChanges;
-    this.remember(agentUserId, await this.settle(agentUserId, latestSn), changes);
+    const settled = await this.settle(agentUserId, latestSn);
+    this.remember(agentUserId, settled.toWebhook, changes);
+    return settled;
   }
 
   /** Forgets what was cached about an agent (BusEvents.agentChanged). */
@@ -99,18 +105,19 @@ export class WebhookRouting {
 
   /**
    * Makes the agent's queue and delivered position match its current mode; answers whether it is
-   * in WEBHOOK mode. Idempotent: in WEBHOOK mode the position is already at the latest entry, out
-   * of it the queue is empty, and then there is nothing to do.
+   * in WEBHOOK mode (and through which sn the webhook took its entries). Idempotent: in WEBHOOK
+   * mode the position is already at the latest entry, out of it the queue is empty, and then there
+   * is nothing to do.
    */
-  private async settle(agentUserId: number, latestSn: () => Promise<number>): Promise<boolean> {
-    const byWebhook = webhookTarget(await this.store.agents.getAgent(agentUserId)) !== undefined;
-    if (byWebhook) {
-      const queued = await handOverBacklog(this.store, agentUserId, await latestSn(), this.clock.now());
+  private async settle(agentUserId: number, latestSn: () => Promise<number>): Promise<FeedRelease> {
+    if (webhookTarget(await this.store.agents.getAgent(agentUserId)) !== undefined) {
+      const through = await latestSn();
+      const queued = await handOverBacklog(this.store, agentUserId, through, this.clock.now());
       if (queued > 0) this.queued(agentUserId);
-    } else {
-      await takeBackQueue(this.store, agentUserId);
+      return { toWebhook: true, through };
     }
-    return byWebhook;
+    await takeBackQueue(this.store, agentUserId);
+    return { toWebhook: false };
   }
 
   /** What an append to a WEBHOOK-mode agent's stream queues for an entry: its Update's JSON, or nothing for a kind not sent by webhook. */
@@ -132,6 +139,17 @@ function referencedBy(entry: SnUpdate): { userIds: number[]; groupIds: number[] 
     default:
       return { userIds: [], groupIds: [] };
   }
+}
+
+/**
+ * A page of an agent's stream for its WebSocket connection: none for an agent in WEBHOOK mode
+ * (the webhook carries its entries; the page says so), its backlog otherwise.
+ */
+export async function agentFeedPage(store: Store, userId: number, afterSn: number | undefined, limit: number): Promise<AgentBacklog> {
+  if (webhookTarget(await store.agents.getAgent(userId)) !== undefined) {
+    return { afterSn: await store.webhookJobs.deliveredSn(userId), updates: [], hasMore: false, byWebhook: true };
+  }
+  return agentBacklog(store, userId, afterSn, limit);
 }
 
 /**

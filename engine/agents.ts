@@ -230,16 +230,33 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
 
     return mailboxes.run(agentUserId, async () => {
       let verifiedUrl: string | undefined;
-      for (let attempt = 1; ; attempt++) {
-        const agent = await store.agents.getAgent(agentUserId);
-        if (!agent) throw new ParleyError(Errors.agentNotFound);
-        if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
-        const written = await checkedChange(ctx, agent, change, { ...update }, issuesNewKey, verifiedUrl);
-        verifiedUrl = written.verifiedUrl;
-        const saved = await writeConfig(agent, written.update, attempt);
-        if (!saved) continue;
-        await announceConfig(ctx, agent, saved, written.update);
-        return { agent: saved, secretKey: written.secretKey };
+      let parked = false;
+      try {
+        for (let attempt = 1; ; attempt++) {
+          const agent = await store.agents.getAgent(agentUserId);
+          if (!agent) throw new ParleyError(Errors.agentNotFound);
+          if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
+          const written = await checkedChange(ctx, agent, change, { ...update }, issuesNewKey, verifiedUrl);
+          verifiedUrl = written.verifiedUrl;
+          if (!parked && agent.deliveryMode !== DeliveryMode.webhook && written.update.deliveryMode === DeliveryMode.webhook) {
+            // Before the mode is written: the agent's sockets stop carrying its entries, and what
+            // they were sent and the agent confirmed is recorded, so the webhook does not repeat it.
+            parked = true;
+            const confirmedSn = await deps.pushes.parkAgentFeeds(agentUserId);
+            if (confirmedSn > 0) await store.webhookJobs.advanceDelivered(agentUserId, confirmedSn);
+          }
+          const saved = await writeConfig(agent, written.update, attempt);
+          if (!saved) continue;
+          await announceConfig(ctx, agent, saved, written.update);
+          // The inbox's switch released the parked feeds (inbox.deliveryModeChanged).
+          parked = false;
+          return { agent: saved, secretKey: written.secretKey };
+        }
+      } catch (err) {
+        // No switch was made, or it was not carried out: the sockets go on from what they were
+        // sent, and a read of the agent's mode tells them if the webhook has their entries now.
+        if (parked) void deps.pushes.releaseAgentFeeds(agentUserId, { toWebhook: false });
+        throw err;
       }
     });
   }

@@ -44,7 +44,7 @@ describe("Inbox actor", () => {
       ownership: new Ownership(store.leases, clock, "inbox-test"),
       presence: new MemoryPresenceRegistry(),
       // The Inbox is given its publisher directly in these tests.
-      pushes: { send: async () => {} },
+      pushes: { send: async () => {}, parkAgentFeeds: async () => 0, releaseAgentFeeds: async () => {} },
       webhookQueued: () => {},
     };
   });

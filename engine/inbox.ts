@@ -32,11 +32,11 @@ import {
 } from "../shared/gen/api/v1/sync_pb.js";
 import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
-import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type MarkDeliveredParams } from "../shared/agent-delivery.js";
+import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
-import { WebhookRouting, agentBacklog } from "./agent-delivery.js";
+import { WebhookRouting, agentFeedPage } from "./agent-delivery.js";
 import type { EngineDeps } from "./deps.js";
 import { Mailboxes } from "./mailbox.js";
 import { userStreamKey } from "./ownership.js";
@@ -241,7 +241,13 @@ export class Inbox {
         continue;
       }
       for (const [userId, sn] of next) this.remember(userId, sn, fenceOfUser.get(userId));
-      const pushes = fanOuts.flatMap((fanOut, index) => (sns[index].length > 0 ? [Promise.resolve(this.publish({ update: { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson, recipients: sns[index] }))] : []));
+      const pushes = fanOuts.flatMap((fanOut, index) => {
+        if (sns[index].length === 0) return [];
+        // A WEBHOOK-mode agent's entry went to its webhook route: its sockets are told not to carry it.
+        const toWebhook = byWebhook.size > 0 ? sns[index].flatMap(([userId]) => (byWebhook.has(userId) ? [userId] : [])) : [];
+        const update = { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson;
+        return [Promise.resolve(this.publish({ update, recipients: sns[index], ...(toWebhook.length > 0 ? { toWebhook } : {}) }))];
+      });
       for (const handoff of handoffs) if (handoff.bodies.length > 0) this.webhookQueued(handoff.agentUserId);
       for (const [userId, latest] of next) {
         const first = before.get(userId)! + 1;
@@ -329,8 +335,8 @@ export class Inbox {
     });
   }
 
-  /** Carries out a change of the agent's delivery mode or URL, between two appends. */
-  deliveryModeChanged(agentUserId: number): Promise<void> {
+  /** Carries out a change of the agent's delivery mode or URL, between two appends; answers what its sockets are to be told. */
+  deliveryModeChanged(agentUserId: number): Promise<FeedRelease> {
     return this.serially(() => this.webhooks.modeChanged(agentUserId, () => this.currentSn(agentUserId)));
   }
 
@@ -434,12 +440,15 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
       },
       [actionName(AgentDeliveryActions.backlog)]: {
         ...shardByUser,
-        handler: (ctx: Context<AgentBacklogParams>) => agentBacklog(deps.store, ctx.params.userId, ctx.params.afterSn, ctx.params.limit),
+        handler: (ctx: Context<AgentBacklogParams>) => agentFeedPage(deps.store, ctx.params.userId, ctx.params.afterSn, ctx.params.limit),
       },
       [actionName(AgentDeliveryActions.modeChanged)]: {
         ...shardByUser,
         handler: async (ctx: Context<DeliveryModeChangedParams>) => {
-          await inbox.deliveryModeChanged(ctx.params.userId);
+          const release = await inbox.deliveryModeChanged(ctx.params.userId);
+          // Parked feeds (a switch into WEBHOOK) learn through which sn the webhook took over;
+          // feeds of an agent that left WEBHOOK mode start again from the delivered position.
+          await deps.pushes.releaseAgentFeeds(ctx.params.userId, release);
           return {};
         },
       },

@@ -6,6 +6,7 @@
 // Pushes are best effort by design: a connection that misses one (its gateway died, a lookup
 // raced its connect) finds the gap in its sn sequence and catches up with GetDifference.
 import type { ServiceBroker } from "moleculer";
+import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
 import { GatewayActions, type PushEvent } from "../shared/bus.js";
 import type { PresenceRegistry } from "./presence/presence-registry.js";
 import { pushGatewayCalls } from "../shared/metrics.js";
@@ -16,7 +17,18 @@ export interface Pushes {
    * answered (it wrote the frames) or failed; never rejects (see above).
    */
   send(event: PushEvent): Promise<void>;
+  /**
+   * Parks the agent's feeds on the gateways holding its connections before a switch into WEBHOOK
+   * mode (see gateway/agent-feed.ts); answers the highest sn the agent confirmed on any of them,
+   * 0 when none did. A gateway that does not answer counts as none (at least once).
+   */
+  parkAgentFeeds(agentUserId: number): Promise<number>;
+  /** Tells the agent's feeds how the switch ended; never rejects (parked feeds also end on their own). */
+  releaseAgentFeeds(agentUserId: number, release: FeedRelease): Promise<void>;
 }
+
+/** How long parking waits for a gateway: its feeds' receipt wait (2 s) and the call's way there and back. */
+const parkTimeoutMs = 5_000;
 
 /** How long a push waits for a gateway the registry names but this node has not discovered yet. */
 const discoveryWaitMs = 5_000;
@@ -53,6 +65,41 @@ export class PushRouter implements Pushes {
     });
   }
 
+  async parkAgentFeeds(agentUserId: number): Promise<number> {
+    const answers = await this.onGatewaysOf(agentUserId, (nodeID) =>
+      this.broker.call(GatewayActions.parkAgentFeeds, { agentUserId } satisfies ParkAgentFeedsParams, { nodeID, retries: 0, timeout: parkTimeoutMs }) as Promise<ParkedAgentFeeds>,
+    );
+    return Math.max(0, ...answers.map((answer) => answer?.confirmedSn ?? 0));
+  }
+
+  async releaseAgentFeeds(agentUserId: number, release: FeedRelease): Promise<void> {
+    await this.onGatewaysOf(agentUserId, (nodeID) =>
+      this.broker.call(GatewayActions.releaseAgentFeeds, { agentUserId, release } satisfies ReleaseAgentFeedsParams, { nodeID, retries: 0 }),
+    );
+  }
+
+  /** Calls every gateway holding a connection of the user; a failed call answers undefined (logged). */
+  private async onGatewaysOf<T>(userId: number, call: (nodeID: string) => Promise<T>): Promise<(T | undefined)[]> {
+    let nodes: string[];
+    try {
+      nodes = [...((await this.presence.gatewaysOf([userId])).get(userId) ?? [])];
+    } catch (err) {
+      this.broker.logger.warn(`the gateways of user ${userId} could not be looked up: ${String(err)}`);
+      return [];
+    }
+    return Promise.all(
+      nodes.map(async (nodeID) => {
+        await this.discovered(nodeID);
+        try {
+          return await call(nodeID);
+        } catch (err) {
+          this.broker.logger.warn(`gateway ${nodeID} did not take a delivery mode switch of agent ${userId}: ${String(err)}`);
+          return undefined;
+        }
+      }),
+    );
+  }
+
   send(event: PushEvent): Promise<void> {
     return this.route(event).catch((err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`));
   }
@@ -68,7 +115,7 @@ export class PushRouter implements Pushes {
       }
     }
     const sends = [...byGateway].map(async ([nodeID, users]) => {
-      const part: PushEvent = "recipients" in event ? { update: event.update, recipients: event.recipients.filter(([userId]) => users.has(userId)) } : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
+      const part: PushEvent = "recipients" in event ? sequencedPart(event, users) : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
       await this.discovered(nodeID);
       try {
         await this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
@@ -80,4 +127,10 @@ export class PushRouter implements Pushes {
     });
     await Promise.all(sends);
   }
+}
+
+/** The part of a sequenced push for one gateway's users. */
+function sequencedPart(event: Extract<PushEvent, { recipients: unknown }>, users: Set<number>): PushEvent {
+  const toWebhook = event.toWebhook?.filter((userId) => users.has(userId));
+  return { update: event.update, recipients: event.recipients.filter(([userId]) => users.has(userId)), ...(toWebhook?.length ? { toWebhook } : {}) };
 }

@@ -22,13 +22,19 @@ class Harness implements FeedSink {
   readonly failures: unknown[] = [];
   /** Backlog answers wait for release() while held. */
   hold = false;
+  /** The agent is in WEBHOOK mode: backlog reads say so and carry no entries. */
+  byWebhook = false;
+  /** Receipts asked for (WebSocket pings). */
+  receiptsAsked = 0;
+  /** Whether the agent answers a receipt request (its pong arrives a tick later). */
+  answersReceipts = true;
   /** Writes complete only on completeWrites() while manual. */
   manualWrites = false;
   private held: (() => void)[] = [];
   private pendingWrites: (() => void)[] = [];
   readonly feed: AgentFeed;
 
-  constructor(policy: AgentFeedPolicy = { pageSize: 100, recordDelayMs: 1 }, failReads = false) {
+  constructor(policy: AgentFeedPolicy = { pageSize: 100, recordDelayMs: 1, receiptWaitMs: 50 }, failReads = false) {
     this.feed = new AgentFeed(
       7,
       this,
@@ -36,6 +42,7 @@ class Harness implements FeedSink {
         backlog: async (params) => {
           this.reads.push(params);
           if (failReads) throw new Error("store down");
+          if (this.byWebhook) return { afterSn: this.delivered, updates: [], hasMore: false, byWebhook: true };
           const afterSn = params.afterSn ?? this.delivered;
           // The read sees the stream as it is now; its answer may arrive later.
           const after = this.stream.filter((sn) => sn > afterSn);
@@ -58,6 +65,11 @@ class Harness implements FeedSink {
     else queueMicrotask(onWritten);
   }
 
+  askForReceipt(): void {
+    this.receiptsAsked += 1;
+    if (this.answersReceipts) setTimeout(() => this.feed.agentHeard(), 1);
+  }
+
   completeWrites(): void {
     for (const done of this.pendingWrites.splice(0)) done();
   }
@@ -66,10 +78,10 @@ class Harness implements FeedSink {
     for (const go of this.held.splice(0)) go();
   }
 
-  /** An entry stored and then pushed live, as the inbox does. */
-  append(sn: number): void {
+  /** An entry stored and then pushed live, as the inbox does; `toWebhook`: queued for the agent's webhook. */
+  append(sn: number, toWebhook = false): void {
     this.stream.push(sn);
-    this.feed.live(frame(sn), sn);
+    this.feed.live(frame(sn), sn, toWebhook);
   }
 }
 
@@ -134,7 +146,7 @@ describe("AgentFeed", () => {
   });
 
   it("reads the next page only after the previous one is on the network", async () => {
-    const h = new Harness({ pageSize: 2, recordDelayMs: 1 });
+    const h = new Harness({ pageSize: 2, recordDelayMs: 1, receiptWaitMs: 50 });
     h.stream = [1, 2, 3, 4, 5];
     h.manualWrites = true;
     h.feed.start();
@@ -167,7 +179,7 @@ describe("AgentFeed", () => {
   });
 
   it("records only positions the agent confirmed: writes completed before a frame from it, in batches and when the connection closes", async () => {
-    const h = new Harness({ pageSize: 100, recordDelayMs: 10_000 });
+    const h = new Harness({ pageSize: 100, recordDelayMs: 10_000, receiptWaitMs: 50 });
     h.feed.start();
     await settle();
     h.manualWrites = true;
@@ -196,7 +208,7 @@ describe("AgentFeed", () => {
   });
 
   it("records nothing on close when the agent was never heard after its writes", async () => {
-    const h = new Harness({ pageSize: 100, recordDelayMs: 1 });
+    const h = new Harness({ pageSize: 100, recordDelayMs: 1, receiptWaitMs: 50 });
     h.stream = [1, 2, 3];
     h.delivered = 1;
     // Heard before anything was written: confirms only the position the connection started from.
@@ -212,7 +224,7 @@ describe("AgentFeed", () => {
   });
 
   it("records a confirmation after the batching delay, once per batch, without waiting for the close", async () => {
-    const h = new Harness({ pageSize: 100, recordDelayMs: 20 });
+    const h = new Harness({ pageSize: 100, recordDelayMs: 20, receiptWaitMs: 50 });
     h.feed.start();
     await settle();
     h.append(1);
@@ -240,5 +252,126 @@ describe("AgentFeed", () => {
     await settle();
     expect(h.failures.map(String)).to.deep.equal(["Error: store down"]);
     expect(h.written).to.deep.equal([]);
+  });
+
+  describe("across a delivery mode switch", () => {
+    it("parks: sends nothing more, asks for a receipt, answers and records what the agent confirmed; released into WEBHOOK mode it carries nothing the webhook took", async () => {
+      const h = new Harness();
+      h.feed.start();
+      await settle();
+      h.append(1);
+      h.append(2);
+      await settle();
+      const parked = h.feed.park();
+      // Appended while the switch is under way, before the new mode is written: the webhook takes it.
+      h.append(3);
+      expect(await parked).to.equal(2);
+      expect(h.receiptsAsked).to.equal(1);
+      expect(h.recorded).to.deep.equal([2]);
+      h.feed.release({ toWebhook: true, through: 3 });
+      // In flight from before the switch: already the webhook's.
+      h.feed.live(frame(3), 3);
+      h.append(4, true);
+      h.append(5, true);
+      await settle();
+      expect(h.written).to.deep.equal([1, 2]);
+      expect(h.reads).to.have.length(1);
+    });
+
+    it("answers only what was confirmed before when the agent does not answer the receipt in time (the webhook repeats the rest)", async () => {
+      const h = new Harness();
+      h.answersReceipts = false;
+      h.feed.start();
+      await settle();
+      h.append(1);
+      await settle();
+      h.feed.agentHeard();
+      h.append(2);
+      await settle();
+      expect(await h.feed.park()).to.equal(1);
+    });
+
+    it("asks for no receipt when everything sent was confirmed already", async () => {
+      const h = new Harness();
+      h.stream = [1, 2];
+      h.delivered = 2;
+      h.feed.start();
+      await settle();
+      expect(await h.feed.park()).to.equal(2);
+      expect(h.receiptsAsked).to.equal(0);
+    });
+
+    it("goes on from what it sent when the switch was not made, repeating and skipping nothing", async () => {
+      const h = new Harness();
+      h.feed.start();
+      await settle();
+      h.append(1);
+      await settle();
+      const parked = h.feed.park();
+      h.append(2);
+      await parked;
+      h.feed.release({ toWebhook: false });
+      await settle();
+      h.append(3);
+      await settle();
+      expect(h.written).to.deep.equal([1, 2, 3]);
+    });
+
+    it("stops a replay under way when parked, and finishes it after a release without a switch", async () => {
+      const h = new Harness({ pageSize: 2, recordDelayMs: 1, receiptWaitMs: 50 });
+      h.stream = [1, 2, 3, 4];
+      h.manualWrites = true;
+      h.feed.start();
+      await settle();
+      expect(h.written).to.deep.equal([1, 2]);
+      const parked = h.feed.park();
+      h.completeWrites();
+      await parked;
+      await settle();
+      expect(h.written).to.deep.equal([1, 2]);
+      h.manualWrites = false;
+      h.feed.release({ toWebhook: false });
+      await settle();
+      expect(h.written).to.deep.equal([1, 2, 3, 4]);
+    });
+
+    it("carries no entry the inbox queued for the webhook, and after the agent leaves WEBHOOK mode replays from the delivered position", async () => {
+      const h = new Harness();
+      h.feed.start();
+      await settle();
+      h.append(1);
+      await settle();
+      // A switch this gateway was not told of: the inbox marks what went to the webhook.
+      h.append(2, true);
+      h.append(3, true);
+      await settle();
+      expect(h.written).to.deep.equal([1]);
+      // Back in WEBSOCKET mode: the switch moved the delivered position to before what the webhook had not delivered (3).
+      h.delivered = 2;
+      h.append(4);
+      await settle();
+      h.append(5);
+      await settle();
+      expect(h.written).to.deep.equal([1, 3, 4, 5]);
+    });
+
+    it("starts a connection of a WEBHOOK-mode agent with nothing to carry, and carries again once released out of it", async () => {
+      const h = new Harness();
+      h.stream = [1, 2, 3];
+      h.delivered = 3;
+      h.byWebhook = true;
+      h.feed.start();
+      await settle();
+      h.append(4, true);
+      await settle();
+      expect(h.written).to.deep.equal([]);
+      // The agent leaves WEBHOOK mode with 4 undelivered by the webhook.
+      h.byWebhook = false;
+      h.feed.release({ toWebhook: false });
+      await settle();
+      h.append(5);
+      await settle();
+      expect(h.written).to.deep.equal([4, 5]);
+    });
   });
 });

@@ -119,6 +119,12 @@ export class Connection implements SocketHandlers, FeedSink {
     this.sendError(frame.requestId, errorDetail(Errors.gatewayBadFrame, { reason: "only heartbeats are expected after authentication" }), false);
   }
 
+  onPong(): void {
+    if (this.closed || !this.identity) return;
+    // A pong is a frame from the agent like any other: the writes completed before it arrived.
+    this.feed?.agentHeard();
+  }
+
   private async authenticate(requestId: bigint, token: string): Promise<void> {
     this.authenticating = true;
     try {
@@ -168,11 +174,23 @@ export class Connection implements SocketHandlers, FeedSink {
     this.feed?.start();
   }
 
-  /** Queues a push built once for many connections; `sn` is set for a sequenced entry. */
-  push(frame: PushFrame, sn?: number): void {
+  /**
+   * Queues a push built once for many connections; `sn` is set for a sequenced entry, and
+   * `toWebhook` when the entry went to the agent's webhook queue instead (see agent-feed.ts).
+   */
+  push(frame: PushFrame, sn?: number, toWebhook = false): void {
     if (this.closed || !this.form) return;
-    if (this.feed && sn !== undefined) this.feed.live(frame, sn);
+    if (this.feed && sn !== undefined) this.feed.live(frame, sn, toWebhook);
     else this.write(frame.encoded(this.form), undefined, true);
+  }
+
+  /** The agent feed of this connection, if it is an agent's. */
+  get agentFeed(): AgentFeed | undefined {
+    return this.feed;
+  }
+
+  askForReceipt(): void {
+    if (!this.closed) this.socket.ping();
   }
 
   writePush(frame: PushFrame, onWritten: () => void): void {

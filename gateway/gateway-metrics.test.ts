@@ -26,6 +26,8 @@ class ScriptedSocket implements GatewaySocket {
     onWritten?.();
   }
 
+  ping(): void {}
+
   close(code: number): void {
     this.closedWith = code;
   }

@@ -3,7 +3,7 @@
 // (revoked sessions and tokens).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
-import { AgentDeliveryActions, type AgentBacklog } from "../shared/agent-delivery.js";
+import { AgentDeliveryActions, type AgentBacklog, type FeedRelease, type ParkAgentFeedsParams, type ParkedAgentFeeds, type ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
@@ -32,6 +32,12 @@ export const PresencePolicy = {
   ttlMs: 15_000,
 } as const;
 
+/**
+ * How long an agent's feeds stay parked for a mode switch whose release never came (the engine
+ * died between the two): they then read the agent's mode again (see agent-feed.ts).
+ */
+export const parkTimeoutMs = 15_000;
+
 export const defaultConnectionPolicy: ConnectionPolicy = {
   authTimeoutMs: 10_000,
   // Clients are asked to ping every 30 s; three missed pings end the connection.
@@ -54,6 +60,17 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   let presenceBroker: ServiceBroker | undefined;
   let heartbeat: NodeJS.Timeout | undefined;
   let unsampleBacklog: (() => void)[] = [];
+  /** Agents whose feeds a mode switch parked, each with the timer that releases them if it never ends. */
+  const parkedAgents = new Map<number, NodeJS.Timeout>();
+
+  const agentFeedsOf = (agentUserId: number): AgentFeed[] =>
+    [...(byUser.get(agentUserId) ?? [])].flatMap((connection) => (connection.identity?.kind === "agent" && connection.agentFeed ? [connection.agentFeed] : []));
+
+  const releaseAgentFeeds = (agentUserId: number, release: FeedRelease) => {
+    clearTimeout(parkedAgents.get(agentUserId));
+    parkedAgents.delete(agentUserId);
+    for (const feed of agentFeedsOf(agentUserId)) feed.release(release);
+  };
 
   // Agents' connections count too: pushes reach them through the same registry (and agents are
   // never offline-pushed, so counting them as online changes nothing there).
@@ -89,7 +106,8 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
         if (!connections) continue;
         frames ??= new SequencedFrames(nextPushId(), event.update as JsonObject);
         const frame = frames.withSn(sn);
-        for (const connection of connections) connection.push(frame, sn);
+        const toWebhook = event.toWebhook?.includes(userId) ?? false;
+        for (const connection of connections) connection.push(frame, sn, toWebhook);
       }
       return;
     }
@@ -140,6 +158,23 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       deliver: {
         handler(ctx: { params: PushEvent }) {
           deliver(ctx.params);
+          return null;
+        },
+      },
+      parkAgentFeeds: {
+        async handler(ctx: { params: ParkAgentFeedsParams }): Promise<ParkedAgentFeeds> {
+          const { agentUserId } = ctx.params;
+          clearTimeout(parkedAgents.get(agentUserId));
+          const timer = setTimeout(() => releaseAgentFeeds(agentUserId, { toWebhook: false }), parkTimeoutMs);
+          timer.unref();
+          parkedAgents.set(agentUserId, timer);
+          const confirmed = await Promise.all(agentFeedsOf(agentUserId).map((feed) => feed.park()));
+          return { confirmedSn: Math.max(0, ...confirmed) };
+        },
+      },
+      releaseAgentFeeds: {
+        handler(ctx: { params: ReleaseAgentFeedsParams }) {
+          releaseAgentFeeds(ctx.params.agentUserId, ctx.params.release);
           return null;
         },
       },
@@ -200,7 +235,12 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
             const userId = c.identity!.userId;
             // An agent first gets what reached its stream while it was away (see agent-feed.ts);
             // the feed is in place before the connection can hear a live push.
-            if (c.identity!.kind === "agent") c.attachFeed(agentFeed(c, userId));
+            if (c.identity!.kind === "agent") {
+              const feed = agentFeed(c, userId);
+              c.attachFeed(feed);
+              // A connection that arrives while a switch is under way waits for its end too.
+              if (parkedAgents.has(userId)) void feed.park();
+            }
             let connections = byUser.get(userId);
             if (!connections) byUser.set(userId, (connections = new Set()));
             connections.add(c);
@@ -223,6 +263,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     },
     async stopped() {
       clearInterval(heartbeat);
+      for (const timer of parkedAgents.values()) clearTimeout(timer);
       for (const unsample of unsampleBacklog) unsample();
       for (const connection of [...all]) connection.fail(Errors.gatewayShuttingDown, CloseCodes.goingAway);
       await socketServer?.close();

@@ -11,6 +11,12 @@ export interface GatewaySocket {
   send(data: string | Uint8Array, onWritten?: (err?: Error) => void): void;
   /** Bytes accepted by send() but not yet written to the network. */
   readonly bufferedAmount: number;
+  /**
+   * Queues a WebSocket ping behind the frames already queued. Clients answer it with a pong
+   * without the application's help (browsers, ws, gorilla and coder/websocket all do), and its
+   * arrival shows they read everything queued before it.
+   */
+  ping(): void;
   /** Closes with a WebSocket close code after flushing what is queued. */
   close(code: number, reason: string): void;
   /** Drops the connection at once, discarding what is queued. */
@@ -24,6 +30,8 @@ export interface GatewaySocket {
 export interface SocketHandlers {
   onMessage(data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean): void;
   onClose(): void;
+  /** A pong arrived (the answer to ping(), or one the client sent unasked). */
+  onPong(): void;
 }
 
 export interface SocketServer {

@@ -95,6 +95,10 @@ class UwsGatewaySocket implements GatewaySocket {
     return this.closed ? 0 : this.ws.getBufferedAmount();
   }
 
+  ping(): void {
+    if (!this.closed) this.ws.ping();
+  }
+
   close(code: number, reason: string): void {
     if (!this.closed) this.ws.end(code, reason);
   }
@@ -183,6 +187,9 @@ export function attachUwsServer(
     },
     drain(ws) {
       ws.getUserData().socket.written();
+    },
+    pong(ws) {
+      ws.getUserData().socket.handlers?.onPong();
     },
     close(ws) {
       open.delete(ws);

@@ -38,6 +38,7 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
           return ws.bufferedAmount;
         },
         close: (code, reason) => ws.close(code, reason),
+        ping: () => ws.ping(),
         terminate: () => ws.terminate(),
         remoteAddress: address,
         forwardedFor: [req.headers["x-forwarded-for"] ?? []].flat().join(",") || undefined,
@@ -45,6 +46,7 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
       const handlers = onConnection(socket);
       ws.on("message", (data, isBinary) => handlers.onMessage(data, isBinary));
       ws.on("close", () => handlers.onClose());
+      ws.on("pong", () => handlers.onPong());
       ws.on("error", () => ws.terminate());
     });
   };

@@ -34,6 +34,32 @@ export interface AgentBacklog {
   updates: UpdateJson[];
   /** Whether the stream goes on after this page: read again after its last sn. */
   hasMore: boolean;
+  /**
+   * The agent is in WEBHOOK mode: its entries go to the webhook, the page is empty and `afterSn`
+   * is the delivered position (through which the webhook took them).
+   */
+  byWebhook?: boolean;
+}
+
+/**
+ * How a delivery mode switch ended, as the engine tells the gateways whose agent feeds it parked
+ * (gateway/agent-feed.ts): the webhook took the agent's entries through `through`, or the socket
+ * carries them again.
+ */
+export type FeedRelease = { toWebhook: true; through: number } | { toWebhook: false };
+
+export interface ParkAgentFeedsParams {
+  agentUserId: number;
+}
+
+export interface ParkedAgentFeeds {
+  /** The highest sn the agent confirmed on any of this gateway's connections (0: none). */
+  confirmedSn: number;
+}
+
+export interface ReleaseAgentFeedsParams {
+  agentUserId: number;
+  release: FeedRelease;
 }
 
 export interface MarkDeliveredParams {

@@ -6,6 +6,10 @@ import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 export const GatewayActions = {
   /** Delivers a PushEvent to the connections this gateway node holds (called on one node by id). */
   deliver: "gateway.deliver",
+  /** Parks an agent's feeds before a switch into WEBHOOK mode (ParkAgentFeedsParams → ParkedAgentFeeds; see gateway/agent-feed.ts). */
+  parkAgentFeeds: "gateway.parkAgentFeeds",
+  /** Tells an agent's feeds how a mode switch ended (ReleaseAgentFeedsParams). */
+  releaseAgentFeeds: "gateway.releaseAgentFeeds",
 } as const;
 
 export const BusEvents = {
@@ -24,7 +28,10 @@ export const BusEvents = {
  * carries no sn, each recipient's sn comes with it, and a gateway builds each recipient's frame
  * from one encoding by putting the sn in. An ephemeral update goes to its users as it is.
  */
-export type PushEvent = { update: UpdateJson; recipients: [userId: number, sn: number][] } | { update: UpdateJson; userIds: number[] };
+export type PushEvent =
+  // toWebhook: the recipients (WEBHOOK-mode agents) whose entry went to their webhook queue; their sockets do not carry it.
+  | { update: UpdateJson; recipients: [userId: number, sn: number][]; toWebhook?: number[] }
+  | { update: UpdateJson; userIds: number[] };
 
 export interface SessionsRevokedEvent {
   userId: number;
