@@ -97,10 +97,10 @@ export interface ApiHandle {
   /**
    * The answer a lean request gets without its body being read (unknown procedure, method,
    * content type, compression, timeout syntax, a Content-Length over maxRequestBytes); the front
-   * sends it and leaves the body unread. Undefined: read the body, then serveUnary.
+   * sends it and reads past the body. Undefined: read the body, then serveUnary.
    */
   answerBeforeBody(head: UnaryHttpHead): UnaryHttpResponse | undefined;
-  /** The answer once a body without Content-Length grows past maxRequestBytes: sent at once, the rest of the body left unread. */
+  /** The answer once a body without Content-Length grows past maxRequestBytes: sent at once, the rest of the body read past by the front. */
   bodyTooLarge(path: string): UnaryHttpResponse;
   /** Serves a whole lean request (isLean said true); rejects only one that isLean sends to universal(). */
   serveUnary(request: UnaryHttpRequest): Promise<UnaryHttpResponse>;
@@ -296,8 +296,8 @@ const tooLarge = Symbol("body too large");
 const aborted = Symbol("client left mid-body");
 
 /**
- * Reads a request body whole, up to `limit` bytes: past it, `done` hears at once and the rest
- * stays unread. The usual body of one chunk is taken as it is, without a copy.
+ * Reads a request body whole, up to `limit` bytes: past it, `done` hears at once and the rest is
+ * not kept. The usual body of one chunk is taken as it is, without a copy.
  */
 function readBody(req: IncomingMessage, limit: number, done: (body: Uint8Array | typeof tooLarge | typeof aborted) => void): void {
   let first: Buffer | undefined;
@@ -310,9 +310,7 @@ function readBody(req: IncomingMessage, limit: number, done: (body: Uint8Array |
     if (size > limit) {
       settled = true;
       first = more = undefined;
-      // Read no further, as Connect-ES does: Node stops reading the socket once the request's
-      // buffer fills, and the request timeout ends the connection.
-      req.pause();
+      // The answer goes out at once; the node front then reads past the rest (readPastBody).
       done(tooLarge);
     } else if (first === undefined) {
       first = chunk;

@@ -116,7 +116,7 @@ export class UnaryRpcHandler {
   /**
    * The answer a request gets before its body is read, if any: unknown procedure (404), method
    * (405), content type (415), compression (501), connect-timeout-ms syntax, or a Content-Length
-   * over the limit (429). A front sends it and leaves the body unread, as Connect-ES does.
+   * over the limit (429). A front sends it without reading the body, then reads past it.
    */
   answerBeforeBody(head: UnaryHttpHead, startedAt = performance.now()): UnaryHttpResponse | undefined {
     const verdict = this.inspect(head, startedAt);
@@ -125,9 +125,8 @@ export class UnaryRpcHandler {
 
   /**
    * The answer to a body that grew past maxRequestBytes while being read (no Content-Length
-   * announced it): the front sends it at once and reads no more of the body. Connect-ES leaves
-   * the rest unread, so on node:http the connection serves nothing more and ends at the request
-   * timeout (api-service.ts does the same); a front that cannot leave bytes unread closes it.
+   * announced it): the front sends it at once and keeps none of the rest, which it reads past
+   * (discarding it) so that a client still sending reads the answer (edge/node-front.ts).
    */
   bodyTooLarge(path: string, startedAt = performance.now()): UnaryHttpResponse {
     const route = this.routes.get(path);

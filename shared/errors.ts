@@ -72,6 +72,7 @@ export const Errors = {
   gatewaySlowConsumer: entry(Code.ResourceExhausted, 1923, "GATEWAY_SLOW_CONSUMER", "the connection fell too far behind; reconnect and call GetDifference"),
   gatewayIdleTimeout: entry(Code.DeadlineExceeded, 1924, "GATEWAY_IDLE_TIMEOUT", "no frame arrived within the heartbeat timeout"),
   gatewayShuttingDown: entry(Code.Unavailable, 1925, "GATEWAY_SHUTTING_DOWN", "the server is restarting; reconnect"),
+  requestHeadersTooLarge: entry(Code.ResourceExhausted, 1926, "REQUEST_HEADERS_TOO_LARGE", "the request line and headers are too large"),
 
   // 2xxx: users, profiles and devices
   userNotFound: entry(Code.NotFound, 2001, "USER_NOT_FOUND", "user not found"),
