@@ -14,6 +14,7 @@ import type { Readable } from "node:stream";
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, us_socket } from "@trufflesuite/uws-js-unofficial";
 import { maxRequestBytes } from "../api/api-service.js";
 import { Errors } from "../shared/errors.js";
+import { maxHeaderBytes, requestHeadBytes } from "../shared/http-limits.js";
 import { resolveClientAddress } from "../shared/ip.js";
 import { upgradeRefusal } from "../gateway/socket.js";
 import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade } from "../gateway/uws-socket-server.js";
@@ -50,6 +51,7 @@ const statusText: Record<number, string> = {
   415: "Unsupported Media Type",
   416: "Range Not Satisfiable",
   429: "Too Many Requests",
+  431: "Request Header Fields Too Large",
   499: "Client Closed Request",
   500: "Internal Server Error",
   501: "Not Implemented",
@@ -91,12 +93,16 @@ class UwsExchange implements EdgeRequest, EdgeReply {
   readonly query: string;
   readonly headers: Record<string, string | undefined> = {};
   readonly peer: string;
+  /** What the head counts against maxHeaderBytes. */
+  readonly headBytes: number;
   aborted = false;
   started = false;
   /** Answered in full (or cut): the response may not be touched any more. */
   finished = false;
   /** When the body must have arrived (while it is being read). */
   bodyDeadline = 0;
+  /** The body has been read to its end. */
+  private bodyRead = false;
   private onAbort: (() => void) | undefined;
 
   constructor(
@@ -107,11 +113,14 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     this.method = req.getCaseSensitiveMethod();
     this.path = req.getUrl();
     this.query = req.getQuery() ?? "";
-    req.forEach((name, value) => {
-      const seen = this.headers[name];
-      if (seen === undefined) this.headers[name] = value;
-      else if (!singleValuedHeaders.has(name)) this.headers[name] = `${seen}${name === "cookie" ? "; " : ", "}${value}`;
-    });
+    this.headBytes = requestHeadBytes(this.path, this.query, (visit) =>
+      req.forEach((name, value) => {
+        visit(name, value);
+        const seen = this.headers[name];
+        if (seen === undefined) this.headers[name] = value;
+        else if (!singleValuedHeaders.has(name)) this.headers[name] = `${seen}${name === "cookie" ? "; " : ", "}${value}`;
+      }),
+    );
     this.peer = addressText(res.getRemoteAddress());
     res.onAborted(() => {
       this.aborted = true;
@@ -130,7 +139,21 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     this.front.done(this);
   }
 
-  /** Writes the status line and headers (corked by the caller); answers whether to close after. */
+  /** Whether the request announced a body that has not been read to its end. */
+  private get bodyUnread(): boolean {
+    if (this.bodyRead) return false;
+    return this.headers["transfer-encoding"] !== undefined || Number(this.headers["content-length"] ?? 0) > 0;
+  }
+
+  /**
+   * Writes the status line and headers (corked by the caller); answers whether uWS is to close the
+   * connection after the answer. Not while a body is still arriving: uWS closes at once (it sends
+   * FIN and closes, so as not to read a large body), and a client still sending then meets a reset
+   * before it reads the answer. Left open, uWS reads past the rest of the body by its length and
+   * drops it; a client told `Connection: close` closes once it has read the answer, and one that
+   * does not is closed by uWS's own idle timeout. uWS offers no way to close a connection once its
+   * answer has gone out, so nothing but the announced length bounds that reading.
+   */
   private head(status: number, headers: EdgeHeaders): boolean {
     let close = this.front.draining;
     this.res.writeStatus(statusLine(status));
@@ -145,7 +168,7 @@ class UwsExchange implements EdgeRequest, EdgeReply {
     }
     // uWS closes when told to, but does not say so to the client.
     if (close) this.res.writeHeader("connection", "close");
-    return close;
+    return close && !this.bodyUnread;
   }
 
   send(status: number, headers: EdgeHeaders, body?: string | Uint8Array): void {
@@ -257,6 +280,7 @@ class UwsExchange implements EdgeRequest, EdgeReply {
       }
       if (isLast) {
         this.bodyDeadline = 0;
+        this.bodyRead = true;
         whole(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks));
       }
     });
@@ -293,9 +317,8 @@ export function uwsFront(options: UwsFrontOptions): EdgeFront {
     if (!api) return false;
     const refusal = api.beforeBody(exchange);
     if (refusal) {
-      // The body is left unread, so the connection cannot carry another request after it.
-      const bodyFollows = exchange.headers["transfer-encoding"] !== undefined || Number(exchange.headers["content-length"] ?? 0) > 0;
-      exchange.send(refusal.status, bodyFollows ? { ...refusal.headers, connection: "close" } : refusal.headers, refusal.body);
+      // uWS reads past the body (see UwsExchange.head), and the connection serves on after it.
+      exchange.send(refusal.status, refusal.headers, refusal.body);
       return true;
     }
     const clientIp = resolveClientAddress(exchange.peer, exchange.headers["x-forwarded-for"], options.trustedProxies);
@@ -327,6 +350,12 @@ export function uwsFront(options: UwsFrontOptions): EdgeFront {
       return;
     }
     inFlight.add(exchange);
+    // What node:http's parser refuses before any route runs; a head too large for uWS's own parser
+    // (over about 4 KiB arriving in more than one read) never gets here: uWS closes it unanswered.
+    if (exchange.headBytes >= maxHeaderBytes) {
+      answerError(exchange, 431, Errors.requestHeadersTooLarge);
+      return;
+    }
     routeEdgeRequest(routes, exchange, exchange, () => serveApi(exchange));
   });
 

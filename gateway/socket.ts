@@ -45,7 +45,7 @@ export interface SocketServer {
 /** Accepts WebSocket connections at one path of the edge's port, handing each to `onConnection`. */
 export type SocketAcceptor = (path: string, onConnection: (socket: GatewaySocket) => SocketHandlers) => SocketServer;
 
-export type UpgradeRefusal = "400 Bad Request" | "404 Not Found" | "503 Service Unavailable";
+export type UpgradeRefusal = "400 Bad Request" | "404 Not Found" | "431 Request Header Fields Too Large" | "503 Service Unavailable";
 
 /** Why an upgrade to a Parley socket at `path` is refused (both drivers answer it the same), or undefined when it may proceed. */
 export function upgradeRefusal(path: string, wanted: string, host: string | undefined, accepting: boolean): UpgradeRefusal | undefined {

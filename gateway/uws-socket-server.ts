@@ -1,11 +1,12 @@
 // The uWebSockets.js implementation of the socket layer, on the uWS app that owns the edge's port
 // (edge/uws-front.ts). It keeps the promises the `ws` driver keeps: 64 KiB client frames at most,
 // no per-message deflate, upgrades refused with 404 elsewhere, 400 for a bad Host or a broken
-// handshake, 503 while the server drains; a frame's `onWritten` runs once its bytes left uWS's
+// handshake, 431 for a head over the limit, 503 while the server drains; a frame's `onWritten` runs once its bytes left uWS's
 // backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
 // side has freed it), so every call goes through a guard.
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
 import type { UwsModule } from "../edge/uws-native.js";
+import { maxHeaderBytes, requestHeadBytes } from "../shared/http-limits.js";
 import { upgradeRefusal, type GatewaySocket, type SocketHandlers, type SocketServer, type UpgradeRefusal } from "./socket.js";
 
 /** Client frames are only auth and heartbeat; anything larger is not a Parley client. */
@@ -150,6 +151,11 @@ export function attachUwsServer(
     sendPingsAutomatically: false,
     upgrade(res: HttpResponse, req: HttpRequest, context: us_socket_context_t) {
       const header = (name: string) => req.getHeader(name);
+      // A head node:http's parser would refuse (431) is refused alike, before anything else.
+      if (requestHeadBytes(req.getUrl(), req.getQuery() ?? "", (visit) => req.forEach(visit)) >= maxHeaderBytes) {
+        refuseUpgrade(res, "431 Request Header Fields Too Large");
+        return;
+      }
       const refusal = upgradeRefusal(path, path, header("host"), accepting() && !closing);
       if (refusal) {
         refuseUpgrade(res, refusal);

@@ -138,12 +138,13 @@ describe("hostile HTTP input", () => {
       });
     }
     for (const [what, request, status] of cases) {
-      it(parserAnswers ? `answers ${status} to ${what}` : `closes the connection on ${what}`, async () => {
+      // uWS's parser takes a head this large when it arrives in one read; the front then refuses it
+      // as node:http's parser does (edge/uws-front.ts), with the same Connect error body.
+      const answered = parserAnswers || status === 431;
+      it(answered ? `answers ${status} to ${what}` : `closes the connection on ${what}`, async () => {
         const answer = await (answers.get(what) ?? exchange(server.port, request));
-        if (parserAnswers) expect(answer.status).to.equal(status);
-        // uWS takes larger headers than node:http (no 431), and serves the request.
-        else if (status === 431) expect(answer.status).to.equal(200);
-        else expect(answer.status).to.equal(undefined);
+        expect(answer.status).to.equal(answered ? status : undefined);
+        if (status === 431) expect((JSON.parse(answer.body) as ErrorBody).details?.map((d) => d.debug.errorName)).to.deep.equal(["REQUEST_HEADERS_TOO_LARGE"]);
       });
     }
 
