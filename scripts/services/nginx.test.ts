@@ -82,6 +82,12 @@ function send(port: number, method: string, path: string, options: { body?: Buff
   });
 }
 
+/** The Connect code and ErrorDetail names of an error answer. */
+function refusalOf(answer: Answer): { code: string; errorNames: string[] } {
+  const body = JSON.parse(answer.body) as { code: string; details: { debug: { errorName: string } }[] };
+  return { code: body.code, errorNames: body.details.map((detail) => detail.debug.errorName) };
+}
+
 const rpc = (port: number, method = "SendMessage") => send(port, "POST", `/api.v1.MessageService/${method}`, { body: Buffer.from("{}"), headers: { "content-type": "application/json" } });
 
 function echoThroughFront(port: number, text: string): Promise<string> {
@@ -170,17 +176,18 @@ describe("nginx front (real nginx from Debian's packages)", function () {
   });
 
   // Both nodes drop /crash unanswered: a retried request reaches both, a request not retried one.
-  it("never sends a POST that reached a node which then died to another node", async () => {
+  it("never sends a POST that reached a node which then died to another node, and answers unavailable (503, UNAVAILABLE) in Connect's form", async () => {
     await startNginx(configPath, runDir);
     const post = await send(options.listenPort, "POST", "/crash/api.v1.MessageService/SendMessage", { body: Buffer.from("{}") });
-    expect(post.status).to.equal(502);
+    expect(post.status).to.equal(503);
+    expect(refusalOf(post)).to.deep.equal({ code: "unavailable", errorNames: ["UNAVAILABLE"] });
     expect(apiA.seen.length + apiB.seen.length).to.equal(1);
   });
 
   it("retries a GET that reached a node which then died on the other node", async () => {
     await startNginx(configPath, runDir);
     const get = await send(options.listenPort, "GET", "/crash/media/abc");
-    expect(get.status).to.equal(502);
+    expect(get.status).to.equal(503);
     expect(apiA.seen.map((seen) => seen.url)).to.deep.equal(["/crash/media/abc"]);
     expect(apiB.seen.map((seen) => seen.url)).to.deep.equal(["/crash/media/abc"]);
   });
@@ -196,6 +203,21 @@ describe("nginx front (real nginx from Debian's packages)", function () {
     expect(refusal.code).to.equal("resource_exhausted");
     expect(refusal.details.map((detail) => detail.debug.errorName)).to.deep.equal(["REQUEST_TOO_LARGE"]);
     expect(apiA.seen.length + apiB.seen.length).to.equal(1);
+  });
+
+  it("answers a request line or header over the head limit itself, as an api node would (431, REQUEST_HEADERS_TOO_LARGE), unsent", async () => {
+    await startNginx(configPath, runDir);
+    const longLine = await send(options.listenPort, "POST", "/api.v1.UserService/GetProfile", { body: Buffer.from("{}"), headers: { authorization: `Bearer ${"a".repeat(20_000)}` } });
+    const longTarget = await send(options.listenPort, "GET", `/media/${"a".repeat(20_000)}`);
+    const manyLines = await send(options.listenPort, "POST", "/api.v1.UserService/GetProfile", {
+      body: Buffer.from("{}"),
+      headers: Object.fromEntries(Array.from({ length: 20 }, (_, index) => [`x-pad-${index}`, "p".repeat(1000)])),
+    });
+    for (const answer of [longLine, longTarget, manyLines]) {
+      expect(answer.status).to.equal(431);
+      expect(refusalOf(answer)).to.deep.equal({ code: "resource_exhausted", errorNames: ["REQUEST_HEADERS_TOO_LARGE"] });
+    }
+    expect(apiA.seen.length + apiB.seen.length).to.equal(0);
   });
 
   it("answers a path that climbs above the root itself, as an api node answers bad input (invalid_argument, INVALID_ARGUMENT), unsent", async () => {

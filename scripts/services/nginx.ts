@@ -17,6 +17,7 @@ import { maxRequestBytes } from "../../api/api-service.js";
 import { connectErrorOf, errorBodyJson } from "../../api/errors.js";
 import { grpcStatusHeaders } from "../../api/grpc-status.js";
 import { Errors } from "../../shared/errors.js";
+import { maxHeaderBytes } from "../../shared/http-limits.js";
 import { isAlive, portIsOpen, runningPid, stopProcess, withLock } from "./daemon.js";
 import { unpackDebianPackages } from "./debian-packages.js";
 
@@ -141,9 +142,6 @@ export function renderFrontConfig(options: FrontOptions): string {
   // nginx started by root switches its workers to `nobody`, who cannot enter a run directory
   // private to the caller (mkdtemp makes them 0700): the workers stay the caller's user.
   const user = process.getuid?.() === 0 ? `user ${userInfo().username};\n` : "";
-  // Past the API's own limit, so an oversized upload gets the API's Connect error rather than
-  // nginx's HTML 413 page.
-  const maxBodyMiB = Math.ceil(maxRequestBytes / (1024 * 1024)) + 1;
   const listen = listenOn(options.listenHost, options.listenPort);
   return `# Written by scripts/services/nginx.ts; edits are overwritten.
 ${user}daemon off;
@@ -168,10 +166,19 @@ http {
   uwsgi_temp_path ${join(paths.temp, "uwsgi")};
   scgi_temp_path ${join(paths.temp, "scgi")};
   server_tokens off;
-  # UploadFile: 5 MB as base64 in JSON is about 7 MB; bodies are buffered whole (to a temp file
-  # past 1 MiB) before an upstream is chosen, so a slow client never holds an api node's socket.
-  client_max_body_size ${maxBodyMiB}m;
+  # The API's own limit (UploadFile: 5 MB as base64 in JSON is about 7 MB): a body over it is
+  # refused here, with the api nodes' answer (error_page 413 below), and never crosses to a node.
+  # nginx reads past the rest of a refused body, so a client still sending reads the answer. Bodies
+  # are buffered whole (to a temp file past 1 MiB) before an upstream is chosen, so a slow client
+  # never holds an api node's socket.
+  client_max_body_size ${maxRequestBytes};
   client_body_buffer_size 1m;
+  # The request head: a line up to the API's head limit, and all of the head about as much (a line
+  # that outgrows the first 1 KiB buffer moves to the one large buffer, and the rest must fit
+  # there). Past that nginx answers as an api node does (error_page 414 494 below); a head it lets
+  # through that an api node counts over its limit gets the node's own 431, with the same body.
+  client_header_buffer_size 1k;
+  large_client_header_buffers 1 ${maxHeaderBytes / 1024}k;
 
   # "Connection: upgrade" only for an upgrade request; otherwise empty, which keeps the upstream
   # connection alive for the next request.
@@ -227,6 +234,32 @@ ${serverLines([options.healthUpstream])}
     location @request_too_large {
       default_type application/json;
       return 429 '${nginxString(errorBodyJson(Errors.requestTooLarge))}';
+    }
+
+    # A request line or header too large (414, and 494, which nginx answers as 400 "Request Header
+    # Or Cookie Too Large"): the 431 and body an api node gives a head over its limit ("=431", or
+    # nginx keeps 494's 400). nginx then reads past what the client still sends before it closes
+    # (lingering close), so the client reads the answer.
+    error_page 414 494 =431 /.parley-head-too-large;
+    location = /.parley-head-too-large {
+      internal;
+      default_type application/json;
+      return 431 '${nginxString(errorBodyJson(Errors.requestHeadersTooLarge))}';
+    }
+
+    # nginx's own answers when no api node answered: 502 (none could be reached, or the one sent
+    # the request died; a POST is not retried, see above) and 504 (no answer within
+    # proxy_read_timeout). Clients read them as Connect errors: unavailable (503) and
+    # deadline_exceeded (504), each saying the call may or may not have taken effect.
+    error_page 502 = @upstream_failed;
+    location @upstream_failed {
+      default_type application/json;
+      return 503 '${nginxString(errorBodyJson(Errors.unavailable, { reason: "UPSTREAM_FAILED" }, "no Parley node answered this request; it may or may not have taken effect"))}';
+    }
+    error_page 504 = @upstream_timed_out;
+    location @upstream_timed_out {
+      default_type application/json;
+      return 504 '${nginxString(errorBodyJson(Errors.deadlineExceeded, { reason: "UPSTREAM_TIMEOUT" }, "no Parley node answered this request in time; it may or may not have taken effect"))}';
     }
 
     # A request nginx itself refuses as malformed (a path that climbs above the root, such as
