@@ -66,7 +66,7 @@ export async function openRaw(port: number): Promise<RawConnection> {
 }
 
 /** Whether `text` holds a whole final response (after any 100 Continue), so reading can stop. */
-function hasWholeResponse(text: string, headRequest: boolean): boolean {
+export function hasWholeResponse(text: string, headRequest: boolean): boolean {
   let rest = text;
   for (;;) {
     const end = rest.indexOf("\r\n\r\n");
@@ -101,4 +101,95 @@ export async function exchange(port: number, request: string | Uint8Array): Prom
   });
   connection.socket.write(bytes);
   return connection.closed;
+}
+
+export interface WrittenExchange extends RawAnswer {
+  /** The head of the final response, as latin1 text ("" when none came). */
+  head: string;
+  /** The first error the socket reported (EPIPE, ECONNRESET), while writing or after. */
+  socketError: string | undefined;
+  /** Bytes of the request written (accepted by the socket) before it ended or failed. */
+  written: number;
+  /** Bytes of the request written when the first byte of an answer arrived; undefined when none did. */
+  writtenWhenAnswered: number | undefined;
+}
+
+/**
+ * Sends one request as a client that reads while it writes does: the head, then `body`, in 64 KiB
+ * writes, each waiting for the socket to take the one before, whatever arrives meanwhile; then it
+ * reads until the answer is whole, the server closes, or `waitMs` passes. Unlike exchange(), it
+ * does not stop writing once answered, so a server that answers early and stops reading (or
+ * closes) shows up as an error or a write that never finishes. With `pauseAt`, it stops writing
+ * once that many bytes are out until an answer begins to arrive (at most 5 s), and then writes the
+ * rest: the answer is sure to come while the client is still sending.
+ */
+export async function exchangeWhileWriting(port: number, head: string, body: Uint8Array, options: { pauseAt?: number; waitMs?: number } = {}): Promise<WrittenExchange> {
+  const { pauseAt, waitMs = 10_000 } = options;
+  const connection = await openRaw(port);
+  const { socket } = connection;
+  let socketError: string | undefined;
+  let written = 0;
+  let writtenWhenAnswered: number | undefined;
+  let closed = false;
+  socket.on("error", (err: NodeJS.ErrnoException) => (socketError ??= err.code ?? err.message));
+  socket.once("data", () => (writtenWhenAnswered = written));
+  socket.once("close", () => (closed = true));
+  const deadline = Date.now() + waitMs;
+  /** Resolves once the socket can take more, closes, or the time is up: false unless it can take more. */
+  const writable = () =>
+    new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => settle(false), Math.max(0, deadline - Date.now()));
+      const settle = (ok: boolean) => {
+        clearTimeout(timer);
+        socket.off("drain", onDrain);
+        socket.off("close", onClose);
+        resolve(ok);
+      };
+      const onDrain = () => settle(true);
+      const onClose = () => settle(false);
+      socket.on("drain", onDrain);
+      socket.on("close", onClose);
+    });
+  const request = Buffer.concat([Buffer.from(head, "latin1"), body]);
+  let paused = pauseAt === undefined;
+  for (let offset = 0; offset < request.byteLength && !closed && socketError === undefined; ) {
+    if (!paused && offset >= pauseAt!) {
+      paused = true;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 5_000);
+        const done = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        if (connection.received().length > 0) done();
+        else socket.once("data", done).once("close", done);
+      });
+    }
+    const part = request.subarray(offset, Math.min(offset + 65536, paused ? request.byteLength : pauseAt!));
+    const more = socket.write(part);
+    offset += part.byteLength;
+    written = offset;
+    if (!more && !(await writable())) break;
+  }
+  const headRequest = head.startsWith("HEAD ");
+  if (!closed && !hasWholeResponse(connection.received(), headRequest)) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(finish, Math.max(0, deadline - Date.now()));
+      function finish() {
+        clearTimeout(timer);
+        socket.off("data", check);
+        socket.off("close", finish);
+        resolve();
+      }
+      function check() {
+        if (hasWholeResponse(connection.received(), headRequest)) finish();
+      }
+      socket.on("data", check);
+      socket.on("close", finish);
+    });
+  }
+  socket.destroy();
+  const answer = await connection.closed;
+  const end = answer.text.indexOf("\r\n\r\n");
+  return { ...answer, head: end < 0 ? "" : answer.text.slice(0, end), socketError, written, writtenWhenAnswered };
 }
