@@ -11,6 +11,7 @@ import type { ApiHandle } from "../api/api-service.js";
 import { connectErrorOf, errorBodyJson } from "../api/errors.js";
 import { grpcRefusal, protocolOf } from "../api/grpc-status.js";
 import { Errors, type CatalogueEntry } from "../shared/errors.js";
+import { maxHeaderBytes, requestHeadBytes } from "../shared/http-limits.js";
 import { isServableHost } from "../shared/public-url.js";
 import type { HttpTimeouts } from "./edge-http.js";
 
@@ -99,6 +100,17 @@ export function grpcFront(options: GrpcFrontOptions): GrpcFront {
     if (protocolOf(req.headers["content-type"]) === "grpc") req.stream.once("wantTrailers", discardUnreadRequest);
     else req.stream.once("finish", discardUnreadRequest);
     try {
+      // The head limit of the main port, counted alike (the path as the target, pseudo-headers
+      // left out). A header list past 64 KiB never gets here: Node's HTTP/2 session refuses the
+      // stream itself (its maxHeaderListSize).
+      const { rawHeaders } = req;
+      const headBytes = requestHeadBytes(req.url, "", (visit) => {
+        for (let index = 0; index < rawHeaders.length; index += 2) if (!rawHeaders[index].startsWith(":")) visit(rawHeaders[index], rawHeaders[index + 1]);
+      });
+      if (headBytes >= maxHeaderBytes) {
+        refuse(req, res, Errors.requestHeadersTooLarge, 431);
+        return;
+      }
       const authority = req.authority ?? req.headers.host ?? "";
       if (!isServableHost(authority)) {
         refuse(req, res, Errors.invalidHost, 400);

@@ -2,6 +2,7 @@
 // while the answer comes back. Each must be answered with a Connect error carrying its ErrorDetail
 // (a 431 for a head too large), read whole by the client, with no EPIPE, no reset and no HTML:
 // on both socket drivers of one process, and through the cluster's nginx front.
+import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
@@ -154,6 +155,27 @@ for (const target of targets) {
         while (statuses().length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
         connection.socket.destroy();
         expect(statuses()).to.deep.equal(["HTTP/1.1 429", "HTTP/1.1 200"]);
+      });
+
+      it("answers a head over the limit on the gRPC port (HTTP/2) with 431 REQUEST_HEADERS_TOO_LARGE in Connect's form", async () => {
+        const session = http2.connect(`http://127.0.0.1:${server.grpcPort}`);
+        try {
+          const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+            const stream = session.request({ ":method": "POST", ":path": profile, "content-type": "application/json", ...auth(), "x-pad": "p".repeat(maxHeaderBytes) });
+            let status = 0;
+            let body = "";
+            stream.on("response", (headers) => (status = Number(headers[":status"])));
+            stream.on("data", (chunk: Buffer) => (body += chunk.toString()));
+            stream.on("error", reject);
+            stream.on("end", () => resolve({ status, body }));
+            stream.end("{}");
+          });
+          expect(answer.status, answer.body).to.equal(431);
+          const body = JSON.parse(answer.body) as { code: string; details: { debug: { errorName: string } }[] };
+          expect([body.code, body.details.map((detail) => detail.debug.errorName)]).to.deep.equal(["resource_exhausted", ["REQUEST_HEADERS_TOO_LARGE"]]);
+        } finally {
+          session.close();
+        }
       });
     }
 
