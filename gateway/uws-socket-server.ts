@@ -1,8 +1,8 @@
 // The uWebSockets.js implementation of the socket layer, on the uWS app that owns the edge's port
 // (edge/uws-front.ts). It keeps the promises the `ws` driver keeps: 64 KiB client frames at most,
 // no per-message deflate, upgrades refused with 404 elsewhere, 400 for a bad Host or a broken
-// handshake, 431 for a head over the limit, 503 while the server drains; a frame's `onWritten` runs once its bytes left uWS's
-// backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
+// handshake, 431 for a head over the limit, 503 while the server drains; a frame's `onWritten`
+// runs once its bytes left uWS's backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
 // side has freed it), so every call goes through a guard.
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
 import type { UwsModule } from "../edge/uws-native.js";
