@@ -189,6 +189,49 @@ describe("Inbox actor", () => {
     expect(await nicknames(513)).to.deep.equal([[1, "raced"]]);
   });
 
+  it("takes a recorded fan-out into each stream once when two engines finish it across a lease move: the old owner's write lands between the new owner's read of the holders and its write", async () => {
+    const oldOwner = new Ownership(store.leases, deps.clock, "inbox-old-owner");
+    const newOwner = new Ownership(store.leases, deps.clock, "inbox-new-owner");
+    const a = new Inbox({ ...deps, ownership: oldOwner }, () => {});
+    await a.appendFanOuts([fanOut([541, 542], "before")]);
+    const recorded = { ...fanOut([541, 542], "recovered"), again: true };
+    let raced = false;
+    const racing: Store = {
+      ...store,
+      updates: {
+        ...store.updates,
+        holders: async (eventId, userIds) => {
+          const held = await store.updates.holders(eventId, userIds);
+          if (!raced) {
+            raced = true;
+            // The old owner, not yet told its lease is going, finishes the same fan-out; then the
+            // streams are placed on the new owner, which takes the lease with the next epoch.
+            await a.appendFanOuts([recorded]);
+            await oldOwner.place({ isMine: () => false, isGone: () => false });
+          }
+          return held;
+        },
+      },
+    };
+    const b = new Inbox({ ...deps, store: racing, ownership: newOwner }, () => {});
+    const [sns] = await b.appendFanOuts([recorded]);
+    expect(sns).to.deep.equal([]);
+    expect(await nicknames(541)).to.deep.equal([
+      [1, "before"],
+      [2, "recovered"],
+    ]);
+    expect(await nicknames(542)).to.deep.equal([
+      [1, "before"],
+      [2, "recovered"],
+    ]);
+    // The recording engine's own first delivery, arriving after the recovery finished the fan-out,
+    // does not ask who holds it; the store refuses it and the retry finds it held.
+    const [late] = await b.appendFanOuts([{ ...recorded, again: false }]);
+    expect(late).to.deep.equal([]);
+    expect((await nicknames(541)).map(([sn]) => sn)).to.deep.equal([1, 2]);
+    await Promise.all([oldOwner.stop(), newOwner.stop()]);
+  });
+
   it("encodes sn values beyond one varint byte correctly", async () => {
     const inbox = new Inbox(deps, () => {});
     await inbox.appendFanOuts(Array.from({ length: 300 }, (_, i) => fanOut([504], `n${i}`)));

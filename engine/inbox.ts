@@ -20,7 +20,8 @@
 // Ownership: a write carries the fences of the leases on its streams' shards (ownership.ts), and
 // the store refuses it whole when one is stale, so a node whose lease moved on writes nothing; it
 // forgets the shard and its callers retry through the new owner. The store also refuses an sn
-// already taken: a writer with a stale cached sn reloads those users' latest sn and retries.
+// already taken, and an event a stream already holds: a writer with a stale cached sn reloads
+// those users' latest sn, reads again which streams hold its fan-outs, and retries.
 import { type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
@@ -218,8 +219,9 @@ export class Inbox {
     const byWebhook = await this.webhooks.webhookUsers(users, (userId) => this.currentSn(userId, fenceOfUser));
     for (let attempt = 0; attempt < 4; attempt++) {
       // A conflict means another write reached these streams meanwhile, possibly with this very
-      // fan-out, finished again by another engine: who holds it is read again.
-      if (attempt > 0) recipients = await this.recipientsLacking(fanOuts);
+      // fan-out, finished again by another engine (the store refuses a stream an event twice):
+      // who holds it is read again, for a first delivery too.
+      if (attempt > 0) recipients = await this.recipientsLacking(fanOuts, true);
       const events: LoggedEvent[] = fanOuts.flatMap((fanOut, index) => (recipients[index].length ? [{ eventId: BigInt(fanOut.fanOutId), entry: Buffer.from(fanOut.entry.binary, "base64") }] : []));
       const before = await this.latestSnsOf(users, fenceOfUser);
       const next = new Map(before);
@@ -261,16 +263,18 @@ export class Inbox {
   }
 
   /**
-   * Per fan-out, the recipients whose streams are to take it: for one delivered again, those whose
-   * streams do not hold it yet; and a fan-out twice in one write (two engines finishing the same
-   * recorded one at once) reaches each stream once.
+   * Per fan-out, the recipients whose streams are to take it: for one delivered again (or every
+   * one, `afterConflict`), those whose streams do not hold it yet; and a fan-out twice in one
+   * write (two engines finishing the same recorded one at once) reaches each stream once. What is
+   * read here may be stale by the time of the write; the store refuses a stream's second entry
+   * of an event, which brings the write back here.
    */
-  private async recipientsLacking(fanOuts: readonly FanOutAppend[]): Promise<number[][]> {
+  private async recipientsLacking(fanOuts: readonly FanOutAppend[], afterConflict = false): Promise<number[][]> {
     const takenInThisWrite = new Map<string, Set<number>>();
     const recipients: number[][] = [];
     for (const fanOut of fanOuts) {
       const unique = [...new Set(fanOut.recipients)];
-      const held = fanOut.again ? new Set(await this.deps.store.updates.holders(BigInt(fanOut.fanOutId), unique)) : new Set<number>();
+      const held = fanOut.again || afterConflict ? new Set(await this.deps.store.updates.holders(BigInt(fanOut.fanOutId), unique)) : new Set<number>();
       const taken = takenInThisWrite.get(fanOut.fanOutId) ?? new Set<number>();
       takenInThisWrite.set(fanOut.fanOutId, taken);
       const lacking = unique.filter((userId) => !held.has(userId) && !taken.has(userId));

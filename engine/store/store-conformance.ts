@@ -495,10 +495,10 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
 
       it("stores an event once for many streams, reads each stream in order with a limit, and prunes", async () => {
         expect(await write([event(1n), event(2n)], [[7, 1, 1n], [8, 1, 1n], [7, 2, 2n], [9, 5, 2n]])).to.deep.equal({ ok: true });
-        expect(await write([event(3n)], [[7, 3, 3n], [7, 4, 3n]])).to.deep.equal({ ok: true });
+        expect(await write([event(3n), event(4n)], [[7, 3, 3n], [7, 4, 4n]])).to.deep.equal({ ok: true });
         expect(await store.updates.latestSn(7)).to.equal(4);
         expect(await store.updates.latestSns([7, 8, 9, 10])).to.deep.equal(new Map([[7, 4], [8, 1], [9, 5], [10, 0]]));
-        expect(await stream(7)).to.deep.equal([[1, [1, 1, 2]], [2, [2, 1, 2]], [3, [3, 1, 2]], [4, [3, 1, 2]]]);
+        expect(await stream(7)).to.deep.equal([[1, [1, 1, 2]], [2, [2, 1, 2]], [3, [3, 1, 2]], [4, [4, 1, 2]]]);
         expect(await stream(8)).to.deep.equal([[1, [1, 1, 2]]]);
         expect(await stream(7, 1, 2)).to.deep.equal([[2, [2, 1, 2]], [3, [3, 1, 2]]]);
         expect(await store.updates.readUpdates(7, 4, 10)).to.deep.equal([]);
@@ -528,8 +528,8 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
 
       it("refuses a taken sn, naming the users whose sn was taken, and writes nothing of that write", async () => {
-        await write([event(1n)], [[7, 1, 1n], [7, 2, 1n]]);
-        expect(await write([event(2n)], [[8, 1, 2n], [7, 3, 2n], [7, 2, 2n]])).to.deep.equal({ ok: false, conflicts: [7] });
+        await write([event(1n), event(3n)], [[7, 1, 1n], [7, 2, 3n]]);
+        expect(await write([event(2n), event(4n)], [[8, 1, 2n], [7, 3, 2n], [7, 2, 4n]])).to.deep.equal({ ok: false, conflicts: [7] });
         expect(await store.updates.latestSn(7)).to.equal(2);
         expect(await store.updates.latestSn(8)).to.equal(0);
         // The event was not kept either: its id is free for any entry.
@@ -538,9 +538,30 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
 
       it("refuses a write that gives one sn twice, writing none of it", async () => {
-        expect(await write([event(1n)], [[7, 1, 1n], [7, 2, 1n], [7, 2, 1n]])).to.deep.equal({ ok: false, conflicts: [7] });
+        expect(await write([event(1n), event(2n)], [[7, 1, 1n], [7, 2, 2n], [7, 2, 2n]])).to.deep.equal({ ok: false, conflicts: [7] });
         expect(await store.updates.latestSn(7)).to.equal(0);
         expect(await write([event(1n)], [[7, 1, 1n]])).to.deep.equal({ ok: true });
+      });
+
+      it("refuses an event a stream already holds, or is given twice, naming the user, and writes nothing of that write", async () => {
+        expect(await write([event(1n)], [[7, 1, 1n]])).to.deep.equal({ ok: true });
+        expect(await write([event(1n), event(2n)], [[8, 1, 1n], [7, 2, 2n], [7, 3, 1n]])).to.deep.equal({ ok: false, conflicts: [7] });
+        expect(await write([event(2n)], [[8, 1, 2n], [8, 2, 2n]])).to.deep.equal({ ok: false, conflicts: [8] });
+        expect(await store.updates.latestSns([7, 8])).to.deep.equal(new Map([[7, 1], [8, 0]]));
+        expect(await write([event(1n), event(2n)], [[8, 1, 1n], [7, 2, 2n]])).to.deep.equal({ ok: true });
+        expect(await stream(7)).to.deep.equal([[1, [1, 1, 2]], [2, [2, 1, 2]]]);
+        // Held means retained: once pruned, the entry is no longer there to repeat.
+        await store.updates.pruneUpdates(7, 1);
+        expect(await write([event(1n)], [[7, 3, 1n]])).to.deep.equal({ ok: true });
+      });
+
+      it("refuses an event another handle appended to the stream since this one learnt its head", async () => {
+        const other = subject.another ? await subject.another() : store;
+        expect(await write([event(1n)], [[7, 1, 1n]])).to.deep.equal({ ok: true });
+        expect(await other.updates.append({ events: [event(2n)], entries: [{ userId: 7, sn: 2, eventId: 2n }], createdAt: 10 })).to.deep.equal({ ok: true });
+        expect(await write([event(2n)], [[7, 3, 2n]])).to.deep.equal({ ok: false, conflicts: [7] });
+        expect(await store.updates.holders(2n, [7])).to.deep.equal([7]);
+        expect((await stream(7)).map(([sn]) => sn)).to.deep.equal([1, 2]);
       });
 
       it("tells which streams hold an event, however far back among their retained entries", async () => {
@@ -1101,8 +1122,14 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
       });
 
       it("an append with hand-offs queues their bodies and moves the delivered positions in the same write", async () => {
+        // One event per sn: a stream holds an event once.
         const write = (entries: [number, number][], handoffs: { agentUserId: number; bodies: string[]; queuedAt: number; deliveredSn: number }[]) =>
-          store.updates.append({ events: [{ eventId: 9n, entry: new Uint8Array([9]) }], entries: entries.map(([userId, sn]) => ({ userId, sn, eventId: 9n })), handoffs, createdAt: 7 });
+          store.updates.append({
+            events: entries.map(([, sn]) => ({ eventId: BigInt(900 + sn), entry: new Uint8Array([9]) })),
+            entries: entries.map(([userId, sn]) => ({ userId, sn, eventId: BigInt(900 + sn) })),
+            handoffs,
+            createdAt: 7,
+          });
         expect(await write([[1, 1], [1, 2], [1, 3], [2, 1]], [{ agentUserId: 1, bodies: ["m1", "m3"], queuedAt: 70, deliveredSn: 3 }])).to.deep.equal({ ok: true });
         expect(await store.webhookJobs.deliveredSn(1)).to.equal(3);
         expect(await store.webhookJobs.deliveredSn(2)).to.equal(0);

@@ -188,7 +188,7 @@ export interface UpdateAppend {
   fences?: readonly Fence[];
 }
 
-/** "ok", or the users whose sn values were taken (their writer's sequence is stale): nothing was written. */
+/** "ok", or the users whose sn values were taken or whose streams hold an event already (their writer's view is stale): nothing was written. */
 export type AppendOutcome = { ok: true } | { ok: false; conflicts: number[] };
 
 /**
@@ -259,9 +259,11 @@ export interface UpdateLogStore {
   /** The lowest sn still retained for the user, or undefined when none is. */
   oldestRetainedSn(userId: number): Promise<number | undefined>;
   /**
-   * Writes the append atomically. Fails with the users whose sn is already taken (or given twice)
-   * and writes nothing when any is: their writer's sequence is stale. An event id met again
-   * with a different entry is an error (ids are unique).
+   * Writes the append atomically. Fails with the users whose sn is already taken (or given twice),
+   * or whose stream already holds an event given to it (or is given one event twice), and writes
+   * nothing when any is: their writer's sequence, or what it read of the holders, is stale. A
+   * stream never holds one event twice, whoever writes it. An event id met again with a different
+   * entry is an error (ids are unique).
    */
   append(write: UpdateAppend): Promise<AppendOutcome>;
   /** Which of these users' streams (their retained entries) already hold the event. */

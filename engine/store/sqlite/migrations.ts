@@ -377,6 +377,33 @@ export const migrations: readonly Migration[] = [
     // A session from before has none; the engine drops it (its bytes are in the old layout).
     up: `ALTER TABLE upload_sessions ADD COLUMN parts TEXT NOT NULL DEFAULT '[]';`,
   },
+  {
+    version: 13,
+    // A stream holds an event at most once: the unique index refuses the append's insert of a
+    // second entry of it (two engines finishing one fan-out across a lease move). Entries older
+    // code appended twice keep their sn and bytes: each later one is moved to an event of its own,
+    // under the negative id made of its user and sn (migration 10's range, never a fan-out's).
+    run: (db) => {
+      const repeats = db
+        .prepare(
+          `SELECT user_id, sn, event_id FROM (
+             SELECT user_id, sn, event_id, ROW_NUMBER() OVER (PARTITION BY user_id, event_id ORDER BY sn) AS n FROM updates
+           ) WHERE n > 1`,
+        )
+        .safeIntegers(true)
+        .all() as { user_id: bigint; sn: bigint; event_id: bigint }[];
+      const copy = db.prepare("INSERT INTO update_events (event_id, entry, refs, created_at) SELECT ?, entry, 1, created_at FROM update_events WHERE event_id = ?");
+      const repoint = db.prepare("UPDATE updates SET event_id = ? WHERE user_id = ? AND sn = ?");
+      const release = db.prepare("UPDATE update_events SET refs = refs - 1 WHERE event_id = ?");
+      for (const repeat of repeats) {
+        const own = -((repeat.user_id << 32n) | repeat.sn);
+        copy.run(own, repeat.event_id);
+        repoint.run(own, repeat.user_id, repeat.sn);
+        release.run(repeat.event_id);
+      }
+      db.exec("CREATE UNIQUE INDEX updates_by_event ON updates (user_id, event_id)");
+    },
+  },
 ];
 
 /**

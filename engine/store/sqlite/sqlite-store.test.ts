@@ -102,3 +102,45 @@ describe("sqlite update log migration (version 10: events stored once)", () => {
     }
   });
 });
+
+describe("sqlite update log migration (version 13: a stream holds an event once)", () => {
+  const profile = (nickname: string) => Buffer.from(toBinary(SnUpdateSchema, create(SnUpdateSchema, { update: { case: "userProfileUpdated", value: { userId: 1, newNickname: nickname } } })));
+
+  it("keeps a stream that took a fan-out twice readable as it was, and refuses a third", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "parley-store-"));
+    try {
+      const db = new Database(join(dir, "parley.db"));
+      migrate(db, 12);
+      // As the double append left it: fan-out 700 at sn 1 and 3 of one stream, once in another.
+      db.prepare("INSERT INTO update_events (event_id, entry, refs, created_at) VALUES (?, ?, ?, ?)").run(700n, profile("twice"), 3, 5);
+      db.prepare("INSERT INTO update_events (event_id, entry, refs, created_at) VALUES (?, ?, ?, ?)").run(701n, profile("between"), 1, 5);
+      const entry = db.prepare("INSERT INTO updates (user_id, sn, event_id) VALUES (?, ?, ?)");
+      entry.run(10001, 1, 700n);
+      entry.run(10001, 2, 701n);
+      entry.run(10001, 3, 700n);
+      entry.run(10002, 1, 700n);
+      db.close();
+      const store = await openSqliteStore(dir);
+      try {
+        const read = async (userId: number) => (await store.updates.readUpdates(userId, 0, 10)).map(snUpdateOf).map((u) => [u.sn, u.update.case === "userProfileUpdated" && u.update.value.newNickname]);
+        expect(await read(10001)).to.deep.equal([
+          [1, "twice"],
+          [2, "between"],
+          [3, "twice"],
+        ]);
+        expect((await store.updates.holders(700n, [10001, 10002])).sort()).to.deep.equal([10001, 10002]);
+        expect(await store.updates.append({ events: [{ eventId: 700n, entry: profile("twice") }], entries: [{ userId: 10001, sn: 4, eventId: 700n }], createdAt: 7 })).to.deep.equal({
+          ok: false,
+          conflicts: [10001],
+        });
+        // The moved entry's event goes with it when pruned; the fan-out stays while another stream holds it.
+        await store.updates.pruneUpdates(10001, 3);
+        expect(await read(10002)).to.deep.equal([[1, "twice"]]);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

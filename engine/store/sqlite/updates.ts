@@ -1,13 +1,17 @@
 // The update log in SQLite: `update_events` keeps each event's entry once, with the number of
 // stream entries that hold it; `updates` is one small row per (user, sn) naming the event. Pruning
-// a user's entries counts their events down and deletes those no stream holds any more, so no
-// index on the event id is needed (a repeat delivery's check scans one user's entries instead).
+// a user's entries counts their events down and deletes those no stream holds any more.
+//
+// A stream holds an event at most once: the unique index on (user_id, event_id) refuses the
+// insert of a second entry in the append's own transaction, as the primary key refuses a taken
+// sn, so whatever an engine believed about the holders when it wrote, a repeat cannot land twice.
+// The index costs one more b-tree entry per stream entry and answers `holders` by a lookup.
 import type Database from "better-sqlite3";
 import type { AppendOutcome, UpdateAppend, UpdateLogStore } from "../store.js";
 import type { FenceCheck } from "./leases.js";
 import type { AgentDeliveryWriters } from "./webhook-jobs.js";
 
-/** Thrown inside the append's transaction to roll it back when an sn was taken. */
+/** Thrown inside the append's transaction to roll it back when an sn was taken or the event is already held. */
 class SnTaken extends Error {
   constructor(readonly conflicts: number[]) {
     super("sn taken");
@@ -29,8 +33,8 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
     `INSERT INTO update_events (event_id, entry, refs, created_at) VALUES (?, ?, ?, ?)
      ON CONFLICT (event_id) DO UPDATE SET refs = refs + excluded.refs WHERE entry = excluded.entry`,
   );
+  // Refused (nothing inserted) when the sn is taken or the stream already holds the event.
   const insertEntry = db.prepare("INSERT INTO updates (user_id, sn, event_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
-  // A scan of each user's retained entries (the key's prefix): only a fan-out delivered again asks.
   const holding = db.prepare<[string, bigint], { user_id: number }>(
     "SELECT value AS user_id FROM json_each(?) WHERE EXISTS (SELECT 1 FROM updates WHERE user_id = value AND event_id = ?)",
   );
