@@ -8,9 +8,10 @@
 //   its next write and before its next delivery, so a client's retry (SendMessage with the same
 //   clientMessageId) finishes it and later events of the scope still follow it in every stream;
 // - a periodic sweep finishes what neither reached.
-// Each stream takes a given fan-out at most once: a fan-out delivered again asks the inbox to skip
-// the streams that hold it (a first delivery need not, and the check is not free), and a fan-out
-// still being delivered by this process is never delivered again beside it.
+// Each stream takes a given fan-out at most once: the store refuses a stream's second entry of an
+// event (UpdateLogStore.append), whatever engines deliver it at once; a fan-out delivered again
+// asks the inbox to skip the streams that hold it (a first delivery need not, and the check is
+// not free), and a fan-out still being delivered by this process is never delivered again beside it.
 //
 // Delivery runs after the change's writer moved on (a conversation's mailbox is released once the
 // message is durable), one scope's fan-outs one after another in the order they were recorded:

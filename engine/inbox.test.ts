@@ -15,6 +15,8 @@ import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 import { MemoryPresenceRegistry } from "./presence/memory-presence-registry.js";
+import { finishAcrossLeaseMove, nicknamesIn } from "../test/support/fan-out-races.js";
+import { nextTestFanOutId } from "../test/support/fan-outs.js";
 
 async function eventuallyTrue(condition: () => boolean): Promise<void> {
   for (let waited = 0; !condition(); waited += 5) {
@@ -55,8 +57,7 @@ describe("Inbox actor", () => {
   });
 
   const entry = (nickname: string) => encodeEntry({ case: "userProfileUpdated", value: { $typeName: "shared.v1.UserProfileUpdatedEvent", userId: 1, newNickname: nickname } });
-  let lastId = 1n << 62n;
-  const fanOut = (recipients: number[], nickname: string, again = false): FanOutAppend => ({ fanOutId: String(++lastId), entry: entry(nickname), recipients, again });
+  const fanOut = (recipients: number[], nickname: string, again = false): FanOutAppend => ({ fanOutId: String(nextTestFanOutId()), entry: entry(nickname), recipients, again });
   const nicknames = async (userId: number) =>
     (await store.updates.readUpdates(userId, 0, 1000)).map(snUpdateOf).map((u) => [u.sn, u.update.case === "userProfileUpdated" && u.update.value.newNickname]);
 
@@ -190,46 +191,17 @@ describe("Inbox actor", () => {
   });
 
   it("takes a recorded fan-out into each stream once when two engines finish it across a lease move: the old owner's write lands between the new owner's read of the holders and its write", async () => {
-    const oldOwner = new Ownership(store.leases, deps.clock, "inbox-old-owner");
-    const newOwner = new Ownership(store.leases, deps.clock, "inbox-new-owner");
-    const a = new Inbox({ ...deps, ownership: oldOwner }, () => {});
-    await a.appendFanOuts([fanOut([541, 542], "before")]);
-    const recorded = { ...fanOut([541, 542], "recovered"), again: true };
-    let raced = false;
-    const racing: Store = {
-      ...store,
-      updates: {
-        ...store.updates,
-        holders: async (eventId, userIds) => {
-          const held = await store.updates.holders(eventId, userIds);
-          if (!raced) {
-            raced = true;
-            // The old owner, not yet told its lease is going, finishes the same fan-out; then the
-            // streams are placed on the new owner, which takes the lease with the next epoch.
-            await a.appendFanOuts([recorded]);
-            await oldOwner.place({ isMine: () => false, isGone: () => false });
-          }
-          return held;
-        },
-      },
-    };
-    const b = new Inbox({ ...deps, store: racing, ownership: newOwner }, () => {});
-    const [sns] = await b.appendFanOuts([recorded]);
-    expect(sns).to.deep.equal([]);
-    expect(await nicknames(541)).to.deep.equal([
-      [1, "before"],
-      [2, "recovered"],
-    ]);
-    expect(await nicknames(542)).to.deep.equal([
-      [1, "before"],
-      [2, "recovered"],
-    ]);
-    // The recording engine's own first delivery, arriving after the recovery finished the fan-out,
-    // does not ask who holds it; the store refuses it and the retry finds it held.
-    const [late] = await b.appendFanOuts([{ ...recorded, again: false }]);
+    const { recovered, late } = await finishAcrossLeaseMove({ stores: { old: store, new: store }, clock: deps.clock, inboxOf: (on, ownership) => new Inbox({ ...deps, store: on, ownership }, () => {}), recipients: [541, 542] });
+    // The store refused the second entry; the retry found both streams holding it. A late first
+    // delivery, which does not ask who holds it, meets the same refusal.
+    expect(recovered).to.deep.equal([]);
     expect(late).to.deep.equal([]);
-    expect((await nicknames(541)).map(([sn]) => sn)).to.deep.equal([1, 2]);
-    await Promise.all([oldOwner.stop(), newOwner.stop()]);
+    for (const userId of [541, 542]) {
+      expect(await nicknamesIn(store, userId)).to.deep.equal([
+        [1, "before"],
+        [2, "recovered"],
+      ]);
+    }
   });
 
   it("encodes sn values beyond one varint byte correctly", async () => {

@@ -196,7 +196,8 @@ export type AppendOutcome = { ok: true } | { ok: false; conflicts: number[] };
  * transaction as the change it reports, so a change is never durable without its event; the
  * engine then appends it to each recipient's stream and finishes it. A fan-out cut short (a crash,
  * a failed append) is finished again, at start-up or by the next write of its scope, and every
- * stream takes a given fan-out at most once (UpdateLogStore.holders), so a repeat is harmless.
+ * stream takes a given fan-out at most once (UpdateLogStore.append refuses a second entry of it),
+ * so a repeat is harmless.
  */
 export interface FanOutRecord {
   /** Chosen by the engine (fan-out.ts), unique, increasing in the order a process records them. */

@@ -51,30 +51,30 @@ describe("cassandra update streams and webhook queue", () => {
     for (let sn = 1; sn <= 5; sn++) expect(await append(updates, [[7, sn, 100 + sn]])).to.deep.equal({ ok: true });
     // Bucket 5 holds one entry: three more fit in one bucket whatever its size.
     expect(await append(updates, [[7, 6, 106], [7, 7, 107], [7, 8, 108], [7, 9, 109], [8, 1, 109]])).to.deep.equal({ ok: true });
-    expect(await append(updates, [[7, 10, 110], [7, 11, 110]])).to.deep.equal({ ok: true });
+    expect(await append(updates, [[7, 10, 110], [7, 11, 111]])).to.deep.equal({ ok: true });
     expect(await buckets(7)).to.deep.equal([10, 5, 1]);
     expect(await updates.latestSn(7)).to.equal(11);
     expect(await sns(updates, 7)).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     expect(await sns(updates, 7, 3, 4)).to.deep.equal([4, 5, 6, 7]);
     expect(await sns(updates, 7, 9, 10)).to.deep.equal([10, 11]);
-    expect((await updates.readUpdates(7, 10, 1))[0].entry).to.deep.equal(new Uint8Array([110]));
+    expect((await updates.readUpdates(7, 10, 1))[0].entry).to.deep.equal(new Uint8Array([111]));
 
     await updates.pruneUpdates(7, 6);
     expect(await buckets(7)).to.deep.equal([10, 5]);
     expect(await updates.oldestRetainedSn(7)).to.equal(7);
     expect(await sns(updates, 7)).to.deep.equal([7, 8, 9, 10, 11]);
     expect(await updates.holders(109n, [7, 8])).to.deep.equal([7, 8]);
-    // Event 110 is held twice by user 7: pruning one entry keeps it held.
     await updates.pruneUpdates(7, 10);
     // The bucket before the newest is emptied by a range, not dropped: its head stays readable.
     expect(await buckets(7)).to.deep.equal([10, 5]);
-    expect(await updates.holders(110n, [7])).to.deep.equal([7]);
+    expect(await updates.holders(110n, [7])).to.deep.equal([]);
+    expect(await updates.holders(111n, [7])).to.deep.equal([7]);
     expect(await updates.holders(109n, [7, 8])).to.deep.equal([8]);
     expect(await store.cql.row("SELECT entry FROM update_events WHERE event_id = 101")).to.equal(undefined);
     // Everything pruned: the position stays, so no sn is handed out twice.
     await updates.pruneUpdates(7, 11);
     expect(await updates.oldestRetainedSn(7)).to.equal(undefined);
-    expect(await updates.holders(110n, [7])).to.deep.equal([]);
+    expect(await updates.holders(111n, [7])).to.deep.equal([]);
     expect(await updates.latestSn(7)).to.equal(11);
     expect(await append(updates, [[7, 11, 200]])).to.deep.equal({ ok: false, conflicts: [7] });
     expect(await append(updates, [[7, 12, 200]])).to.deep.equal({ ok: true });
@@ -200,6 +200,25 @@ describe("cassandra update streams and webhook queue", () => {
     expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
     expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
   });
+  it("keeps the holder pair a refused append shares with another handle's applied one (the same event at the same sn), so the stream never takes the event twice", async () => {
+    const first = await parts();
+    const second = await parts();
+    expect(await append(first.updates, [[31, 1, 801]])).to.deep.equal({ ok: true });
+    // Two engines finish fan-out 802 for user 31 across a lease move: the second lands it at sn 2,
+    // the first, still believing 1 is the latest, tries sn 2 too and is refused by its LWT.
+    expect(await append(second.updates, [[31, 2, 802]])).to.deep.equal({ ok: true });
+    expect(await append(first.updates, [[31, 2, 802]])).to.deep.equal({ ok: false, conflicts: [31] });
+    expect(await first.updates.holders(802n, [31])).to.deep.equal([31]);
+    // Its retry, after reloading the head: the stream holds the event already.
+    expect(await append(first.updates, [[31, 3, 802]])).to.deep.equal({ ok: false, conflicts: [31] });
+    expect(await sns(first.updates, 31)).to.deep.equal([1, 2]);
+    // A refused pair whose sn another event took is released (nothing can put 804 at sn 3 any
+    // more), and the event no stream holds goes with it.
+    expect(await append(first.updates, [[31, 3, 803]])).to.deep.equal({ ok: true });
+    expect(await append(second.updates, [[31, 3, 804]])).to.deep.equal({ ok: false, conflicts: [31] });
+    expect(await store.cql.row("SELECT holders FROM update_events WHERE event_id = 804")).to.equal(undefined);
+  });
+
   it("counts as holders only the streams that took the entry: a writer that died after naming them in the event did not append", async () => {
     const { updates, handle } = await parts();
     expect(await append(updates, [[21, 1, 700]])).to.deep.equal({ ok: true });

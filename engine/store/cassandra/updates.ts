@@ -4,8 +4,9 @@
 // stream's head in static columns (latest_sn, owner_epoch, sealed, pending_handoffs). An append is
 // one conditional batch per user on that user's newest bucket (P1). What can be checked before
 // writing refuses the whole append with nothing written: the fences (the lease read), each user's
-// sn values against its head (cached by this handle, read when not known), and event ids met with
-// other bytes. Only a writer racing between those checks and the LWTs (another owner with a newer
+// sn values against its head (cached by this handle, read when not known), events the stream
+// already holds (`repeats`: a stream holds an event once), and event ids met with other bytes.
+// Only a writer racing between those checks and the LWTs (another owner with a newer
 // epoch, refused by the LWT's epoch condition, or a second handle writing the same stream) can
 // leave an append written for some users and not others.
 import cassandra from "cassandra-driver";
@@ -190,6 +191,55 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     );
   }
 
+  /**
+   * The users whose streams already hold an event the append gives them, or are given one twice.
+   * A stream holds an event once (§5.4). Every entry's (user, sn) pair is added to its event's
+   * `holders` before the entry's LWT, so once a head at latest_sn X is known, the pairs read after
+   * it name every entry up to X (a pair may also be left by a writer that died before its LWT: the
+   * stream confirms it). The user's LWT is conditioned on that same X, so an entry landing after
+   * this check refuses the append instead: the check is exact without a condition of its own.
+   * Extra reads only where a pair names the user, i.e. for a repeat.
+   */
+  async function repeats(writes: readonly UserWrite[], headOf: ReadonlyMap<number, StreamHead>, held: ReadonlyMap<bigint, unknown[]>): Promise<Set<number>> {
+    // Each event's pairs by user: a write of many fan-outs to many users looks each up once.
+    const snsOf = new Map<bigint, Map<number, number[]>>();
+    for (const [eventId, holders] of held) {
+      const byUser = new Map<number, number[]>();
+      for (const holder of holders) byUser.set(holderUser(holder), [...(byUser.get(holderUser(holder)) ?? []), holderSn(holder)]);
+      snsOf.set(eventId, byUser);
+    }
+    const repeating = new Set<number>();
+    const confirm: { userId: number; sn: number; eventId: bigint }[] = [];
+    for (const { userId, eventIds } of writes) {
+      if (new Set(eventIds).size < eventIds.length) repeating.add(userId);
+      const latestSn = headOf.get(userId)!.latestSn;
+      for (const eventId of eventIds) {
+        for (const sn of snsOf.get(eventId)?.get(userId) ?? []) if (sn <= latestSn) confirm.push({ userId, sn, eventId });
+      }
+    }
+    const found = await Promise.all(confirm.map(({ userId, sn }) => entryAt(userId, sn)));
+    confirm.forEach(({ userId, eventId }, index) => {
+      if (found[index] === eventId) repeating.add(userId);
+    });
+    return repeating;
+  }
+
+  /**
+   * The pairs of a refused user's entries that no writer can make true any more, to remove from
+   * their events. Another writer may have added the very same pair (the same event at the same sn:
+   * two engines finishing one fan-out) and applied it, or may still apply it while its head is
+   * below that sn (a rollover under way, a later append): those pairs stay, or `repeats` and
+   * `holders` would miss the entry and the stream could take the event twice. What stays without
+   * an entry is only an event row kept too long. Read at LOCAL_SERIAL, so a head LWT in flight is
+   * settled first. Runs only for refused users.
+   */
+  async function releasable({ userId, sns, eventIds }: UserWrite): Promise<[bigint, unknown][]> {
+    const { head } = await readHead(userId, { serial: true });
+    const decided = sns.flatMap((sn, index) => (head.opened && sn <= head.latestSn ? [{ sn, eventId: eventIds[index] }] : []));
+    const found = await Promise.all(decided.map(({ sn }) => entryAt(userId, sn)));
+    return decided.flatMap(({ sn, eventId }, index): [bigint, unknown][] => (found[index] === eventId ? [] : [[eventId, holderOf(userId, sn)]]));
+  }
+
   return {
     async latestSn(userId) {
       return (await readHead(userId)).head.latestSn;
@@ -236,15 +286,17 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         [...referenced.keys()].map((eventId) => cql.row("SELECT entry, holders FROM update_events WHERE event_id = ?", [eventId])),
       );
       // An event nobody holds any more (its deletion cut short) is free, as a deleted one is.
-      const held = new Set<bigint>();
+      const held = new Map<bigint, unknown[]>();
       [...referenced.values()].forEach((event, index) => {
         const row = stored[index];
-        if (!row || !(row.holders as Set<unknown> | null)?.size) return;
+        const holders = row?.holders as Set<unknown> | null | undefined;
+        if (!row || !holders?.size) return;
         if (!sameBytes(bytesOf(row.entry), event.entry)) throw new Error(`event id ${event.eventId} is already stored with another entry`);
-        held.add(event.eventId);
+        held.set(event.eventId, [...holders]);
       });
+      const repeating = await repeats(writes, headOf, held);
       const conflicts = writes
-        .filter(({ userId, sns }) => sns[0] <= headOf.get(userId)!.latestSn || sns.some((sn, index) => index > 0 && sn === sns[index - 1]))
+        .filter(({ userId, sns }) => repeating.has(userId) || sns[0] <= headOf.get(userId)!.latestSn || sns.some((sn, index) => index > 0 && sn === sns[index - 1]))
         .map(({ userId }) => userId);
       if (conflicts.length > 0) return { ok: false, conflicts };
 
@@ -287,9 +339,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       for (const { userId } of refused) heads.delete(userId);
       if (refused.length > 0) {
         const released = new Map<bigint, unknown[]>();
-        for (const { userId, sns, eventIds } of refused) {
-          sns.forEach((sn, index) => released.set(eventIds[index], [...(released.get(eventIds[index]) ?? []), holderOf(userId, sn)]));
-        }
+        for (const [eventId, holder] of (await Promise.all(refused.map(releasable))).flat()) released.set(eventId, [...(released.get(eventId) ?? []), holder]);
         const refusedUsers = new Set(refused.map(({ userId }) => userId));
         const onlyRefused = (eventId: bigint) => !held.has(eventId) && heldBy.get(eventId)!.every((holder) => refusedUsers.has(holderUser(holder)));
         await dropHolders(released, onlyRefused);
