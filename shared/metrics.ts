@@ -193,6 +193,14 @@ export const updateLogConsumerErrors = new BoundCounter(metricsRegistry, {
   labelNames: ["group"],
 });
 
+// Background work (shared/background.ts).
+
+export const backgroundFailures = new BoundCounter(metricsRegistry, {
+  name: "parley_background_failures_total",
+  help: "Failures of work a process does outside any request (recovery at start, sweeps, lease renewals, queue loops, heartbeats), by task and reason (ownership, timeout, unreachable, error); each is logged and retried, never ends the process",
+  labelNames: ["task", "reason"],
+});
+
 // The store.
 
 export const storeQueryDuration = new BoundHistogram(metricsRegistry, {
