@@ -59,6 +59,7 @@ import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config
 import { addressList } from "./shared/ip.js";
 import { labelMetricsWithNode, openSockets } from "./shared/metrics.js";
 import { measuredUpdateLog } from "./engine/log/measured-update-log.js";
+import { backgroundFailed, retryInBackground } from "./shared/background.js";
 
 export type { Role } from "./shared/config.js";
 
@@ -87,6 +88,8 @@ export interface ParleyOptions {
   };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
+  /** How long the node waits for its start-up recovery pass before serving anyway (startupRecoveryWaitMs by default). */
+  startupRecoveryWaitMs?: number;
   /** API tier switches; `leanUnary: false` serves every RPC through Connect-ES (test/lean-rpc-wire.test.ts compares both). */
   api?: Pick<ApiOptions, "leanUnary">;
 }
@@ -112,6 +115,12 @@ export interface Parley {
  * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
  */
 const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
+
+/**
+ * How long a node waits for its start-up recovery pass before it serves anyway (the pass goes on):
+ * a peer that does not answer holds a call for the broker's request timeout (30 s).
+ */
+const startupRecoveryWaitMs = 10_000;
 
 /** What the api and gateway roles call; they answer requests only once these are reachable. */
 const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
@@ -197,15 +206,15 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
     ownership = engineOwnership;
     const fanOutIds = await FanOutIds.claim(store.leases, clock, engineOwnership.holder, {
-      onRenewalError: (err) => logger.warn(`renewing the fan-out id slot failed: ${String(err)}`),
+      onRenewalError: (err) => backgroundFailed("fanout_id_renewal", err, logger, "renewing the fan-out id slot"),
     });
     cleanups.push(() => fanOutIds.stop());
     fanOuts = new FanOuts(store, clock, fanOutIds, (recipients) => keysByOwner(recipients, userStreamKey, placement.engineNodes()));
     const unsampleFanOuts = fanOuts.sampleBacklog();
     cleanups.push(async () => unsampleFanOuts());
-    engineOwnership.start((err) => logger.warn(`renewing ownership leases failed: ${String(err)}`));
+    engineOwnership.start((err) => backgroundFailed("ownership_renewal", err, logger, "renewing ownership leases"));
     // Shards placed on a node that joined are given up at once, so it takes them without waiting.
-    const rebalance = () => void engineOwnership.place(placement).catch((err: unknown) => logger.warn(`giving up shards placed elsewhere failed: ${String(err)}`));
+    const rebalance = () => void engineOwnership.place(placement).catch((err: unknown) => backgroundFailed("ownership_rebalance", err, logger, "giving up shards placed elsewhere"));
     broker.localBus.on("$node.**", rebalance);
     broker.localBus.on("$services.changed", rebalance);
     // Released before the store closes (cleanups run in reverse), so another node takes over at once.
@@ -222,7 +231,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       presence,
       pushes: new PushRouter(broker, presence),
       webhookQueued: (agentUserId) =>
-        void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => logger.warn(`announcing webhook jobs failed (the fleet's poll finds them): ${String(err)}`)),
+        void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => backgroundFailed("webhook_announce", err, logger, "announcing webhook jobs (the fleet's poll finds them)")),
     };
     broker.createService(accountsService(deps));
     broker.createService(usersService(deps));
@@ -312,15 +321,30 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // each finishes what its own earlier instance left (the id slot it took back says which), the
   // sweep's leader also what is old enough to have been cut short; a conversation's by its owner,
   // as the sweep's timer does; an owner also finishes its conversation's before its next write.
+  // A failure of this pass (a lease another node still holds, a store timeout, a peer that does
+  // not answer) must not keep the node from serving, nor end it: the pass is retried in the
+  // background (the sweep would also finish the records, and a conversation's owner finishes its
+  // conversation's before its next write), and a pass slower than startupRecoveryWaitMs goes on
+  // behind a node that serves.
   if (fanOuts && ownership) {
-    if (brokerSettings.transporter) {
-      if (await ownership.leads("fan-out-sweep")) await fanOuts.sweep(broker);
-      else await fanOuts.finishInherited(broker);
-    } else {
-      const finished = await fanOuts.finishRecorded(broker);
-      const posted = await fanOuts.postRecordedSystemMessages(broker);
-      if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
-    }
+    const [recordedFanOuts, sweeping] = [fanOuts, ownership];
+    const recover = brokerSettings.transporter
+      ? async () => {
+          if (await sweeping.leads("fan-out-sweep")) await recordedFanOuts.sweep(broker);
+          else await recordedFanOuts.finishInherited(broker);
+        }
+      : async () => {
+          const finished = await recordedFanOuts.finishRecorded(broker);
+          const posted = await recordedFanOuts.postRecordedSystemMessages(broker);
+          if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
+        };
+    const recovery = retryInBackground("startup_recovery", recover, broker.logger, "finishing the events the last stop cut short");
+    cleanups.push(() => recovery.stop());
+    const waitMs = options.startupRecoveryWaitMs ?? startupRecoveryWaitMs;
+    let timer: NodeJS.Timeout | undefined;
+    const tried = await Promise.race([recovery.firstTry, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)))]);
+    clearTimeout(timer);
+    if (tried === undefined) broker.logger.warn(`finishing the events the last stop cut short takes over ${waitMs / 1000} s; serving meanwhile`);
   }
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
   const port = await front.listen(config.host, config.port);

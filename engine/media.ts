@@ -28,6 +28,7 @@ import {
 import { MediaPurpose, type MediaFileInfoSchema } from "../shared/gen/shared/v1/media_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { runInBackground, type BackgroundLogger } from "../shared/background.js";
 import { publicBaseUrl } from "../shared/public-url.js";
 import {
   mediaDownloadMetaKey,
@@ -90,7 +91,7 @@ class MediaService {
     private readonly blobs: BlobStore,
   ) {}
 
-  async start(logger: { warn(message: string, err: unknown): void }): Promise<void> {
+  async start(logger: BackgroundLogger): Promise<void> {
     // Every engine node must sign and verify with the same key, so it lives in the shared store.
     const key = await this.deps.store.media.ensureSecret(signingSecretName, randomBytes(32).toString("base64url"), this.deps.clock.now());
     this.signingKey = Buffer.from(key, "base64url");
@@ -98,8 +99,10 @@ class MediaService {
     const sweepIfLeading = async () => {
       if (await this.deps.ownership.leads("upload-sweep")) await this.sweep();
     };
-    await sweepIfLeading();
-    this.sweeper = setInterval(() => void sweepIfLeading().catch((err: unknown) => logger.warn("could not remove expired upload sessions", err)), MediaLimits.sweepIntervalMs);
+    // A sweep that fails (at start too) waits for the next period; nothing depends on it meanwhile.
+    const sweepInBackground = () => void runInBackground("upload_sweep", sweepIfLeading, logger, "removing expired upload sessions");
+    sweepInBackground();
+    this.sweeper = setInterval(sweepInBackground, MediaLimits.sweepIntervalMs);
     this.sweeper.unref();
   }
 

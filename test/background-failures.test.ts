@@ -1,0 +1,155 @@
+// No error of a background or recovery path ends a process (docs/OPERATIONS.md): a refused lease,
+// a store that times out or a pass that does not end, met while the node recovers at start or in
+// its periodic work, is logged, counted in parley_background_failures_total and tried again, and
+// the node serves meanwhile. The store is made to fail on purpose; the rest is a real server.
+import { expect } from "chai";
+import { MessageService } from "../shared/gen/api/v1/message_pb.js";
+import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
+import { UserService } from "../shared/gen/api/v1/user_pb.js";
+import { shardOf, userStreamKey } from "../engine/ownership.js";
+import type { Store } from "../engine/store/store.js";
+import { signInWithCode, type SignedIn } from "./support/accounts.js";
+import { client, startTestServer, type TestServer } from "./support/harness.js";
+import { nextClientMessageId, textBody } from "./support/messaging.js";
+import { scrape, sumOf } from "./support/prometheus-text.js";
+import { befriend } from "./support/social.js";
+
+/** Failures to inject, each consumed by the next matching store call. */
+class Faults {
+  /** Shards whose lease the store answers as another node's. */
+  refusedShards = new Set<number>();
+  /** Stream writes to fail that hold an entry of the user. */
+  appendsFor = new Map<number, number>();
+  /** Reads of the outbox to fail as a query that timed out. */
+  outboxTimeouts = 0;
+  /** Reads of expired upload sessions to fail as a query that timed out. */
+  uploadSweepTimeouts = 0;
+  /** Holds reads of the outbox until it resolves. */
+  outboxHeld: Promise<void> | undefined;
+
+  wrap = (store: Store): Store => {
+    const timedOut = (what: string) => Object.assign(new Error(`injected: ${what} timed out`), { name: "OperationTimedOutError" });
+    return {
+      ...store,
+      leases: {
+        ...store.leases,
+        acquire: async (shard, holder, now, ttlMs) =>
+          this.refusedShards.has(shard) ? { shard, node: "another-engine", instance: "another-engine/still-holding", epoch: 1_000_000, expiresAt: now + ttlMs } : store.leases.acquire(shard, holder, now, ttlMs),
+      },
+      updates: {
+        ...store.updates,
+        append: async (write) => {
+          const hit = [...new Set(write.entries.map((entry) => entry.userId))].filter((userId) => (this.appendsFor.get(userId) ?? 0) > 0);
+          for (const userId of hit) this.appendsFor.set(userId, this.appendsFor.get(userId)! - 1);
+          if (hit.length > 0) throw new Error(`injected: append for ${hit.join(", ")}`);
+          return store.updates.append(write);
+        },
+      },
+      outbox: {
+        ...store.outbox,
+        pending: async (limit, scope) => {
+          await this.outboxHeld;
+          if (this.outboxTimeouts > 0 && this.outboxTimeouts--) throw timedOut("reading the outbox");
+          return store.outbox.pending(limit, scope);
+        },
+      },
+      media: {
+        ...store.media,
+        listExpiredSessions: async (now, limit) => {
+          if (this.uploadSweepTimeouts > 0 && this.uploadSweepTimeouts--) throw timedOut("listing expired upload sessions");
+          return store.media.listExpiredSessions(now, limit);
+        },
+      },
+    };
+  };
+}
+
+/** Polls until `probe` answers true; the timeout is only a safety net. */
+async function eventually(probe: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe("errors of background and recovery work never end the process", () => {
+  let server: TestServer;
+  let faults: Faults;
+  let alice: SignedIn;
+  let bob: SignedIn;
+  let conversationId: bigint;
+
+  beforeEach(async () => {
+    faults = new Faults();
+    // One process: the start-up pass under test is the one of the node that restarts.
+    // A recovery pass that takes longer goes on behind a node that serves (after 10 s in production).
+    server = await startTestServer({ adapters: { store: faults.wrap }, topology: "single", startupRecoveryWaitMs: 500, env: { LOG_LEVEL: "fatal" } });
+    [alice, bob] = [await signInWithCode(server), await signInWithCode(server)];
+    conversationId = await befriend(server, alice, bob);
+  });
+  afterEach(async () => server.dispose());
+
+  const failures = async (task: string, reason: string) => sumOf(await scrape(server.url), "parley_background_failures_total", { task, reason });
+  /** An RPC through the whole server: the node serves. */
+  const serves = async () => expect((await client(server, UserService, "json", alice.accessToken).getProfile({})).profile?.userId).to.equal(alice.userId);
+  const latestSn = async (user: SignedIn) => (await client(server, SyncService, "json", user.accessToken).getCurrentState({})).state!.latestSn;
+
+  /** Leaves a message accepted whose event did not reach bob's stream: its fan-out stays recorded, to be finished at the next start. */
+  async function cutShortFanOut(): Promise<void> {
+    faults.appendsFor.set(bob.userId, 1);
+    await client(server, MessageService, "json", alice.accessToken)
+      .sendMessage({ conversationId, clientMessageId: nextClientMessageId(), body: textBody("cut short") })
+      .then(
+        () => expect.fail("the send was expected to fail with its fan-out"),
+        () => undefined,
+      );
+  }
+
+  it("a lease another node still holds during start-up recovery: the node serves, counts it, and finishes the events once the lease is free", async () => {
+    await cutShortFanOut();
+    const bobBefore = await latestSn(bob);
+    const before = await failures("startup_recovery", "ownership");
+    faults.refusedShards.add(shardOf(userStreamKey(bob.userId)));
+    server = await server.restart();
+    await serves();
+    await eventually(async () => (await failures("startup_recovery", "ownership")) > before, "the refusal counted");
+    expect(await latestSn(bob)).to.equal(bobBefore);
+    // The other node lets go: the pass, retried in the background, delivers the event.
+    faults.refusedShards.clear();
+    await eventually(async () => (await latestSn(bob)) === bobBefore + 1, "the recorded event in bob's stream");
+    await serves();
+  });
+
+  it("a store query timing out during start-up recovery: the node serves, counts it, and the retry finishes the events", async () => {
+    await cutShortFanOut();
+    const bobBefore = await latestSn(bob);
+    const before = await failures("startup_recovery", "timeout");
+    faults.outboxTimeouts = 1;
+    server = await server.restart();
+    await serves();
+    await eventually(async () => (await failures("startup_recovery", "timeout")) === before + 1, "the timeout counted");
+    await eventually(async () => (await latestSn(bob)) === bobBefore + 1, "the recorded event in bob's stream");
+  });
+
+  it("a recovery pass that does not end (a peer or a store not answering) does not keep the node from serving", async () => {
+    await cutShortFanOut();
+    const bobBefore = await latestSn(bob);
+    let answer = () => {};
+    faults.outboxHeld = new Promise((resolve) => (answer = resolve));
+    server = await server.restart();
+    await serves();
+    expect(await latestSn(bob)).to.equal(bobBefore);
+    answer();
+    faults.outboxHeld = undefined;
+    await eventually(async () => (await latestSn(bob)) === bobBefore + 1, "the recorded event in bob's stream");
+  });
+
+  it("an upload sweep timing out at start: the node serves and counts it", async () => {
+    const before = await failures("upload_sweep", "timeout");
+    faults.uploadSweepTimeouts = 1;
+    server = await server.restart();
+    await serves();
+    await eventually(async () => (await failures("upload_sweep", "timeout")) === before + 1, "the failed sweep counted");
+  });
+});
