@@ -48,6 +48,7 @@ import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
 import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
+import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../shared/background.js";
 import { privateConversationId } from "../shared/ids.js";
 import { httpsUrlProblem } from "../shared/https-url.js";
 import { invalidAddressRule } from "../shared/ip.js";
@@ -352,6 +353,8 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
   let stopping = false;
   /** Pending retries of completeDeletion, cancelled when the service stops. */
   const retries = new Set<NodeJS.Timeout>();
+  /** Finishing, at start, the deletions a crash cut short. */
+  let cutShortDeletions: BackgroundRetry | undefined;
 
   /**
    * What follows a deletion: the agent leaves its groups, then everyone who added it is told (the
@@ -368,13 +371,13 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     try {
       await steps();
     } catch (err) {
+      backgroundFailed("agent_deletion", err, ctx.broker.logger, `agent ${agentUserId}: finishing the deletion (attempt ${attempt})`);
       if (attempt >= AgentPolicy.deletionAttempts) {
         ctx.broker.logger.error(`agent ${agentUserId}: deletion left unfinished after ${attempt} attempts`, err);
         return;
       }
       // Stopping abandons the retry: the next start makes the agent leave its groups (started()).
       if (stopping) return;
-      ctx.broker.logger.warn(`agent ${agentUserId}: finishing the deletion failed (attempt ${attempt}); retrying`, err);
       const retry = setTimeout(() => {
         retries.delete(retry);
         void completeDeletion(ctx, agentUserId, told, attempt + 1);
@@ -404,21 +407,24 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       // the agent's status on their next read.)
       const broker = this.broker;
       stopping = false;
+      // Tried again with growing pauses until every such agent left its groups.
       const finish = async () => {
         await broker.waitForServices(["groups", "conversation", "inbox"], 30_000);
         if (stopping) return;
         const ctx = moleculer.Context.create(broker);
+        let failure: unknown;
         for (const agentUserId of await store.agents.listDeletedInGroups(1000)) {
           if (stopping) return;
-          await leaveAllGroups(ctx, agentUserId).catch((err: unknown) => broker.logger.warn(`agent ${agentUserId}: leaving its groups after a deletion failed`, err));
+          await leaveAllGroups(ctx, agentUserId).catch((err: unknown) => (failure = err));
         }
+        if (failure !== undefined && !stopping) throw failure;
       };
-      finish().catch((err: unknown) => {
-        if (!stopping) broker.logger.warn("finishing cut-short agent deletions failed", err);
-      });
+      cutShortDeletions = retryInBackground("agent_deletion", finish, broker.logger, "finishing cut-short agent deletions");
     },
     stopped() {
       stopping = true;
+      // Not awaited: a try under way may wait for services that are stopping; it sees `stopping`.
+      void cutShortDeletions?.stop();
       for (const retry of retries) clearTimeout(retry);
       retries.clear();
     },

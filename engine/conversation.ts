@@ -91,6 +91,7 @@ import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
 import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "./store/store.js";
 import { userInfoView } from "./views.js";
 import { streamsEnded, streamsOpen, streamsStarted } from "../shared/metrics.js";
+import { backgroundFailed } from "../shared/background.js";
 
 export const MessagePolicy = {
   editWindowMs: 24 * 60 * 60 * 1000,
@@ -844,13 +845,13 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       unsampleStreams = streamsOpen.sample({}, () => actor.openStreams);
       // Each node owns the streams in its memory, so the sweep is called on this node only.
       sweep = setInterval(() => {
-        broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => broker.logger.warn(`ending abandoned streams failed: ${String(err)}`));
+        broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
       }, MessagePolicy.streamSweepIntervalMs);
       sweep.unref();
       fanOutSweep = setInterval(() => {
         void (async () => {
           if (await deps.ownership.leads("fan-out-sweep")) await deps.fanOuts.sweep(broker);
-        })().catch((err: unknown) => broker.logger.warn(`finishing recorded fan-outs failed: ${String(err)}`));
+        })().catch((err: unknown) => backgroundFailed("fanout_sweep", err, broker.logger, "finishing recorded fan-outs"));
       }, FanOutPolicy.sweepIntervalMs);
       fanOutSweep.unref();
     },

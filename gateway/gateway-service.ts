@@ -13,6 +13,7 @@ import { CloseCodes, Connection, nextPushId, type ConnectionPolicy, type Identit
 import { SequencedFrames, UpdateFrame } from "./frame-codec.js";
 import type { SocketAcceptor, SocketServer } from "./socket.js";
 import { gatewayBackloggedConnections, gatewaySendBacklog } from "../shared/metrics.js";
+import { backgroundFailed } from "../shared/background.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
   /** The socket driver of the edge's port (SOCKET_DRIVER). */
@@ -191,7 +192,8 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           const counts = [...byUser].map(([userId, connections]) => ({ userId, connections: connections.size }));
           if (counts.length > 0) await options.presence.report(broker.nodeID, counts);
         } catch (err) {
-          broker.logger.warn(`presence heartbeat failed: ${String(err)}`);
+          // The next beat tries again (and reports every connection, should the entries be gone).
+          backgroundFailed("presence_heartbeat", err, broker.logger, "presence heartbeat");
         }
       };
       await beat();

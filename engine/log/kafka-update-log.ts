@@ -219,7 +219,8 @@ class KafkaMember implements LogConsumer {
     stream.on("data", (message: Message) => this.received(message));
     stream.once("error", (error: unknown) => {
       this.options.failed?.(error, undefined);
-      this.recovering = this.recover();
+      // Nothing awaits the recovery but close(): a failure of it must be reported, not left unhandled.
+      this.recovering = this.recover().catch((failure: unknown) => this.options.failed?.(failure, undefined));
     });
   }
 
@@ -231,7 +232,8 @@ class KafkaMember implements LogConsumer {
   private async recover(): Promise<void> {
     if (this.closing) return;
     await this.changes;
-    await this.release([...this.held.keys()].sort((a, b) => a - b));
+    // A revoked callback that fails must not keep the member from joining again.
+    await this.release([...this.held.keys()].sort((a, b) => a - b)).catch((error: unknown) => this.options.failed?.(error, undefined));
     const stale = this.consumer;
     const staleStream = this.stream;
     this.stream = undefined;

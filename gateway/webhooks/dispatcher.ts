@@ -28,6 +28,7 @@ import type { WebhookFleetMember } from "./fleet.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
 import { webhookAgents, webhookAttempts, webhookDeliveryDelay, webhookRequestDuration, webhookSlots } from "../../shared/metrics.js";
 import type { CounterSeries } from "../../shared/metric-series.js";
+import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../../shared/background.js";
 
 export interface DispatcherPolicy {
   /** Deliveries in flight at once, across agents (one per agent at a time). */
@@ -161,7 +162,7 @@ export class WebhookDispatcher {
         }
       } catch (err) {
         // The poller tries again; a queue that cannot be read must not stop the process.
-        this.logger.error("webhook queue read failed", err);
+        backgroundFailed("webhook_queue", err, this.logger, "reading the webhook queue");
       } finally {
         this.pumping = undefined;
       }
@@ -188,9 +189,10 @@ export class WebhookDispatcher {
         }
         await this.deliver(job);
       })()
-        .catch((err: unknown) => this.logger.error(`webhook job ${job.jobId} of agent ${job.agentUserId} failed to settle`, err))
+        // The job stays queued as it was: the next look at the queue takes it again.
+        .catch((err: unknown) => backgroundFailed("webhook_queue", err, this.logger, `settling webhook job ${job.jobId} of agent ${job.agentUserId}`))
         .finally(async () => {
-          await release?.().catch((err: unknown) => this.logger.warn(`releasing the delivery lock of agent ${job.agentUserId} failed: ${String(err)}`));
+          await release?.().catch((err: unknown) => backgroundFailed("webhook_queue", err, this.logger, `releasing the delivery lock of agent ${job.agentUserId}`));
           this.busy.delete(job.agentUserId);
           this.deliveries.delete(delivery);
           if (!lockedElsewhere) this.wake();
@@ -278,6 +280,7 @@ export class WebhookDispatcher {
 /** The Moleculer service of the webhooks role: the dispatcher of this node's share of the agents. */
 export function webhookDispatcherService(options: DispatcherOptions & { fleet: WebhookFleetMember }): ServiceSchema {
   let dispatcher: WebhookDispatcher;
+  let joining: BackgroundRetry | undefined;
   const { fleet } = options;
   return {
     name: "webhookDispatcher",
@@ -294,12 +297,16 @@ export function webhookDispatcherService(options: DispatcherOptions & { fleet: W
     },
     async started() {
       dispatcher.start();
-      await fleet.join(dispatcher, (err) => this.logger.warn(`webhook fleet: ${String(err)}`));
+      // Until it joins, this node serves no agent (its slice is empty) but stays up: the join is
+      // tried again until the log answers. A first join that succeeds is done before start ends.
+      joining = retryInBackground("webhook_fleet", () => fleet.join(dispatcher, (err) => this.logger.warn(`webhook fleet: ${String(err)}`)), this.logger, "joining the webhook fleet");
+      await joining.firstTry;
     },
     async stopped() {
       // Requests in flight are cut off first (their jobs stay queued, no attempt counted), so
       // leaving the group hands the agents over at once.
       await dispatcher.stop();
+      await joining?.stop();
       await fleet.leave();
     },
   };
