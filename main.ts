@@ -1,10 +1,18 @@
 // `npm start`: the whole system in one process on embedded defaults.
 import { loadConfig } from "./shared/config.js";
 import { startParley } from "./server.js";
+import { keepServingThroughUnhandledRejections } from "./shared/background.js";
 
 const config = loadConfig();
+// A start that fails (a bad setting, a port taken, a store that cannot be opened) ends the
+// process with code 1: nothing is served yet, and an orchestrator restarts or reports it.
 const parley = await startParley({ config });
 parley.broker.logger.info(`Parley listening on ${config.host}:${parley.port} (data in ${config.dataDir})`);
+// Once serving, a rejection nothing handled is logged and counted, not fatal (docs/OPERATIONS.md):
+// every known background path catches its own errors, so one that escapes is a bug in one
+// operation, which ended; ending every connection and request of the process for it would not
+// undo it. Exceptions thrown synchronously out of a callback still end the process (Node's rule).
+keepServingThroughUnhandledRejections(parley.broker.logger);
 
 // SIGTERM or SIGINT stops gracefully (see Parley.stop): requests in flight get up to
 // DRAIN_TIMEOUT_MS. Another signal cuts the drain short but still stops the services and closes
