@@ -7,6 +7,8 @@ export interface BrokerSettings {
   /** Moleculer transporter, e.g. "TCP" or "nats://127.0.0.1:4222"; none in embedded mode. */
   transporter?: BrokerOptions["transporter"];
   logLevel?: "fatal" | "error" | "warn" | "info" | "debug";
+  /** How long a call waits for its answer; 30 s unless given (tests of a peer that never answers). */
+  requestTimeout?: number;
 }
 
 /**
@@ -59,7 +61,7 @@ export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {
       preferLocal: false,
       strategy: "RoundRobin",
     },
-    requestTimeout: 30_000,
+    requestTimeout: settings.requestTimeout ?? 30_000,
     // A killed engine's shards move once the others stop hearing it (ownership.ts takes them over
     // then), so the timeout bounds how long its conversations are unavailable.
     heartbeatInterval: 2,

@@ -3,13 +3,18 @@
 // its periodic work, is logged, counted in parley_background_failures_total and tried again, and
 // the node serves meanwhile. The store is made to fail on purpose; the rest is a real server.
 import { expect } from "chai";
+import moleculer, { type ServiceBroker } from "moleculer";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { shardOf, userStreamKey } from "../engine/ownership.js";
+import { ownerOf } from "../engine/shard-owners.js";
+import { brokerOptions, meshTransporter } from "../moleculer.config.js";
+import { startParley, type Parley } from "../server.js";
+import { metricsRegistry } from "../shared/metrics.js";
 import type { Store } from "../engine/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startTestServer, type TestServer } from "./support/harness.js";
+import { client, freePort, startTestServer, type TestServer } from "./support/harness.js";
 import { nextClientMessageId, textBody } from "./support/messaging.js";
 import { scrape, sumOf } from "./support/prometheus-text.js";
 import { befriend } from "./support/social.js";
@@ -151,5 +156,55 @@ describe("errors of background and recovery work never end the process", () => {
     server = await server.restart();
     await serves();
     await eventually(async () => (await failures("upload_sweep", "timeout")) === before + 1, "the failed sweep counted");
+  });
+});
+
+describe("an engine whose peer does not answer during its start-up recovery", () => {
+  it("serves, counts the call that timed out, and finishes the events once the peer is gone", async function () {
+    this.timeout(60_000);
+    const faults = new Faults();
+    // The engine's node name outlives its processes: restarted under it, the engine finishes what its earlier instance recorded.
+    const engineName = `background-engine-${process.pid}`;
+    const first = await startTestServer({ adapters: { store: faults.wrap }, topology: "single", broker: { nodeID: engineName }, env: { LOG_LEVEL: "fatal" } });
+    let engine: Parley | undefined;
+    let peer: ServiceBroker | undefined;
+    try {
+      const [alice, bob] = [await signInWithCode(first), await signInWithCode(first)];
+      const conversationId = await befriend(first, alice, bob);
+      faults.appendsFor.set(bob.userId, 1);
+      await client(first, MessageService, "json", alice.accessToken)
+        .sendMessage({ conversationId, clientMessageId: nextClientMessageId(), body: textBody("cut short") })
+        .catch(() => undefined);
+      const bobBefore = (await client(first, SyncService, "json", bob.accessToken).getCurrentState({})).state!.latestSn;
+      await first.stop();
+
+      // A peer engine that owns bob's stream (rendezvous placement over the two names) and never answers.
+      const bobShard = shardOf(userStreamKey(bob.userId));
+      let peerName = "";
+      for (let attempt = 0; ownerOf(bobShard, [engineName, peerName]) !== peerName; attempt++) peerName = `background-peer-${process.pid}-${attempt}`;
+      const ports = [await freePort(), await freePort()];
+      const mesh = [`127.0.0.1:${ports[0]}/${engineName}`, `127.0.0.1:${ports[1]}/${peerName}`];
+      peer = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "fatal", nodeID: peerName, transporter: meshTransporter(ports[1], mesh) }), metadata: { roles: ["engine"] } });
+      peer.createService({ name: "inbox", actions: { appendFanOuts: { handler: () => new Promise(() => {}) } } });
+      await peer.start();
+
+      const before = sumOf(await metricsRegistry.metrics(), "parley_background_failures_total", { task: "startup_recovery", reason: "timeout" });
+      const config = { ...first.config, logLevel: "fatal" as const };
+      engine = await startParley({ config, clock: first.clock, adapters: { store: faults.wrap }, broker: { nodeID: engineName, transporter: meshTransporter(ports[0], mesh), requestTimeout: 1_000 } });
+      const served = engine;
+      expect((await client(served, UserService, "json", alice.accessToken).getProfile({})).profile?.userId).to.equal(alice.userId);
+      await eventually(
+        async () => sumOf(await scrape(served.url), "parley_background_failures_total", { task: "startup_recovery", reason: "timeout" }) > before,
+        "the call to the silent peer counted",
+      );
+      // The peer leaves: bob's stream is placed here now, and the retried pass delivers the event.
+      await peer.stop();
+      peer = undefined;
+      await eventually(async () => (await client(served, SyncService, "json", bob.accessToken).getCurrentState({})).state!.latestSn === bobBefore + 1, "the recorded event in bob's stream");
+    } finally {
+      await engine?.stop();
+      await peer?.stop();
+      await first.dispose();
+    }
   });
 });
