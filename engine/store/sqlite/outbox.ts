@@ -100,7 +100,14 @@ export function outboxStore(db: Database.Database): OutboxStore & { close(): voi
       finished.add(fanOutId);
       if (finished.size >= finishBatch.size) flush();
       else if (!flushTimer) {
-        flushTimer = setTimeout(flush, finishBatch.delayMs);
+        flushTimer = setTimeout(() => {
+          try {
+            flush();
+          } catch {
+            // Out of a timer a throw would end the process. The ids stay in `finished` for the
+            // next flush; the statement's failure is counted with the store's query errors.
+          }
+        }, finishBatch.delayMs);
         flushTimer.unref();
       }
     },
