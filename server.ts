@@ -59,7 +59,7 @@ import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config
 import { addressList } from "./shared/ip.js";
 import { labelMetricsWithNode, openSockets } from "./shared/metrics.js";
 import { measuredUpdateLog } from "./engine/log/measured-update-log.js";
-import { backgroundFailed, retryInBackground } from "./shared/background.js";
+import { backgroundFailed, defaultRetryPolicy, retryInBackground, runInBackground } from "./shared/background.js";
 
 export type { Role } from "./shared/config.js";
 
@@ -88,7 +88,7 @@ export interface ParleyOptions {
   };
   /** How long clients may take to send requests; defaults suit production. */
   http?: Partial<HttpTimeouts>;
-  /** How long the node waits for its start-up recovery pass before serving anyway (startupRecoveryWaitMs by default). */
+  /** How long a node of a cluster waits for its start-up recovery pass before serving anyway (startupRecoveryWaitMs by default). */
   startupRecoveryWaitMs?: number;
   /** API tier switches; `leanUnary: false` serves every RPC through Connect-ES (test/lean-rpc-wire.test.ts compares both). */
   api?: Pick<ApiOptions, "leanUnary">;
@@ -117,8 +117,8 @@ export interface Parley {
 const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
 
 /**
- * How long a node waits for its start-up recovery pass before it serves anyway (the pass goes on):
- * a peer that does not answer holds a call for the broker's request timeout (30 s).
+ * How long a node of a cluster waits for its start-up recovery pass before it serves anyway (the
+ * pass goes on): a peer that does not answer holds a call for the broker's request timeout (30 s).
  */
 const startupRecoveryWaitMs = 10_000;
 
@@ -322,29 +322,49 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // sweep's leader also what is old enough to have been cut short; a conversation's by its owner,
   // as the sweep's timer does; an owner also finishes its conversation's before its next write.
   // A failure of this pass (a lease another node still holds, a store timeout, a peer that does
-  // not answer) must not keep the node from serving, nor end it: the pass is retried in the
-  // background (the sweep would also finish the records, and a conversation's owner finishes its
-  // conversation's before its next write), and a pass slower than startupRecoveryWaitMs goes on
-  // behind a node that serves.
+  // not answer) must not keep the node from serving, nor end it: it is logged, counted and retried
+  // in the background, and the periodic sweep would also finish the records.
   if (fanOuts && ownership) {
-    const [recordedFanOuts, sweeping] = [fanOuts, ownership];
-    const recover = brokerSettings.transporter
-      ? async () => {
-          if (await sweeping.leads("fan-out-sweep")) await recordedFanOuts.sweep(broker);
-          else await recordedFanOuts.finishInherited(broker);
-        }
-      : async () => {
-          const finished = await recordedFanOuts.finishRecorded(broker);
-          const posted = await recordedFanOuts.postRecordedSystemMessages(broker);
+    const [recorded, owner] = [fanOuts, ownership];
+    const what = "finishing the events the last stop cut short";
+    if (brokerSettings.transporter) {
+      // This pass goes through each conversation's owner, so it may go on while the node serves:
+      // a peer that does not answer holds a call for the request timeout (30 s), and the node
+      // serves after startupRecoveryWaitMs whatever the pass's state.
+      const recovery = retryInBackground(
+        "startup_recovery",
+        async () => {
+          if (await owner.leads("fan-out-sweep")) await recorded.sweep(broker);
+          else await recorded.finishInherited(broker);
+        },
+        broker.logger,
+        what,
+      );
+      cleanups.push(() => recovery.stop());
+      const waitMs = options.startupRecoveryWaitMs ?? startupRecoveryWaitMs;
+      let timer: NodeJS.Timeout | undefined;
+      const tried = await Promise.race([recovery.firstTry, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)))]);
+      clearTimeout(timer);
+      if (tried === undefined) broker.logger.warn(`${what} takes over ${waitMs / 1000} s; serving meanwhile`);
+    } else {
+      // Alone, before serving, every record in the order recorded, past the actors: nothing else
+      // writes yet. Once serving, it is retried by the sweep's path, through each conversation's
+      // actor, so the events keep their place in front of new ones.
+      const finishedAll = await runInBackground(
+        "startup_recovery",
+        async () => {
+          const finished = await recorded.finishRecorded(broker);
+          const posted = await recorded.postRecordedSystemMessages(broker);
           if (finished + posted > 0) broker.logger.info(`finished ${finished} event fan-out(s) and posted ${posted} system message(s) cut short before the last stop`);
-        };
-    const recovery = retryInBackground("startup_recovery", recover, broker.logger, "finishing the events the last stop cut short");
-    cleanups.push(() => recovery.stop());
-    const waitMs = options.startupRecoveryWaitMs ?? startupRecoveryWaitMs;
-    let timer: NodeJS.Timeout | undefined;
-    const tried = await Promise.race([recovery.firstTry, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)))]);
-    clearTimeout(timer);
-    if (tried === undefined) broker.logger.warn(`finishing the events the last stop cut short takes over ${waitMs / 1000} s; serving meanwhile`);
+        },
+        broker.logger,
+        what,
+      );
+      if (!finishedAll) {
+        const recovery = retryInBackground("startup_recovery", () => recorded.sweep(broker), broker.logger, what, { ...defaultRetryPolicy, waitFirst: true });
+        cleanups.push(() => recovery.stop());
+      }
+    }
   }
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
   const port = await front.listen(config.host, config.port);

@@ -62,6 +62,14 @@ describe("background work: failures logged, counted and retried, never thrown ou
     expect(await failuresCounted("startup_recovery", "ownership")).to.equal(before + 3);
   });
 
+  it("waits before its first try when the task has just failed elsewhere", async () => {
+    const startedAt = performance.now();
+    let triedAt = 0;
+    const retry = retryInBackground("fanout_sweep", async () => void (triedAt = performance.now()), quiet, undefined, { firstDelayMs: 30, maxDelayMs: 30, waitFirst: true });
+    expect(await retry.done).to.equal(true);
+    expect(triedAt - startedAt).to.be.at.least(29);
+  });
+
   it("stops retrying when stopped, answering that the task never succeeded", async () => {
     let tries = 0;
     const retry = retryInBackground(

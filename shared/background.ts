@@ -113,6 +113,8 @@ export interface RetryPolicy {
   firstDelayMs: number;
   /** The longest wait between two tries. */
   maxDelayMs: number;
+  /** The first try waits firstDelayMs too: the task has just failed elsewhere. */
+  waitFirst?: boolean;
 }
 
 export const defaultRetryPolicy: RetryPolicy = { firstDelayMs: 1_000, maxDelayMs: 30_000 };
@@ -138,10 +140,11 @@ export function retryInBackground(task: BackgroundTask, run: () => Promise<unkno
   let firstTried = (_succeeded: boolean) => {};
   const firstTry = new Promise<boolean>((resolve) => (firstTried = resolve));
   const done = (async () => {
+    const waited = policy.waitFirst ? 1 : 0;
     for (let attempt = 0; !stopped; attempt++) {
-      if (attempt > 0) {
+      if (attempt + waited > 0) {
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(policy.maxDelayMs, policy.firstDelayMs * 2 ** (attempt - 1)));
+          const timer = setTimeout(resolve, Math.min(policy.maxDelayMs, policy.firstDelayMs * 2 ** (attempt + waited - 1)));
           timer.unref();
           wake = () => {
             clearTimeout(timer);
