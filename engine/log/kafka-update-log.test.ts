@@ -29,18 +29,78 @@ describeUpdateLogConformance("kafka", async () => {
   return { log, retryDelayMs, cleanup: () => log.close() };
 });
 
-describe("KafkaUpdateLog on a broker that restarts (its own Kafka on 9197, ~15 s)", function () {
+describe("KafkaUpdateLog on a broker of its own, new and then restarted (Kafka on 9197, ~20 s)", function () {
   this.timeout(120_000);
   const ports = { port: 9197, controllerPort: 9198 };
   let dataDir: string;
 
   before(() => {
-    dataDir = mkdtempSync(join(tmpdir(), "parley-kafka-restart-"));
+    dataDir = mkdtempSync(join(tmpdir(), "parley-kafka-own-"));
   });
 
   after(async () => {
     await stopKafka(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it("takes hundreds of appends at once from a new producer on a new broker, none refused, each key in call order", async () => {
+    // The idempotent producer numbers a partition's records per send; sends in flight together
+    // once carried the same numbers and the broker refused them (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    const { bootstrap } = await startKafka(dataDir, ports);
+    const log = testLog(bootstrap);
+    const topics = [`burst-a-${randomUUID().slice(0, 8)}`, `burst-b-${randomUUID().slice(0, 8)}`];
+    const keys = Array.from({ length: 24 }, (_, index) => `agent-${index}`);
+    const sent = new Map<string, number>();
+    const appends: Promise<void>[] = [];
+    try {
+      for (const topic of topics) await log.ensureTopic(topic, 8);
+      for (let call = 0; call < 400; call++) {
+        const topic = topics[call % topics.length];
+        // One to three records a call, some of one key, as an inbox write announces several agents.
+        const records = Array.from({ length: 1 + (call % 3) }, (_, index) => {
+          const key = keys[(call * 7 + index * 5) % keys.length];
+          const next = (sent.get(`${topic}/${key}`) ?? 0) + 1;
+          sent.set(`${topic}/${key}`, next);
+          return { key, value: new TextEncoder().encode(String(next)) };
+        });
+        appends.push(log.append(topic, records));
+      }
+      const outcomes = await Promise.allSettled(appends);
+      const refused = outcomes.flatMap((outcome) => (outcome.status === "rejected" ? [String(outcome.reason)] : []));
+      expect(refused.length, `appends refused, the first: ${refused[0]}`).to.equal(0);
+
+      // Read back: per topic and key, the values 1, 2, 3… in order.
+      const total = [...sent.values()].reduce((sum, count) => sum + count, 0);
+      const read = new Map<string, number[]>();
+      let count = 0;
+      const consumers = await Promise.all(
+        topics.map((topic) =>
+          log.consume({
+            topic,
+            group: `burst-${randomUUID().slice(0, 8)}`,
+            handle: async (_, records) => {
+              for (const record of records) {
+                const values = read.get(`${topic}/${record.key}`) ?? [];
+                values.push(Number(new TextDecoder().decode(record.value)));
+                read.set(`${topic}/${record.key}`, values);
+                count++;
+              }
+            },
+          }),
+        ),
+      );
+      try {
+        const deadline = Date.now() + 60_000;
+        while (count < total && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+      } finally {
+        await Promise.all(consumers.map((consumer) => consumer.close()));
+      }
+      expect(count).to.equal(total);
+      for (const [key, last] of sent) expect(read.get(key), key).to.deep.equal(Array.from({ length: last }, (_, index) => index + 1));
+    } finally {
+      await Promise.allSettled(appends);
+      await log.close();
+    }
   });
 
   it("a consumer reports the lost broker, joins again once it is back, and reads what is appended after", async () => {

@@ -1,7 +1,8 @@
 // The update log on Apache Kafka through @platformatic/kafka (pure JavaScript; see
 // scripts/bench/kafka-clients.ts for why this client). Records are placed by partitionOf (the Java
 // client's murmur2 partitioner) with an explicit partition, so the memory driver, this one and any
-// Java producer agree. Appends are idempotent-producer sends with acks=all.
+// Java producer agree. Appends are idempotent-producer sends with acks=all, one send in flight
+// at a time per log, carrying what queued up meanwhile (sendQueued says why).
 //
 // Consuming: one Kafka consumer (one group member) per consume call, classic group protocol,
 // positions committed per partition after its handle resolved, never automatically. The client
@@ -38,6 +39,12 @@ export interface KafkaUpdateLogOptions {
   maxBuffered?: number;
   /** How long a fetch waits at the broker for new records (what an idle consumer's close may wait). */
   maxWaitMs?: number;
+  /**
+   * Records waiting to be sent, above which an append is refused at once: the producer retries a
+   * send to an unreachable broker without end, and appends nobody awaits (webhook announcements)
+   * must not pile up in memory meanwhile.
+   */
+  maxQueuedRecords?: number;
   group?: KafkaGroupTimings;
 }
 
@@ -70,15 +77,34 @@ class UnknownTopicError extends Error {
   }
 }
 
+/** An append whose records wait in the send queue. */
+interface QueuedAppend {
+  /** Its records not acknowledged yet. */
+  unsent: number;
+  failed: boolean;
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+interface QueuedRecord {
+  message: MessageToProduce;
+  bytes: number;
+  append: QueuedAppend;
+}
+
 export class KafkaUpdateLog implements UpdateLog {
   private readonly options: Required<KafkaUpdateLogOptions>;
   private readonly admin: Admin;
   private producer: Producer | undefined;
+  /** Records waiting for the send in flight to end (see sendQueued). */
+  private readonly queued: QueuedRecord[] = [];
+  private sending: Promise<void> | undefined;
+  private closed = false;
   /** Partition counts, fixed at a topic's creation, so cached for good. */
   private readonly partitionCounts = new Map<string, number>();
 
   constructor(options: KafkaUpdateLogOptions) {
-    this.options = { retryDelayMs: 1_000, maxBatch: 500, maxBuffered: 5_000, maxWaitMs: 500, group: productionGroupTimings, ...options };
+    this.options = { retryDelayMs: 1_000, maxBatch: 500, maxBuffered: 5_000, maxWaitMs: 500, maxQueuedRecords: 10_000, group: productionGroupTimings, ...options };
     this.admin = new Admin({ clientId: `${options.clientId}-admin`, bootstrapBrokers: options.bootstrap });
   }
 
@@ -123,28 +149,71 @@ export class KafkaUpdateLog implements UpdateLog {
   async append(topic: string, records: { key: string; value: Uint8Array }[]): Promise<void> {
     if (records.length === 0) return;
     const partitions = await this.partitionCount(topic);
-    // Idempotent: a send retried after a lost answer is written once, in order.
-    this.producer ??= new Producer({ clientId: `${this.options.clientId}-producer`, bootstrapBrokers: this.options.bootstrap, acks: ProduceAcks.ALL, idempotent: true, autocreateTopics: false });
-    const producer = this.producer;
-    // One send per ~256 KiB: the broker refuses a request over message.max.bytes (1 MiB by default),
-    // and sends one after the other keep each key's order.
-    let chunk: MessageToProduce[] = [];
-    let bytes = 0;
-    const flush = async () => {
-      if (chunk.length > 0) {
-        await producer.send({ messages: chunk }).catch((error: unknown) => {
-          throw new Error(`producing ${chunk.length} record(s) to ${topic} failed: ${kafkaErrorText(error)}`, { cause: error });
-        });
-      }
-      chunk = [];
-      bytes = 0;
-    };
-    for (const { key, value } of records) {
-      chunk.push({ topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) });
-      bytes += key.length + value.byteLength;
-      if (bytes >= maxSendBytes) await flush();
+    if (this.queued.length + records.length > this.options.maxQueuedRecords) {
+      throw new Error(`producing to ${topic} refused: ${this.queued.length} record(s) already wait for the log (is it reachable?)`);
     }
-    await flush();
+    await new Promise<void>((resolve, reject) => {
+      const append: QueuedAppend = { unsent: records.length, failed: false, resolve, reject };
+      for (const { key, value } of records) {
+        const message = { topic, key: Buffer.from(key), value: Buffer.from(value.buffer, value.byteOffset, value.byteLength), partition: partitionOf(key, partitions) };
+        this.queued.push({ message, bytes: key.length + value.byteLength, append });
+      }
+      this.pump();
+    });
+  }
+
+  /** Starts sending what is queued unless a send loop runs (it takes records queued meanwhile). */
+  private pump(): void {
+    if (this.sending) return;
+    this.sending = this.sendQueued()
+      .catch((error: unknown) => {
+        // Not the broker's answer (sendQueued catches those): whatever is queued would wait for good.
+        for (const append of new Set(this.queued.splice(0).map((record) => record.append))) append.reject(error);
+      })
+      .finally(() => {
+        this.sending = undefined;
+        // Records queued after the loop found the queue empty and before this ran.
+        if (this.queued.length > 0) this.pump();
+      });
+  }
+
+  /**
+   * Sends what is queued, one send at a time, each taking what queued up meanwhile (up to ~256
+   * KiB: the broker refuses a request over message.max.bytes, 1 MiB by default). One at a time
+   * because the idempotent producer numbers a partition's records from the sequence it had when
+   * the send began and moves it on only once the broker answered: two sends in flight to one
+   * partition carry the same numbers, and the broker refuses the second
+   * (OUT_OF_ORDER_SEQUENCE_NUMBER; every webhook announcement of a busy engine on a fresh broker
+   * was refused so). Records queue in call order, so a key keeps its order.
+   */
+  private async sendQueued(): Promise<void> {
+    while (this.queued.length > 0) {
+      if (this.closed) {
+        const failure = new Error("the update log was closed before these records were sent");
+        for (const append of new Set(this.queued.splice(0).map((record) => record.append))) append.reject(failure);
+        return;
+      }
+      let bytes = 0;
+      let count = 0;
+      while (count < this.queued.length && (count === 0 || bytes + this.queued[count].bytes <= maxSendBytes)) bytes += this.queued[count++].bytes;
+      const batch = this.queued.splice(0, count).filter((record) => !record.append.failed);
+      if (batch.length === 0) continue;
+      // Idempotent: a send retried after a lost answer is written once, in order.
+      this.producer ??= new Producer({ clientId: `${this.options.clientId}-producer`, bootstrapBrokers: this.options.bootstrap, acks: ProduceAcks.ALL, idempotent: true, autocreateTopics: false });
+      try {
+        await this.producer.send({ messages: batch.map((record) => record.message) });
+      } catch (error) {
+        const topics = [...new Set(batch.map((record) => record.message.topic))].join(", ");
+        const failure = new Error(`producing ${batch.length} record(s) to ${topics} failed: ${kafkaErrorText(error)}`, { cause: error });
+        // An append fails whole: its records still queued are not sent after the ones that failed.
+        for (const append of new Set(batch.map((record) => record.append))) {
+          append.failed = true;
+          append.reject(failure);
+        }
+        continue;
+      }
+      for (const { append } of batch) if (--append.unsent === 0 && !append.failed) append.resolve();
+    }
   }
 
   async consume(options: ConsumeOptions): Promise<LogConsumer> {
@@ -155,6 +224,9 @@ export class KafkaUpdateLog implements UpdateLog {
   }
 
   async close(): Promise<void> {
+    // Not waiting for the sends: a broker that is gone would hold the close for good. What is
+    // still queued fails (sendQueued), what is in flight fails with the producer.
+    this.closed = true;
     await Promise.all([this.producer?.close(), this.admin.close()]);
   }
 }
