@@ -99,10 +99,11 @@ class MediaService {
     const sweepIfLeading = async () => {
       if (await this.deps.ownership.leads("upload-sweep")) await this.sweep();
     };
-    // A sweep that fails (at start too) waits for the next period; nothing depends on it meanwhile.
-    const sweepInBackground = () => void runInBackground("upload_sweep", sweepIfLeading, logger, "removing expired upload sessions");
-    sweepInBackground();
-    this.sweeper = setInterval(sweepInBackground, MediaLimits.sweepIntervalMs);
+    // Expired sessions are gone before the node serves; a sweep that fails (at start too) waits
+    // for the next period and does not stop the start: nothing depends on it meanwhile.
+    const sweepInBackground = () => runInBackground("upload_sweep", sweepIfLeading, logger, "removing expired upload sessions");
+    await sweepInBackground();
+    this.sweeper = setInterval(() => void sweepInBackground(), MediaLimits.sweepIntervalMs);
     this.sweeper.unref();
   }
 
