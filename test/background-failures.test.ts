@@ -214,11 +214,9 @@ describe("an engine whose peer does not answer during its start-up recovery", fu
 
   it("the call outlasts the start's wait: the engine serves meanwhile; the peer's departure ends the call, counted, and the retry finishes the events", async () => {
     const before = await failures("startup_recovery", "unreachable");
-    const startedAt = performance.now();
     const served = await restartBesideSilentPeer({ startupRecoveryWaitMs: 300 });
-    // Well before the 30 s the call to the peer may wait.
-    expect(performance.now() - startedAt).to.be.below(15_000);
     expect((await client(served, UserService, "json", alice.accessToken).getProfile({})).profile?.userId).to.equal(alice.userId);
+    // Serving while the call to the peer is still held (it has not failed yet), not after it.
     expect(await failures("startup_recovery", "unreachable")).to.equal(before);
     await peer!.stop();
     peer = undefined;
