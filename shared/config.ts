@@ -31,7 +31,7 @@ export interface ParleyConfig {
   webhookConcurrency: number;
   /** Proxies (addresses or CIDR blocks) whose X-Forwarded-For is believed; empty trusts none. */
   trustedProxies: string[];
-  /** Limits across identities, per minute; 0 turns a limit off (see the README's configuration table). */
+  /** Limits across identities, per minute; 0 turns a limit off (see docs/configuration.md). */
   abuseLimits: AbuseLimitsConfig;
   /** On SIGTERM/SIGINT, how long requests already in flight may take to finish before they are cut. */
   drainTimeoutMs: number;
@@ -139,7 +139,7 @@ function blobsConfig(env: NodeJS.ProcessEnv): BlobsConfig {
 
 export const socketDrivers = ["ws", "uws"] as const;
 export type SocketDriver = (typeof socketDrivers)[number];
-/** Chosen by measurement: uWS costs less CPU per push and per RPC and a fifth of the memory per socket (scripts/bench/socket-drivers.ts; see the README). */
+/** Chosen by measurement: uWS costs less CPU per push and per RPC and a fifth of the memory per socket (scripts/bench/socket-drivers.ts; see docs/benchmarks.md). */
 export const defaultSocketDriver: SocketDriver = "uws";
 
 /** Where the Cassandra store is and how it is opened (CASSANDRA_*). */
@@ -265,7 +265,7 @@ function parseTrustedProxies(raw: string | undefined): string[] {
   return entries;
 }
 
-/** Reads the configuration from environment variables (see the README's configuration table). */
+/** Reads the configuration from environment variables (see docs/configuration.md). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
   const logLevel = (env.LOG_LEVEL ?? "info") as ParleyConfig["logLevel"];
   if (!["fatal", "error", "warn", "info", "debug"].includes(logLevel)) throw new Error(`LOG_LEVEL is invalid: ${logLevel}`);

@@ -8,7 +8,7 @@
 // condition upstream has no code for takes X901 upward in its block (request-level errors 1901
 // upward), so no Parley code ever means something else to an upstream client. The Connect code
 // is the one the spec gives the condition. Codes are never reused: clients branch on them.
-// README.md lists the catalogue (test/error-catalogue.test.ts keeps the two equal).
+// docs/errors.md lists the catalogue (test/error-catalogue.test.ts keeps the two equal).
 import { Code } from "@connectrpc/connect";
 import moleculer from "moleculer";
 

@@ -1,5 +1,5 @@
 // The error catalogue against the upstream protocol's (nexus-proto v0.0.12, copied into
-// test/fixtures/nexus-proto-v0.0.12.json) and against the README table generated from it.
+// test/fixtures/nexus-proto-v0.0.12.json) and against the table of docs/errors.md generated from it.
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
@@ -57,9 +57,9 @@ describe("the error catalogue", () => {
     }
   });
 
-  it("is listed in full in the README (regenerate with `npx tsx scripts/error-table.ts --write`)", () => {
-    const readme = readFileSync(join(import.meta.dirname, "..", "README.md"), "utf8");
-    expect(withErrorTable(readme) === readme, "README.md's error table is out of date").to.equal(true);
+  it("is listed in full in docs/errors.md (regenerate with `npx tsx scripts/error-table.ts --write`)", () => {
+    const readme = readFileSync(join(import.meta.dirname, "..", "docs", "errors.md"), "utf8");
+    expect(withErrorTable(readme) === readme, "docs/errors.md's error table is out of date").to.equal(true);
     for (const e of entries) expect(readme).to.include(`| ${e.errorCode} | \`${e.errorName}\` | ${connectCodeName(e.code)} |`);
   });
 });

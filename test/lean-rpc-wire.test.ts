@@ -305,7 +305,7 @@ describe("the lean Connect unary path", function () {
       ["the same profile update again", () => request("/api.v1.UserService/UpdateProfile", JSON.stringify({ nickname: "Alice", signature: "same" }), auth()), 200],
       ["a download URL for no file", () => request("/api.v1.MediaService/GetDownloadURL", JSON.stringify({ fileId: "nope" }), auth()), 404],
     ];
-    /** Requests uWS 20.30 itself answers otherwise, before any route runs (README, "Socket drivers"). */
+    /** Requests uWS 20.30 itself answers otherwise, before any route runs (docs/behaviour.md, "Socket drivers"). */
     const uwsOwnAnswers = new Set([
       "HTTP/1.0 without a Host", // HTTP/1.1 only: closed unanswered
       "HTTP/1.0 keeping the connection alive",

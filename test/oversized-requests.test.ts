@@ -127,7 +127,7 @@ for (const target of targets) {
     });
 
     it("answers a 1 MB Authorization header with 431 REQUEST_HEADERS_TOO_LARGE, read by a client still writing", async function () {
-      if (target.name.includes("uws")) this.skip(); // see the uWS note in the README: its parser closes such a head unanswered
+      if (target.name.includes("uws")) this.skip(); // see the uWS note in docs/behaviour.md ("Socket drivers") and docs/TESTING.md: its parser closes such a head unanswered
       const requestHead = head(profile, { Authorization: `Bearer ${"a".repeat(1024 * 1024)}`, "Content-Type": "application/json", "Content-Length": "2" });
       const outcome = await exchangeWhileWriting(server.port, requestHead, Buffer.from("{}"), { pauseAt });
       expectConnectError(outcome, requestHead.length + 2, 431, Errors.requestHeadersTooLarge, true);

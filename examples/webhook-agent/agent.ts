@@ -1,7 +1,7 @@
 // An example Parley agent in webhook mode, built on @parley/sdk. It verifies every webhook
 // signature, answers a user's text message with a reply streamed word by word, then sends a card
 // with two buttons and answers the button the user presses. Run it with
-// `npx tsx examples/webhook-agent/main.ts` (see the README for the whole walk-through); tests start
+// `npx tsx examples/webhook-agent/main.ts` (see docs/sdk-and-examples.md for the whole walk-through); tests start
 // it in-process through `startWebhookAgent`.
 import { createServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";

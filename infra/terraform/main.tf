@@ -1,4 +1,4 @@
-# Parley on Kubernetes: one Deployment per role (README "Cluster mode"), their configuration in a
+# Parley on Kubernetes: one Deployment per role (docs/cluster.md), their configuration in a
 # ConfigMap and a Secret, the processes joined by Moleculer's static TCP mesh, api and gateway behind
 # an ingress-nginx Ingress. The backing services (ScyllaDB/Cassandra, Kafka, Redis, S3) are not
 # created here: they are managed services or operator-run clusters, reached by the variables.
@@ -30,7 +30,7 @@ locals {
   # The headless Service per role whose DNS name lists that role's pods (files/mesh-env.mjs).
   mesh_service = { for role in local.roles : role => "${var.name_prefix}-${role}-mesh" }
 
-  # What a SIGTERM sets in motion, in order (README "Stopping"): requests in flight get
+  # What a SIGTERM sets in motion, in order (docs/configuration.md, "Stopping"): requests in flight get
   # DRAIN_TIMEOUT_MS; then WebSockets close (2 s for clients to answer), background work gets up to
   # 5 s, the broker leaves the mesh and the Kafka group, the store closes. 15 s covers the part
   # after the drain with room to spare; an api or gateway pod first sleeps through its preStop.

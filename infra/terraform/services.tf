@@ -54,7 +54,7 @@ locals {
 }
 
 # The Connect API and media downloads: everything but /ws. ingress-nginx's defaults (60 s reads)
-# suit unary calls; the body limit matches the local front's (README "nginx"): the API refuses
+# suit unary calls; the body limit matches the local front's (docs/cluster.md, "nginx"): the API refuses
 # bodies above 8 MiB with its own Connect error, so nginx must let them through to it.
 resource "kubernetes_ingress_v1" "api" {
   metadata {

@@ -1,5 +1,5 @@
 # Inputs of the Parley deployment. Names of server settings follow the environment variables the
-# server reads (README "Configuration"); each description says which one a variable becomes.
+# server reads (docs/configuration.md); each description says which one a variable becomes.
 
 # --- Where and what ---------------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ variable "name_prefix" {
 }
 
 variable "image" {
-  description = "The Parley container image (registry/repository:tag or @digest): the repository with its dependencies installed (`npm ci --omit=dev`), Node 20 (20.19 or newer; the uWS binary is built for Node 20) and /bin/sh; see the README's Kubernetes section."
+  description = "The Parley container image (registry/repository:tag or @digest): the repository with its dependencies installed (`npm ci --omit=dev`), Node 20 (20.19 or newer; the uWS binary is built for Node 20) and /bin/sh; see docs/deployment.md."
   type        = string
 
   validation {

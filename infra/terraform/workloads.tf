@@ -8,7 +8,7 @@
 # restart keeps the pod and its IP, so a crashed engine comes back under the same id and takes its
 # leases back at once, which is what the stable id is for. A pod replaced is a new node; the old
 # one left the mesh (stopped, or silent past the heartbeat timeout), and a holder the cluster saw
-# leave has its leases taken over at once (README "Ownership is a lease with an epoch").
+# leave has its leases taken over at once (docs/cluster.md, "Ownership is a lease with an epoch").
 
 locals {
   # api and gateway: the HorizontalPodAutoscaler owns the count (null leaves it to it, and the

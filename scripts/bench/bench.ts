@@ -1,7 +1,7 @@
 // `npm run bench -- [options]`: the issue-10 benchmark. Starts Parley in its own process (or uses
 // one already running), a bare `ws` relay and a node:http JSON echo, signs in users, connects one
 // socket per user to the gateway and to the relay, then measures each row in rounds and prints the
-// medians as markdown tables. What each figure means: README, section "Benchmark".
+// medians as markdown tables. What each figure means: docs/benchmarks.md.
 import { type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";

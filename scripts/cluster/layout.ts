@@ -1,6 +1,6 @@
 // The local cluster's shape: how many processes of each role, their ports, and the environment
 // each one starts with. Every Parley process is configured exactly as one process of a real
-// deployment would be (README: "Cluster mode"), only on this machine's loopback.
+// deployment would be (docs/cluster.md), only on this machine's loopback.
 import { join } from "node:path";
 import type { ParleyConfig, Role } from "../../shared/config.js";
 import { defaultS3Port, s3Credentials, s3Host, s3Region } from "../services/s3.js";
