@@ -39,8 +39,7 @@
 // (it died meanwhile), whose parked feeds read the mode again after parkTimeoutMs.
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { AgentBacklog, AgentBacklogParams, FeedRelease, MarkDeliveredParams } from "../shared/agent-delivery.js";
-import { nextPushId } from "./connection.js";
-import { UpdateFrame, type PushFrame } from "./frame-codec.js";
+import { nextPushId, UpdateFrame, type PushFrame } from "./frame-codec.js";
 
 export interface AgentFeedPort {
   backlog(params: AgentBacklogParams): Promise<AgentBacklog>;

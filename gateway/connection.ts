@@ -56,11 +56,6 @@ export interface ConnectionHooks {
   onClosed(connection: Connection): void;
 }
 
-// Pushes carry server-generated request ids counting down from -1, so they can never collide
-// with the client's own (positive) correlation ids.
-let lastPushId = 0n;
-export const nextPushId = () => --lastPushId;
-
 export class Connection implements SocketHandlers, FeedSink {
   identity: Identity | undefined;
   /** On an agent's connection: orders its sequenced pushes after the replay of its backlog. */

@@ -6,6 +6,11 @@ import { UpdateSchema } from "../shared/gen/api/v1/updates_pb.js";
 import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { int64RuleBroken } from "../shared/strict-json.js";
 
+// Pushes carry server-generated request ids counting down from -1, so they can never collide
+// with the client's own (positive) correlation ids.
+let lastPushId = 0n;
+export const nextPushId = () => --lastPushId;
+
 export type FrameForm = "json" | "binary";
 
 export type Decoded = { ok: true; frame: ClientFrame; form: FrameForm } | { ok: false; form: FrameForm; reason: string };
