@@ -18,7 +18,7 @@ import { mediaService } from "./engine/media.js";
 import { socialService } from "./engine/social.js";
 import { systemAgentService } from "./engine/system-agent.js";
 import { systemClock, type Clock } from "./engine/clock.js";
-import { createCodeSender } from "./engine/code-delivery/code-sender.js";
+import { createCodeSender } from "./engine/code-delivery/open-code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
 import type { EphemeralState } from "./engine/ephemeral/ephemeral-state.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { SMTPServer } from "smtp-server";
-import { createCodeSender, type VerificationCode } from "./code-sender.js";
+import type { VerificationCode } from "./code-sender.js";
+import { createCodeSender } from "./open-code-sender.js";
 
 const sample = (code: string, identityValue = "ada@example.com"): VerificationCode => ({
   identityType: "IDENTITY_TYPE_EMAIL",
