@@ -56,7 +56,7 @@ import { CardActionPayloadSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
 import { isGroupConversationId } from "../shared/ids.js";
-import { fromWire, type WireMessage } from "../shared/wire.js";
+import { fromWire } from "../shared/wire.js";
 import type { EngineDeps } from "./deps.js";
 import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
 import { deliverCardAction, pushEphemeral } from "./inbox.js";
@@ -92,6 +92,7 @@ import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } f
 import { userInfoView } from "./views.js";
 import { streamsEnded, streamsOpen, streamsStarted } from "../shared/metrics.js";
 import { backgroundFailed } from "../shared/background.js";
+import type { SystemMessageParams } from "./fan-out-contracts.js";
 
 export const MessagePolicy = {
   editWindowMs: 24 * 60 * 60 * 1000,
@@ -811,17 +812,6 @@ export interface AdoptStreamParams {
   request: { conversationId: string };
   messageId: string;
   senderId: number;
-}
-
-export interface SystemMessageParams {
-  /** Shaped like an RPC request so the same shard key routes it. */
-  request: { conversationId: string };
-  /** MessageBody wire form. */
-  body: WireMessage;
-  /** Users who get the message besides the current members (e.g. one who just left). */
-  extraRecipients?: number[];
-  /** The recorded system message this is (decimal): posted once, however often asked. */
-  systemMessageId: string;
 }
 
 interface Admitted {

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import type { AppendFanOutsParams, FanOutAppend } from "./inbox.js";
+import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
 import { AdjustableClock } from "./clock.js";
 import { FanOuts, accountScope } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";

@@ -29,12 +29,11 @@ import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb
 import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
-import type { AppendFanOutsParams, FanOutAppend } from "./inbox.js";
+import type { AppendFanOutsParams, FanOutAppend, SystemMessageParams } from "./fan-out-contracts.js";
 import { Mailboxes } from "./mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "./clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
-import type { SystemMessageParams } from "./conversation.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
 import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../shared/metrics.js";
 

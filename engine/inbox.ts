@@ -45,7 +45,8 @@ import type { Pushes } from "./push-router.js";
 import { routeToOwner } from "./shard-owners.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
-import { snUpdateOf, type EncodedEntry } from "./stream-entry.js";
+import { snUpdateOf } from "./stream-entry.js";
+import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
 
 export const InboxPolicy = {
   /** Entries kept per user; older ones are pruned and answer updateTooLong. */
@@ -65,25 +66,6 @@ export const InboxPolicy = {
    */
   pushWaitMs: 1000,
 } as const;
-
-/** A fan-out as an inbox appends it: the entry encoded once, and the recipients this inbox owns. */
-export interface FanOutAppend {
-  /** The recorded fan-out (decimal): the event's id in the log, by which a stream takes it once. */
-  fanOutId: string;
-  /** The entry, without sn; the inbox assigns each stream's. */
-  entry: EncodedEntry;
-  /** UserInfo wire forms referenced by the entry, pushed along with it. */
-  users?: WireMessage[];
-  /** GroupInfo wire forms referenced by the entry. */
-  groups?: WireMessage[];
-  recipients: number[];
-  /** The fan-out is delivered again: streams that already hold it are skipped. */
-  again?: boolean;
-}
-
-export interface AppendFanOutsParams {
-  fanOuts: FanOutAppend[];
-}
 
 /** Per fan-out, each recipient that took it with its sn (a stream that already held it is absent). */
 export type AppendedSns = [userId: number, sn: number][][];

@@ -1,5 +1,6 @@
 import type { Clock } from "../../engine/clock.js";
-import type { AppendedSns, FanOutAppend, Inbox } from "../../engine/inbox.js";
+import type { FanOutAppend } from "../../engine/fan-out-contracts.js";
+import type { AppendedSns, Inbox } from "../../engine/inbox.js";
 import { Ownership } from "../../engine/ownership.js";
 import type { Store } from "../../engine/store/store.js";
 import { encodeEntry, snUpdateOf } from "../../engine/stream-entry.js";

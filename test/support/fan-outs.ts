@@ -1,5 +1,6 @@
 import type { ServiceBroker } from "moleculer";
-import type { AppendedSns, AppendFanOutsParams, FanOutAppend } from "../../engine/inbox.js";
+import type { AppendFanOutsParams, FanOutAppend } from "../../engine/fan-out-contracts.js";
+import type { AppendedSns } from "../../engine/inbox.js";
 import { userStreamKey } from "../../engine/ownership.js";
 import { engineNodes, keysByOwner } from "../../engine/shard-owners.js";
 
