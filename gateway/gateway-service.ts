@@ -102,13 +102,13 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       // One encoding of the entry, whatever the number of recipients this node holds; each
       // recipient's frame only puts its sn in.
       let frames: SequencedFrames | undefined;
+      const toWebhook = event.toWebhook && new Set(event.toWebhook);
       for (const [userId, sn] of event.recipients) {
         const connections = byUser.get(userId);
         if (!connections) continue;
         frames ??= new SequencedFrames(nextPushId(), event.update as JsonObject);
         const frame = frames.withSn(sn);
-        const toWebhook = event.toWebhook?.includes(userId) ?? false;
-        for (const connection of connections) connection.push(frame, sn, toWebhook);
+        for (const connection of connections) connection.push(frame, sn, toWebhook?.has(userId) ?? false);
       }
       return;
     }
