@@ -25,8 +25,28 @@ const mocha = new Mocha({ reporter: "spec", timeout: 30_000 });
 for (const file of files) mocha.addFile(file);
 await mocha.loadFilesAsync();
 const runner = mocha.run((failures) => {
+  printSlowestFiles();
   const passed = runner.stats?.passes ?? 0;
   const failed = Math.max(runner.stats?.failures ?? 0, failures);
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed > 0 ? 1 : 0);
 });
+
+// Where the time goes, so that a slow file is seen (the budget for the whole of npm test is 25 min):
+// each file's wall time, hooks (server starts) included.
+const fileStartedAt = new Map<string, number>();
+const fileMs = new Map<string, number>();
+runner.on("suite", (suite) => {
+  if (suite.file && !fileStartedAt.has(suite.file)) fileStartedAt.set(suite.file, performance.now());
+});
+runner.on("suite end", (suite) => {
+  const startedAt = suite.file ? fileStartedAt.get(suite.file) : undefined;
+  if (startedAt !== undefined && suite.parent?.root) fileMs.set(suite.file!, performance.now() - startedAt);
+});
+
+function printSlowestFiles(): void {
+  const slowest = [...fileMs].sort((a, b) => b[1] - a[1]).slice(0, 12);
+  if (slowest.length < 2) return;
+  console.log("\nslowest files (wall time, hooks included):");
+  for (const [file, ms] of slowest) console.log(`  ${(ms / 1000).toFixed(1).padStart(6)} s  ${file.slice(root.length + 1)}`);
+}

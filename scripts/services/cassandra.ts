@@ -108,6 +108,9 @@ commitlog_directory: ${commitlog}
 saved_caches_directory: ${savedCaches}
 hints_directory: ${hints}
 cdc_raw_directory: ${cdcRaw}
+# A TRUNCATE or DROP keeps no snapshot: the tests empty a keyspace for every test server they
+# start, and a snapshot each time cost about 2 s per start and filled the disk with copies.
+auto_snapshot: false
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 commitlog_segment_size: 8MiB

@@ -19,7 +19,7 @@ import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-re
 import type { Store } from "../../engine/store/store.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
-import { serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
+import { dataDirRemoved, serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
 
 export { testTopology };
 
@@ -195,6 +195,7 @@ export async function startTestServer(overrides: TestServerOptions = {}): Promis
       if (config.cluster.redisUrl) await deleteTestRedisKeys(config.cluster.redisPrefix);
       if (config.cluster.kafkaBrokers) await deleteTestKafkaTopics(config.cluster.kafkaTopicPrefix);
       rmSync(dataDir, { recursive: true, force: true });
+      dataDirRemoved();
     },
   };
   return server;

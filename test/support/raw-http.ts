@@ -112,6 +112,8 @@ export interface WrittenExchange extends RawAnswer {
   written: number;
   /** Bytes of the request written when the first byte of an answer arrived; undefined when none did. */
   writtenWhenAnswered: number | undefined;
+  /** Whether the client gave up at `waitMs`, still writing or still waiting for the answer. */
+  timedOut: boolean;
 }
 
 /**
@@ -135,10 +137,14 @@ export async function exchangeWhileWriting(port: number, head: string, body: Uin
   socket.once("data", () => (writtenWhenAnswered = written));
   socket.once("close", () => (closed = true));
   const deadline = Date.now() + waitMs;
+  let timedOut = false;
   /** Resolves once the socket can take more, closes, or the time is up: false unless it can take more. */
   const writable = () =>
     new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => settle(false), Math.max(0, deadline - Date.now()));
+      const timer = setTimeout(() => {
+        timedOut = true;
+        settle(false);
+      }, Math.max(0, deadline - Date.now()));
       const settle = (ok: boolean) => {
         clearTimeout(timer);
         socket.off("drain", onDrain);
@@ -174,7 +180,10 @@ export async function exchangeWhileWriting(port: number, head: string, body: Uin
   const headRequest = head.startsWith("HEAD ");
   if (!closed && !hasWholeResponse(connection.received(), headRequest)) {
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(finish, Math.max(0, deadline - Date.now()));
+      const timer = setTimeout(() => {
+        timedOut = true;
+        finish();
+      }, Math.max(0, deadline - Date.now()));
       function finish() {
         clearTimeout(timer);
         socket.off("data", check);
@@ -191,5 +200,5 @@ export async function exchangeWhileWriting(port: number, head: string, body: Uin
   socket.destroy();
   const answer = await connection.closed;
   const end = answer.text.indexOf("\r\n\r\n");
-  return { ...answer, head: end < 0 ? "" : answer.text.slice(0, end), socketError, written, writtenWhenAnswered };
+  return { ...answer, head: end < 0 ? "" : answer.text.slice(0, end), socketError, written, writtenWhenAnswered, timedOut };
 }
