@@ -4,10 +4,10 @@ import { base64Encode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeFromString, codeToHttpStatus, codeToString, errorToJson } from "@connectrpc/connect/protocol-connect";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
-import { Errors, catalogueEntryForCode, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+import { Errors, catalogueEntryForCode, parleyErrorParts, withRetryDelay, type CatalogueEntry } from "../shared/errors.js";
 
 export function connectErrorOf(entry: CatalogueEntry, metadata: Record<string, string> = {}, message?: string): ConnectError {
-  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata: withRetryDelay(entry, metadata) });
   return new ConnectError(message ?? entry.message, entry.code, undefined, [{ desc: ErrorDetailSchema, value: detail }]);
 }
 
@@ -19,9 +19,10 @@ export function errorPartsOf(err: unknown, log: (message: string, err: unknown) 
   const parts = parleyErrorParts(err);
   if (parts) return parts;
   const name = (err as { name?: string } | null)?.name;
-  if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError" || name === "RequestTimeoutError") {
-    return { entry: Errors.unavailable, metadata: {}, message: Errors.unavailable.message };
-  }
+  // No engine took the call: nothing of it was applied.
+  if (name === "ServiceNotAvailableError" || name === "ServiceNotFoundError") return { entry: Errors.unavailable, metadata: { reason: "NO_ENGINE" }, message: Errors.unavailable.message };
+  // The engine did not answer in time: the call may or may not have taken effect.
+  if (name === "RequestTimeoutError") return { entry: Errors.unavailable, metadata: { reason: "ENGINE_TIMEOUT" }, message: Errors.unavailable.message };
   // The engine node serving the call left the cluster (killed, or partitioned away) before it
   // answered: the call may or may not have taken effect, as after a timeout.
   if (name === "RequestRejectedError") return { entry: Errors.unavailable, metadata: { reason: "ENGINE_NODE_LOST" }, message: "the node serving this call left before answering; try again" };
@@ -41,7 +42,7 @@ export function toConnectError(err: unknown, log: (message: string, err: unknown
 
 /** The `details` of a Connect error body in JSON: the one ErrorDetail, with its JSON form as `debug`. */
 export function errorDetailsJson(entry: CatalogueEntry, metadata: Record<string, string> = {}): unknown[] {
-  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  const detail = create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata: withRetryDelay(entry, metadata) });
   return [{ type: ErrorDetailSchema.typeName, value: base64Encode(toBinary(ErrorDetailSchema, detail), "std_raw"), debug: toJson(ErrorDetailSchema, detail) }];
 }
 

@@ -3,7 +3,7 @@
 import { create } from "@bufbuild/protobuf";
 import { ClientFrameType, ServerFrameSchema, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { ErrorDetailSchema, type ErrorDetail } from "../shared/gen/shared/v1/error_pb.js";
-import { Errors, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
+import { Errors, parleyErrorParts, withRetryDelay, type CatalogueEntry } from "../shared/errors.js";
 import type { AgentFeed, FeedSink } from "./agent-feed.js";
 import { decodeClientFrame, encodeServerFrame, type FrameForm, type PushFrame } from "./frame-codec.js";
 import type { GatewaySocket, SocketHandlers } from "./socket.js";
@@ -44,7 +44,7 @@ const closesByCode = new Map<number, CounterSeries>(
 const closedByPeer = gatewayConnectionCloses.bind({ reason: "peer" });
 
 export function errorDetail(entry: CatalogueEntry, metadata: Record<string, string> = {}): ErrorDetail {
-  return create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata });
+  return create(ErrorDetailSchema, { errorCode: entry.errorCode, errorName: entry.errorName, metadata: withRetryDelay(entry, metadata) });
 }
 
 export interface ConnectionHooks {

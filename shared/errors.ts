@@ -205,6 +205,31 @@ export function catalogueEntryForCode(code: Code): CatalogueEntry {
 }
 
 /**
+ * How long to wait before trying a call again that was answered UNAVAILABLE, by the answer's
+ * `reason`: every such answer carries it as `retryAfterMs` (decimal milliseconds), and the SDK's
+ * retry honours it (sdk/src/retry.ts). A key whose owner moved or died is served again by another
+ * engine within a few hundred milliseconds, so those retry soon; an engine that did not answer at
+ * all, later. Whether a retry is safe is the client's to judge: only the ownership refusals and
+ * NO_ENGINE say the call was never applied.
+ */
+export const retryAfterMsByReason: Readonly<Record<string, number>> = {
+  OWNERSHIP_ELSEWHERE: 250,
+  OWNERSHIP_LOST: 250,
+  ENGINE_NODE_LOST: 250,
+  NO_ENGINE: 500,
+  UPSTREAM_FAILED: 500,
+  FAN_OUT_ID_SLOT_EXPIRED: 500,
+  ENGINE_TIMEOUT: 1_000,
+};
+const defaultRetryAfterMs = 1_000;
+
+/** The metadata an answer of `entry` carries: an UNAVAILABLE one gains its retry delay (retryAfterMsByReason). */
+export function withRetryDelay(entry: CatalogueEntry, metadata: Record<string, string>): Record<string, string> {
+  if (entry.code !== Code.Unavailable || metadata.retryAfterMs !== undefined) return metadata;
+  return { ...metadata, retryAfterMs: String(retryAfterMsByReason[metadata.reason ?? ""] ?? defaultRetryAfterMs) };
+}
+
+/**
  * A business error as engine services throw it. Moleculer carries `type` and `data` of an error
  * between nodes, so the catalogue name rides in `type` and the metadata in `data`; the API tier
  * reads those two fields whether the error was thrown locally or regenerated from a packet.

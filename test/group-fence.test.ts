@@ -81,7 +81,8 @@ describe("group changes under a lease taken over", () => {
     let b1 = await takeOver(groupId);
     const refusedMessage = await refusal(messages(owner).sendMessage({ conversationId, clientMessageId: nextClientMessageId(), body: textBody("to A") }));
     expect(refusedMessage).to.deep.include({ code: Code[Code.Unavailable], errorName: Errors.unavailable.errorName });
-    expect(refusedMessage.metadata).to.deep.equal({ reason: "OWNERSHIP_LOST", shard });
+    // With the delay the SDK's retry waits (retryAfterMsByReason).
+    expect(refusedMessage.metadata).to.deep.equal({ reason: "OWNERSHIP_LOST", shard, retryAfterMs: "250" });
     await b1.release();
 
     const changes: [string, () => Promise<unknown>][] = [

@@ -1,7 +1,8 @@
 // Typed clients for every Parley service over one Connect transport, with the session's token on
 // every call. A call whose access token the server refuses (expired, or replaced elsewhere) is
 // sent once more after a refresh; calls made while a refresh runs wait for it. Calls that need
-// no credential (sign-in, password reset, client config) never refresh.
+// no credential (sign-in, password reset, client config) never refresh. A call answered UNAVAILABLE
+// is sent again after the delay the answer names, when that is safe (retry.ts).
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AgentService } from "./gen/api/v1/agent_pb.js";
@@ -15,6 +16,7 @@ import { PushService } from "./gen/api/v1/push_pb.js";
 import { SyncService } from "./gen/api/v1/sync_pb.js";
 import { UserService } from "./gen/api/v1/user_pb.js";
 import { isAccessTokenRejected } from "./errors.js";
+import { defaultRetry, retryInterceptor, type RetryPolicy } from "./retry.js";
 import { TokenSession, type RefreshedTokens, type SessionTokens } from "./session.js";
 
 /** Every service of the Parley API, by the name its client has on ParleyClient. */
@@ -61,6 +63,8 @@ export interface ParleyClientOptions {
   interceptors?: Interceptor[];
   /** Default deadline of each call. */
   timeoutMs?: number;
+  /** How calls answered UNAVAILABLE are sent again (retry.ts); false: never, the application sees every such answer. */
+  retry?: Partial<RetryPolicy> | false;
   /** Refresh this long before the access token expires (default 60 s). */
   refreshLeewayMs?: number;
   /** The clock token expiry is judged by (milliseconds since the epoch). */
@@ -129,7 +133,8 @@ export function createParleyClient(options: ParleyClientOptions): ParleyClient {
   });
   // The session's interceptor is the outermost, so the application's own see the Authorization
   // header and run again when a call is sent a second time after a refresh.
-  const transport = transportOf([sessionInterceptor(session), ...(options.interceptors ?? [])]);
+  const retry = options.retry === false ? [] : [retryInterceptor({ ...defaultRetry, ...options.retry })];
+  const transport = transportOf([sessionInterceptor(session), ...retry, ...(options.interceptors ?? [])]);
   const clients = Object.fromEntries(Object.entries(parleyServices).map(([name, service]) => [name, createClient(service, transport)])) as unknown as ParleyServiceClients;
   return { ...clients, baseUrl: options.baseUrl, session, transport };
 }

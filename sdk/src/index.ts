@@ -5,6 +5,7 @@ export { createParleyClient, parleyServices, type ParleyClient, type ParleyClien
 export { TokenSession, type RefreshedTokens, type SessionTokens, type TokenSessionOptions } from "./session.js";
 export { ErrorCodes, GatewayError, SessionEndedError, errorDetailOf, isAccessTokenRejected } from "./errors.js";
 export { backoffDelay, defaultBackoff, type BackoffPolicy } from "./backoff.js";
+export { defaultRetry, retryDelayOf, retryInterceptor, type RetryPolicy } from "./retry.js";
 export { UpdateSequencer, snVerdict, type DifferencePage, type Related, type SequencerOptions, type SnVerdict, type UpdateHandlers } from "./update-sequencer.js";
 export { UpdateStream, type UpdateStreamEnd, type UpdateStreamOptions, type UpdateStreamState } from "./update-stream.js";
 export {
