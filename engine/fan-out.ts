@@ -28,6 +28,7 @@ import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_p
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
 import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
+import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import type { AppendFanOutsParams, FanOutAppend, SystemMessageParams } from "./fan-out-contracts.js";
 import { Mailboxes } from "./mailbox.js";
@@ -49,7 +50,27 @@ export const FanOutPolicy = {
   sweepAfterMs: 30_000,
   /** How often each engine looks for fan-outs cut short. */
   sweepIntervalMs: 30_000,
+  /**
+   * How long a delivery goes on trying when a recipient's stream is moving (its engine died, hung
+   * or handed it over): the new owner takes it within a few hundred milliseconds, so the change
+   * that waits for its delivery (a send) is answered instead of failing.
+   */
+  movingStreamRetryMs: 3_000,
+  /** The wait between those tries. */
+  movingStreamPauseMs: 150,
 } as const;
+
+/**
+ * Whether an append failed because the recipients' streams are between owners: the engine it went
+ * to left (or was taken for gone) before answering, none was there, or the one reached no longer
+ * owns them. Another try, regrouped by the owners known then, reaches the new owner; the stream
+ * refuses an entry it already holds, so a try that did land is not doubled.
+ */
+function isStreamMoving(err: unknown): boolean {
+  const name = (err as { name?: unknown } | null)?.name;
+  if (name === "RequestRejectedError" || name === "ServiceNotAvailableError" || name === "ServiceNotFoundError") return true;
+  return parleyErrorParts(err)?.entry === Errors.unavailable;
+}
 
 /** The scope of an event that belongs to no conversation: the account whose action caused it. */
 export const accountScope = (userId: number) => `user:${userId}`;
@@ -246,11 +267,23 @@ export class FanOuts {
   private async append(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again: boolean): Promise<void> {
     const { scope, recipients } = fanOut.record;
     try {
-      await Promise.all(
-        [...this.recipientsByOwner(recipients)].map(([nodeID, owned]) =>
-          ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, again)] } satisfies AppendFanOutsParams, nodeID === undefined ? undefined : { nodeID }),
-        ),
-      );
+      // Counted from the first failure: one that took long to come (a hung engine, taken for gone
+      // only after its silence) still leaves the new owner its time.
+      let triesUntil: number | undefined;
+      for (let retry = again; ; retry = true) {
+        try {
+          await Promise.all(
+            [...this.recipientsByOwner(recipients)].map(([nodeID, owned]) =>
+              ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, retry)] } satisfies AppendFanOutsParams, nodeID === undefined ? undefined : { nodeID }),
+            ),
+          );
+          break;
+        } catch (err) {
+          triesUntil ??= performance.now() + FanOutPolicy.movingStreamRetryMs;
+          if (!isStreamMoving(err) || performance.now() >= triesUntil) throw err;
+          await new Promise((resolve) => setTimeout(resolve, FanOutPolicy.movingStreamPauseMs));
+        }
+      }
       await this.store.outbox.finish(fanOut.record);
     } catch (err) {
       this.unfinishedScopes.add(scope);
