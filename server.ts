@@ -30,8 +30,9 @@ import { PushRouter } from "./engine/push-router.js";
 import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
-import { Ownership, userStreamKey } from "./engine/ownership.js";
-import { announceToMesh, ClusterPlacement, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
+import { watchEngines } from "./engine/engine-watch.js";
+import { newLeaseHolder, Ownership, userStreamKey } from "./engine/ownership.js";
+import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -142,8 +143,11 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   });
   /** How long a peer may take to be heard from: Moleculer's heartbeat timeout. */
   const discoveryMs = (brokerSettings.heartbeatTimeout ?? 15) * 1000;
+  // The node's name outlives the process, so a restarted node takes its own leases back at once;
+  // peers read the instance to tell a lease of its earlier process (ClusterPlacement.isGone).
+  const leaseHolder = newLeaseHolder(options.broker?.nodeID ?? config.cluster.nodeId);
   // Peers read the roles to know which nodes to wait for at start (settleWithMesh).
-  const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles } });
+  const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles, leaseInstance: leaseHolder.instance } });
   outnumberEarlierInstances(broker);
   const cleanups: (() => Promise<void>)[] = [];
   let fanOuts: FanOuts | undefined;
@@ -202,8 +206,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const placement = new ClusterPlacement(broker, discoveryMs);
     // Before the engine's services are created: their sharded actions are wrapped as they are.
     if (brokerSettings.transporter) broker.middlewares.add(ownerForwarding(broker));
-    // The node's name outlives the process, so a restarted node takes its own leases back at once.
-    const engineOwnership = new Ownership(store.leases, clock, options.broker?.nodeID ?? config.cluster.nodeId);
+    const engineOwnership = new Ownership(store.leases, clock, leaseHolder);
     ownership = engineOwnership;
     const fanOutIds = await FanOutIds.claim(store.leases, clock, engineOwnership.holder, {
       onRenewalError: (err) => backgroundFailed("fanout_id_renewal", err, logger, "renewing the fan-out id slot"),
@@ -271,7 +274,13 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   let api: ApiHandle | undefined;
   let wholeRequests: WholeRequestApi | undefined;
   const routes: EdgeRoutes = {
-    ready: () => ready,
+    whyNotReady: () => {
+      if (!ready) return "not serving";
+      // What sends need beyond this process answering: an engine to route to, and an engine
+      // holding (or able to take) the keys placed on it.
+      if (roles.includes("api") && brokerSettings.transporter && engineNodes(broker).length === 0) return "no engine node is reachable";
+      return ownership?.whyNotServing();
+    },
     downloads: roles.includes("api") ? mediaDownloadHandler(broker, broker.getLogger("media-http")) : (_req, reply) => void reply.send(404, { "content-type": "text/plain" }, "not found\n"),
     logger: broker.getLogger("http"),
   };
@@ -314,6 +323,8 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const missing = await settleWithMesh(broker, discoveryMs);
     if (missing.length > 0) broker.logger.warn(`serving without ${missing.join(", ")}: not heard from within ${discoveryMs / 1000} s; each joins when it comes up`);
     announceToMesh(broker);
+    const stopWatchingEngines = watchEngines(broker);
+    cleanups.push(async () => stopWatchingEngines());
   }
   // Events a crash cut short reach their streams before anything new is served, so they keep
   // their place in front of every later event. In a cluster the other engines are delivering what

@@ -44,8 +44,8 @@ export interface EdgeReply {
 }
 
 export interface EdgeRoutes {
-  /** Whether /healthz answers 200. */
-  ready(): boolean;
+  /** Why /healthz answers 503 now (its body says it), or undefined: it answers 200. */
+  whyNotReady(): string | undefined;
   /** Media downloads (api/media-http.ts). */
   downloads(req: EdgeRequest, reply: EdgeReply): void;
   logger: { error(message: string, err: unknown): void };
@@ -70,9 +70,14 @@ export function routeEdgeRequest(routes: EdgeRoutes, req: EdgeRequest, reply: Ed
       return;
     }
     const { path } = req;
+    // Liveness: the process answers. What it can serve is /healthz's to say.
+    if (path === "/livez") {
+      reply.send(200, { "content-type": "text/plain" }, "ok\n");
+      return;
+    }
     if (path === "/healthz") {
-      const ready = routes.ready();
-      reply.send(ready ? 200 : 503, { "content-type": "text/plain" }, ready ? "ok\n" : "unavailable\n");
+      const why = routes.whyNotReady();
+      reply.send(why === undefined ? 200 : 503, { "content-type": "text/plain" }, why === undefined ? "ok\n" : `unavailable: ${why}\n`);
       return;
     }
     if (path === "/metrics" && req.method === "GET") {

@@ -81,7 +81,7 @@ describe("Ownership", () => {
   });
   describe("placed over a cluster", () => {
     /** A placement where `mine` says which shards the node should own and `gone` lists departed nodes. */
-    const placement = (mine: (shard: number) => boolean, gone: string[] = []): Placement => ({ isMine: mine, isGone: (node) => gone.includes(node) });
+    const placement = (mine: (shard: number) => boolean, gone: string[] = []): Placement => ({ isMine: mine, isGone: (holder) => gone.includes(holder.node) });
     const key = conversationKey(7n);
     const shard = shardOf(key);
 
@@ -102,14 +102,29 @@ describe("Ownership", () => {
       const b = new Ownership(store.leases, clock, "b");
       await b.place(placement(() => true));
       const held = await a.fence(key);
+      expect(b.whyNotServing()).to.equal(undefined);
       const refused = await refusal(b.fence(key));
       expect(refused?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
       expect(a.holds(held)).to.equal(true);
+      // Its /healthz says so until it holds the shard.
+      expect(b.whyNotServing()).to.equal("1 shards placed here are held by another node");
       // a lets go while b waits: b takes it with the next epoch.
       const waiting = b.fence(key);
       await new Promise((resolve) => setTimeout(resolve, 100));
       await a.place(placement(() => false));
       expect(await waiting).to.deep.equal({ shard, epoch: held.epoch + 1 });
+      expect(b.whyNotServing()).to.equal(undefined);
+    });
+
+    it("a refused shard no longer counts against health once it is placed elsewhere", async () => {
+      const a = new Ownership(store.leases, clock, "a");
+      const b = new Ownership(store.leases, clock, "b");
+      await b.place(placement(() => true));
+      await a.fence(key);
+      await refusal(b.fence(key));
+      expect(b.whyNotServing()).to.not.equal(undefined);
+      await b.place(placement((s) => s !== shard));
+      expect(b.whyNotServing()).to.equal(undefined);
     });
 
     it("a shard placed here is taken from a holder known to be gone at once, with the next epoch: its writes are refused from then on", async () => {

@@ -59,14 +59,25 @@ export function shardOf(key: string, shards: number = OwnershipPolicy.shards): n
 export interface Placement {
   /** Whether this node should own the shard. */
   isMine(shard: number): boolean;
-  /** Whether the node is known to have left the cluster (its leases may be taken over at once). */
-  isGone(node: string): boolean;
+  /**
+   * Whether the lease's holder is known to have left the cluster: its node left, or its node runs
+   * again as a newer process (the holder's instance died with the old one). Its leases may then be
+   * taken over at once.
+   */
+  isGone(holder: LeaseHolder): boolean;
+}
+
+/** A holder for this process of the node: the node's name outlives processes, the instance does not. */
+export function newLeaseHolder(node: string): LeaseHolder {
+  return { node, instance: `${node}/${randomBytes(6).toString("base64url")}` };
 }
 
 const everythingMine: Placement = { isMine: () => true, isGone: () => false };
 
 /** How long a node waits for a live holder to release a shard placed here, polling. */
 const handOverWaitMs = 3_000;
+/** How long a shard placed here that this node was refused counts against its health (unless taken since). */
+const refusalCountsMs = 10_000;
 const handOverPollMs = 50;
 
 interface HeldLease {
@@ -82,14 +93,18 @@ export class Ownership {
   private readonly lostListeners: ((shard: number) => void)[] = [];
   private renewal: NodeJS.Timeout | undefined;
   private placement: Placement = everythingMine;
+  /** Shards placed here that another holder kept from this node, and when (performance.now()). */
+  private readonly refusedHere = new Map<number, number>();
+  private renewalFailed = false;
 
   constructor(
     private readonly leases: LeaseStore,
     private readonly clock: Clock,
-    node: string,
+    /** The node's name, or the holder this process announces to its peers (newLeaseHolder). */
+    holder: string | LeaseHolder,
     private readonly policy: typeof OwnershipPolicy = OwnershipPolicy,
   ) {
-    this.holder = { node, instance: `${node}/${randomBytes(6).toString("base64url")}` };
+    this.holder = typeof holder === "string" ? newLeaseHolder(holder) : holder;
   }
 
   shardOf(key: string): number {
@@ -123,10 +138,14 @@ export class Ownership {
    * holding the lease, or a failure to take it, means not here.
    */
   async leads(task: string): Promise<boolean> {
-    const key = `task:${task}`;
-    if (!this.placement.isMine(this.shardOf(key))) return false;
+    const shard = this.shardOf(`task:${task}`);
+    if (!this.placement.isMine(shard)) return false;
+    const held = this.held.get(shard);
+    if (held && this.clock.now() < held.trustedUntil) return true;
     try {
-      await this.fence(key);
+      // Not waited for: a task another node holds now is that node's to run, and a start that
+      // waited here for a hand-over served seconds later (the first upload sweep is awaited).
+      await (this.acquiring.get(shard) ?? this.take(shard, { waitForHandOver: false }));
       return true;
     } catch {
       return false;
@@ -147,7 +166,7 @@ export class Ownership {
     await this.leases.release(this.holder, moving);
   }
 
-  private async take(shard: number): Promise<Fence> {
+  private async take(shard: number, { waitForHandOver = true } = {}): Promise<Fence> {
     // The lease's time counts from before the call that granted it.
     let askedAt = this.clock.now();
     let lease = await this.leases.acquire(shard, this.holder, askedAt, this.policy.leaseMs);
@@ -155,12 +174,12 @@ export class Ownership {
     // Embedded (never placed), nobody else is leaving the shard: no point waiting.
     while (this.placement !== everythingMine && lease.instance !== this.holder.instance && lease.instance !== "" && this.placement.isMine(shard)) {
       // The shard is placed here: its holder is leaving it (rebalance) or gone.
-      if (this.placement.isGone(lease.node)) {
+      if (this.placement.isGone(lease)) {
         askedAt = this.clock.now();
         lease = await this.leases.takeOver(shard, this.holder, lease, askedAt, this.policy.leaseMs);
         continue;
       }
-      if (performance.now() >= waitUntil) break;
+      if (!waitForHandOver || performance.now() >= waitUntil) break;
       await new Promise((resolve) => setTimeout(resolve, handOverPollMs));
       askedAt = this.clock.now();
       lease = await this.leases.acquire(shard, this.holder, askedAt, this.policy.leaseMs);
@@ -169,9 +188,11 @@ export class Ownership {
     const before = this.held.get(shard);
     if (lease.instance !== this.holder.instance) {
       if (before) this.forget(shard);
+      if (waitForHandOver && this.placement.isMine(shard)) this.refusedHere.set(shard, performance.now());
       throw new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_ELSEWHERE", shard: String(shard) }, "another node owns this now; try again");
     }
     if (before && before.fence.epoch !== lease.epoch) this.forget(shard);
+    this.refusedHere.delete(shard);
     const current = this.held.get(shard);
     const fence = current?.fence.epoch === lease.epoch ? current.fence : { shard, epoch: lease.epoch };
     this.held.set(shard, { fence, trustedUntil: now + this.policy.leaseMs - this.policy.safetyMarginMs });
@@ -209,8 +230,37 @@ export class Ownership {
 
   /** Starts renewing (and giving up what is placed elsewhere) in the background. */
   start(onError: (err: unknown) => void): void {
-    this.renewal = setInterval(() => this.rebalance().then(() => this.renew()).catch(onError), this.policy.renewEveryMs);
+    this.renewal = setInterval(
+      () =>
+        this.rebalance()
+          .then(() => this.renew())
+          .then(
+            () => (this.renewalFailed = false),
+            (err: unknown) => {
+              this.renewalFailed = true;
+              onError(err);
+            },
+          ),
+      this.policy.renewEveryMs,
+    );
     this.renewal.unref();
+  }
+
+  /**
+   * Why this node cannot serve the keys placed on it now, or undefined when it can (its /healthz):
+   * another holder kept a shard placed here from it lately and it has not taken it since, or its
+   * last renewal failed (the store is out of reach).
+   */
+  whyNotServing(): string | undefined {
+    const since = performance.now() - refusalCountsMs;
+    let kept = 0;
+    for (const [shard, at] of this.refusedHere) {
+      if (at < since || !this.placement.isMine(shard)) this.refusedHere.delete(shard);
+      else kept += 1;
+    }
+    if (kept > 0) return `${kept} shards placed here are held by another node`;
+    if (this.renewalFailed) return "its leases could not be renewed";
+    return undefined;
   }
 
   /**

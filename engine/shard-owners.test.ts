@@ -57,9 +57,9 @@ describe("Settling with the static mesh", function () {
       const transporter = meshTransporter(ports[i], urls) as { type: string; options: Record<string, unknown> };
       return gossipPeriodS === undefined ? transporter : { ...transporter, options: { ...transporter.options, gossipPeriod: gossipPeriodS } };
     };
-    return (name: string, roles: string[], engineActionDelayMs = 0) => {
+    return (name: string, roles: string[], engineActionDelayMs = 0, leaseInstance?: string) => {
       const i = names.indexOf(name);
-      const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: name, transporter: transporterOf(i) }), metadata: { roles } });
+      const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: name, transporter: transporterOf(i) }), metadata: { roles, leaseInstance } });
       outnumberEarlierInstances(broker);
       brokers.push(broker);
       if (roles.includes("engine")) {
@@ -100,20 +100,46 @@ describe("Settling with the static mesh", function () {
     await engine1.start();
     const patient = new ClusterPlacement(engine1, 20_000);
     const impatient = new ClusterPlacement(engine1, 0);
-    expect(patient.isGone("engine2")).to.equal(false);
+    const engine2Lease = { node: "engine2", instance: "engine2/first" };
+    expect(patient.isGone(engine2Lease)).to.equal(false);
     await new Promise((resolve) => setTimeout(resolve, 5));
-    expect(impatient.isGone("engine2")).to.equal(true);
+    expect(impatient.isGone(engine2Lease)).to.equal(true);
 
-    const engine2 = node("engine2", ["engine"]);
+    const engine2 = node("engine2", ["engine"], 0, engine2Lease.instance);
     await engine2.start();
     expect(await settleWithMesh(engine1, 20_000)).to.deep.equal([]);
-    expect(patient.isGone("engine2")).to.equal(false);
-    expect(impatient.isGone("engine2")).to.equal(false);
+    expect(patient.isGone(engine2Lease)).to.equal(false);
+    expect(impatient.isGone(engine2Lease)).to.equal(false);
     await engine2.stop();
     brokers.splice(brokers.indexOf(engine2), 1);
     const leftBy = performance.now() + 10_000;
-    while (!patient.isGone("engine2") && performance.now() < leftBy) await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(patient.isGone("engine2")).to.equal(true);
+    while (!patient.isGone(engine2Lease) && performance.now() < leftBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(patient.isGone(engine2Lease)).to.equal(true);
+  });
+
+  it("counts the holder of a restarted node's earlier process as gone once the new process is known, while the node itself is up", async () => {
+    const node = await mesh(["engine1", "engine2"], 60);
+    const engine1 = node("engine1", ["engine"]);
+    const first = node("engine2", ["engine"], 0, "engine2/first");
+    await Promise.all([engine1.start(), first.start()]);
+    expect(await settleWithMesh(engine1, 20_000)).to.deep.equal([]);
+    const placement = new ClusterPlacement(engine1, 20_000);
+    const earlier = { node: "engine2", instance: "engine2/first" };
+    expect(placement.isGone(earlier)).to.equal(false);
+    // Killed and started again: engine1 hears of the new process and takes it as available, as it
+    // would had it never seen the old one leave.
+    await first.stop();
+    brokers.splice(brokers.indexOf(first), 1);
+    const again = node("engine2", ["engine"], 0, "engine2/second");
+    await again.start();
+    expect(await settleWithMesh(again, 20_000)).to.deep.equal([]);
+    announceToMesh(again);
+    const record = () => (engine1.registry as unknown as { nodes: { get(id: string): { available: boolean; metadata: { leaseInstance?: string } } } }).nodes.get("engine2");
+    const knownBy = performance.now() + 5_000;
+    while (!(record().available && record().metadata.leaseInstance === "engine2/second") && performance.now() < knownBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(record().available).to.equal(true);
+    expect(placement.isGone(earlier)).to.equal(true);
+    expect(placement.isGone({ node: "engine2", instance: "engine2/second" })).to.equal(false);
   });
 
   it("a restarted node is known again, with its actions, to peers that still hold its earlier record, as soon as it settled", async () => {

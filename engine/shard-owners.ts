@@ -6,6 +6,7 @@
 // Routing is only a preference: the lease and its fence decide who may write (ownership.ts).
 import moleculer, { type Context, type ServiceBroker } from "moleculer";
 import { conversationKey, shardOf, userStreamKey, type Placement } from "./ownership.js";
+import type { LeaseHolder } from "./store/store.js";
 
 /** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */
 export function engineNodes(broker: ServiceBroker): string[] {
@@ -201,10 +202,17 @@ export class ClusterPlacement implements Placement {
     return ownerOf(shard, this.engineNodes()) === this.broker.nodeID;
   }
 
-  isGone(node: string): boolean {
-    const known = meshNodes(this.broker).find((peer) => peer.id === node);
+  isGone(holder: LeaseHolder): boolean {
+    const known = meshNodes(this.broker).find((peer) => peer.id === holder.node);
     // A static mesh lists every peer as offline before it is heard from: not seen leave, so not gone.
-    if (known && heardFrom(known)) return !known.available;
+    if (known && heardFrom(known)) {
+      if (!known.available) return true;
+      // The node was restarted (killed and started again within the heartbeat timeout, so never
+      // seen leave): the holder was its earlier process. Waiting for that lease to run out kept
+      // the shards it held elsewhere away from their owners for up to 30 s.
+      const announced = known.metadata?.leaseInstance;
+      return announced !== undefined && announced !== holder.instance;
+    }
     return performance.now() - this.startedAt > this.discoveryMs;
   }
 }
@@ -216,7 +224,7 @@ interface MeshNode {
   available: boolean;
   /** Set by the node's first INFO packet; null for a peer the static mesh listed but never heard. */
   instanceID: string | null;
-  metadata: { roles?: readonly string[] } | null;
+  metadata: { roles?: readonly string[]; leaseInstance?: string } | null;
 }
 
 const meshNodes = (broker: ServiceBroker) => (broker.registry as unknown as { nodes: { toArray(): MeshNode[] } }).nodes.toArray();

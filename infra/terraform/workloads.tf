@@ -206,7 +206,9 @@ resource "kubernetes_deployment_v1" "role" {
             failure_threshold = ceil(var.startup_timeout_seconds / 5)
           }
 
-          # 503 from the moment SIGTERM arrives: out of the Service at once.
+          # 503 from the moment SIGTERM arrives, and while the process cannot serve what its role
+          # serves (an api node that reaches no engine, an engine kept from shards placed on it or
+          # unable to renew its leases): out of the Service at once.
           readiness_probe {
             http_get {
               path = "/healthz"
@@ -218,14 +220,14 @@ resource "kubernetes_deployment_v1" "role" {
             success_threshold = 1
           }
 
-          # /healthz depends on nothing outside the process (a Cassandra or Redis outage is answered
-          # per request, not by restarts), so failing it means the process itself is wedged. It
-          # answers 503 and then refuses connections while draining: the threshold outlasts the
+          # /livez depends on nothing outside the process (a Cassandra outage or an engine move is
+          # answered per request and by /healthz, not by restarts), so failing it means the process
+          # itself is wedged. It refuses connections once the drain ends: the threshold outlasts the
           # whole termination grace, so even a kubelet that kept probing a pod being deleted could
           # not cut its drain short.
           liveness_probe {
             http_get {
-              path = "/healthz"
+              path = "/livez"
               port = "http"
             }
             period_seconds    = 10

@@ -59,7 +59,11 @@ describe("the local cluster, through its front", function () {
   });
 
   /** Each fault test begins on the whole cluster: the nodes killed by the tests before are back (the launcher restarts them). */
-  const wholeAgain = () => eventuallyAsync(async () => (await fetch(`${cluster.url}/healthz`)).status === 200, "every node ready");
+  const wholeAgain = () =>
+    eventuallyAsync(async () => {
+      const answer = await fetch(`${cluster.url}/healthz`);
+      return answer.status === 200 && ((await answer.json()) as { down: string[] }).down.length === 0;
+    }, "every node ready");
 
   it("serves sign-in, messages and live pushes across api, engine and gateway nodes", async () => {
     const [a, b, c] = [await signInWithCode(cluster), await signInWithCode(cluster), await signInWithCode(cluster)];

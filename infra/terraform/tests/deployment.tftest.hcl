@@ -29,11 +29,11 @@ run "every_role_is_a_deployment_probed_on_healthz" {
   assert {
     condition = alltrue([for role, d in kubernetes_deployment_v1.role : alltrue([
       d.spec[0].template[0].spec[0].container[0].readiness_probe[0].http_get[0].path == "/healthz",
-      d.spec[0].template[0].spec[0].container[0].liveness_probe[0].http_get[0].path == "/healthz",
+      d.spec[0].template[0].spec[0].container[0].liveness_probe[0].http_get[0].path == "/livez",
       d.spec[0].template[0].spec[0].container[0].startup_probe[0].http_get[0].path == "/healthz",
       d.spec[0].template[0].spec[0].container[0].readiness_probe[0].http_get[0].port == "http",
     ])])
-    error_message = "every role is probed on /healthz of its http port (startup, readiness, liveness)"
+    error_message = "every role is probed on its http port: /healthz for startup and readiness, /livez for liveness"
   }
 
   assert {
