@@ -115,6 +115,9 @@ export interface Parley {
  * Consumer-group timing in a cluster: a member that stops heartbeating (a killed webhooks node)
  * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
  */
+/** How long a start waits for its first try at the webhook topic before serving without it. */
+const webhookTopicWaitMs = 5_000;
+
 const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
 
 /**
@@ -196,7 +199,13 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       log = opened;
     }
     log = measuredUpdateLog(log);
-    await log.ensureTopic(webhookTopic, WebhookTopic.partitions);
+    // Kafka out of reach at start is no reason not to serve: until the topic is there, webhook
+    // announcements fail (counted; the dispatcher's poll finds the jobs) and the fleet's join is
+    // retried. The start waits for the first try a moment, so a reachable Kafka has it at once.
+    const topicLog = log;
+    const webhookTopicReady = retryInBackground("webhook_topic", () => topicLog.ensureTopic(webhookTopic, WebhookTopic.partitions), broker.logger, "creating the webhook topic");
+    cleanups.push(() => webhookTopicReady.stop());
+    await Promise.race([webhookTopicReady.firstTry, new Promise((resolve) => setTimeout(resolve, webhookTopicWaitMs).unref())]);
   }
 
   if (roles.includes("engine") && store && presence && log && ephemeral) {

@@ -28,6 +28,8 @@ export const backgroundTasks = [
   "fanout_id_renewal",
   /** What follows an agent's deletion: leaving its groups, telling its contacts (engine/agents.ts). */
   "agent_deletion",
+  /** Creating the webhook topic on the update log at start, until Kafka is reachable (server.ts). */
+  "webhook_topic",
   /** Telling the webhook fleet that an agent's queue grew (a record on the update log). */
   "webhook_announce",
   /** Reading the webhook queue and settling deliveries (gateway/webhooks/dispatcher.ts). */

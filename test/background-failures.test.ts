@@ -226,3 +226,24 @@ describe("an engine whose peer does not answer during its start-up recovery", fu
     expect(await failures("startup_recovery", "unreachable")).to.equal(before);
   });
 });
+
+describe("a node whose Kafka is out of reach at start", function () {
+  this.timeout(60_000);
+  let server: TestServer | undefined;
+  afterEach(async () => {
+    await server?.dispose();
+    server = undefined;
+  });
+
+  it("serves (a message is sent and read back), and counts each try at the webhook topic it could not make", async () => {
+    const closedPort = await freePort();
+    const before = sumOf(await metricsRegistry.metrics(), "parley_background_failures_total", { task: "webhook_topic" });
+    server = await startTestServer({ topology: "single", env: { KAFKA_BROKERS: `127.0.0.1:${closedPort}`, LOG_LEVEL: "fatal" } });
+    const [alice, bob] = [await signInWithCode(server), await signInWithCode(server)];
+    const conversationId = await befriend(server, alice, bob);
+    const { messageId } = await client(server, MessageService, "json", alice.accessToken).sendMessage({ conversationId, clientMessageId: nextClientMessageId(), body: textBody("no kafka") });
+    const history = await client(server, MessageService, "json", bob.accessToken).getMessageHistory({ conversationId });
+    expect(history.messages.map((message) => message.messageId)).to.include(messageId);
+    expect(sumOf(await metricsRegistry.metrics(), "parley_background_failures_total", { task: "webhook_topic" })).to.be.above(before);
+  });
+});
