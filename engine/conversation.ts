@@ -712,7 +712,12 @@ export class ConversationActor {
     // Streams whose owner restarted or died are in no node's memory. Their owners take them in
     // now, as if just active, so they end one idle period from now unless their agent comes back.
     // One node looks for them (they are listed across conversations); each owner ends its own.
-    const adopting = (await this.deps.ownership.leads("open-stream-sweep")) ? await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep) : [];
+    // Whatever keeps this node from looking (counted), it still ends its own below.
+    const looking = await this.deps.ownership.leads("open-stream-sweep").catch((err: unknown) => {
+      backgroundFailed("stream_sweep", err, ctx.broker.logger, "looking for streams no node holds");
+      return false;
+    });
+    const adopting = looking ? await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep) : [];
     for (const open of adopting) {
       if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
       const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };

@@ -139,6 +139,15 @@ describe("Ownership", () => {
       expect(a.holds(held)).to.equal(false);
     });
 
+    it("a background task's lead that the store fails to answer is the task's failure, not \"another node leads\"", async () => {
+      const failing = { ...store.leases, acquire: () => Promise.reject(new Error("store timed out")) };
+      const a = new Ownership(failing, clock, "a");
+      await a.place(placement(() => true));
+      let caught: unknown;
+      await a.leads("sweep").catch((err: unknown) => (caught = err));
+      expect(String(caught)).to.include("store timed out");
+    });
+
     it("a background task leads on the one node its key is placed on, which holds the key's lease", async () => {
       const a = new Ownership(store.leases, clock, "a");
       const b = new Ownership(store.leases, clock, "b");

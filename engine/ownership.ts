@@ -24,7 +24,7 @@
 // lease to run out: should the holder be alive after all (a partition, a pause), the fence refuses
 // its writes.
 import { randomBytes } from "node:crypto";
-import { Errors, ParleyError } from "../shared/errors.js";
+import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import type { Clock } from "./clock.js";
 import type { Fence, LeaseHolder, LeaseStore } from "./store/store.js";
 
@@ -135,7 +135,7 @@ export class Ownership {
   /**
    * Whether this node runs the cluster-wide background task now (a sweep): the task is a key like
    * any other, placed on one node, which holds its shard's lease while it runs it; another node
-   * holding the lease, or a failure to take it, means not here.
+   * holding the lease means not here. A store that fails throws (the task failed).
    */
   async leads(task: string): Promise<boolean> {
     const shard = this.shardOf(`task:${task}`);
@@ -147,8 +147,11 @@ export class Ownership {
       // waited here for a hand-over served seconds later (the first upload sweep is awaited).
       await (this.acquiring.get(shard) ?? this.take(shard, { waitForHandOver: false }));
       return true;
-    } catch {
-      return false;
+    } catch (err) {
+      // Another holder is an answer; a store that failed is the task's failure, which its caller
+      // logs and counts (it was swallowed here, uncounted).
+      if (parleyErrorParts(err)?.metadata.reason === "OWNERSHIP_ELSEWHERE") return false;
+      throw err;
     }
   }
 
