@@ -329,6 +329,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
 
   await broker.start();
   if (brokerSettings.transporter) {
+    // Its services to every peer it already reached, before waiting for the rest: a restarted
+    // engine was otherwise unknown to the api nodes until it had heard from every other engine.
+    announceToMesh(broker);
     const missing = await settleWithMesh(broker, discoveryMs);
     if (missing.length > 0) broker.logger.warn(`serving without ${missing.join(", ")}: not heard from within ${discoveryMs / 1000} s; each joins when it comes up`);
     announceToMesh(broker);

@@ -216,7 +216,7 @@ export const retryAfterMsByReason: Readonly<Record<string, number>> = {
   OWNERSHIP_ELSEWHERE: 250,
   OWNERSHIP_LOST: 250,
   ENGINE_NODE_LOST: 250,
-  NO_ENGINE: 500,
+  NO_ENGINE: 250,
   UPSTREAM_FAILED: 500,
   FAN_OUT_ID_SLOT_EXPIRED: 500,
   ENGINE_TIMEOUT: 1_000,
