@@ -36,10 +36,13 @@ async function expectRefused(call: Promise<unknown>, entry: CatalogueEntry, maxS
 
 describe("Limits across identities", () => {
   let server: TestServer;
-  beforeEach(async () => {
+  // One server for the file (a cluster-shaped start costs seconds); each test begins past every
+  // window and lockout an earlier one may have left (the longest lasts 15 minutes).
+  before(async () => {
     server = await startTestServer({ env: limits });
   });
-  afterEach(async () => server.dispose());
+  beforeEach(() => server.clock.advance(16 * 60_000));
+  after(async () => server.dispose());
 
   /** The AuthService as a client at this address (behind the trusted proxy), optionally signed in. */
   function from(address: string, token?: string): Client<typeof AuthService> {
