@@ -17,22 +17,9 @@ import { restartRedis } from "../../scripts/services/redis.js";
 import { signInWithCode, type SignedIn } from "../support/accounts.js";
 import { clusterPid, testCluster, type TestCluster } from "../support/cluster.js";
 import { client, freshEmail, lastCode } from "../support/harness.js";
-import { eventually, nextClientMessageId, pushedSnUpdates, streamStartBody, textBody } from "../support/messaging.js";
+import { eventually, nextClientMessageId, pushedSnUpdates, streamStartBody, textBody, wholeStream } from "../support/messaging.js";
 import { befriend, createAgent } from "../support/social.js";
 import { GatewayClient } from "../support/ws-client.js";
-
-/** Every update of the user's stream from sn 0, page by page. */
-async function wholeStream(cluster: TestCluster, user: SignedIn): Promise<SnUpdate[]> {
-  const sync = client(cluster, SyncService, "json", user.accessToken);
-  const updates: SnUpdate[] = [];
-  let sn = 0;
-  for (;;) {
-    const page = await sync.getDifference({ sn });
-    updates.push(...page.updates);
-    sn = page.sn;
-    if (!page.hasMore) return updates;
-  }
-}
 
 const envelopesIn = (updates: SnUpdate[], conversationId: bigint) =>
   updates.flatMap((u) => (u.update.case === "messageEnvelope" && u.update.value.conversationId === conversationId ? [u.update.value] : []));

@@ -18,7 +18,7 @@ import { retryDelayOf } from "../../sdk/src/retry.js";
 import { signInWithCode, type SignedIn } from "../support/accounts.js";
 import { clusterPid, testCluster, type TestCluster } from "../support/cluster.js";
 import { client } from "../support/harness.js";
-import { nextClientMessageId, textBody } from "../support/messaging.js";
+import { nextClientMessageId, textBody, wholeStream } from "../support/messaging.js";
 import { befriend } from "../support/social.js";
 
 const engines = ["engine-1", "engine-2"];
@@ -141,18 +141,6 @@ class MixedLoad {
         expect(sorted.every((messageId, i) => messageId - sorted[0] === BigInt(i)), `conversation ${id}: ids dense`).to.equal(true);
       }
     }
-  }
-}
-
-async function wholeStream(cluster: TestCluster, user: SignedIn): Promise<SnUpdate[]> {
-  const sync = client(cluster, SyncService, "json", user.accessToken);
-  const updates: SnUpdate[] = [];
-  let sn = 0;
-  for (;;) {
-    const page = await sync.getDifference({ sn });
-    updates.push(...page.updates);
-    sn = page.sn;
-    if (!page.hasMore) return updates;
   }
 }
 

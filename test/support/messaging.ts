@@ -100,3 +100,16 @@ export async function eventually(condition: () => boolean, what = "the condition
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
 }
+
+/** Every update of the user's stream from sn 0, page by page (GetDifference). */
+export async function wholeStream(server: { url: string }, user: SignedIn): Promise<SnUpdate[]> {
+  const sync = client(server, SyncService, "json", user.accessToken);
+  const updates: SnUpdate[] = [];
+  let sn = 0;
+  for (;;) {
+    const page = await sync.getDifference({ sn });
+    updates.push(...page.updates);
+    sn = page.sn;
+    if (!page.hasMore) return updates;
+  }
+}
