@@ -1,0 +1,91 @@
+// Counts what one message costs Cassandra, not its time: lightweight transactions (each a Paxos
+// round), conditional batches (one Paxos round each), plain writes and batches, and reads, per
+// private SendMessage and per SendMessage to a group of `--members` members, with the server in
+// this process on the test Cassandra (started if it is not running; stopped at the end if this run
+// started it). Issue 23's first target is read here: a private message at most 1 Paxos round, a
+// 200-member group message at most 2. `--statements` lists each conditional statement's count.
+//
+//   npx tsx scripts/bench/paxos-counts.ts [--members 200] [--messages 10] [--statements]
+import { parseArgs } from "node:util";
+import cassandra from "cassandra-driver";
+
+const { values } = parseArgs({ options: { members: { type: "string", default: "200" }, messages: { type: "string", default: "10" }, statements: { type: "boolean", default: false } } });
+const members = Number(values.members);
+const messages = Number(values.messages);
+// Read by the harness when it loads: every test server of this run is on Cassandra.
+process.env.PARLEY_TEST_STORE = "cassandra";
+
+// Each conditional statement the driver is given (the store marks them not idempotent), by its text.
+const conditional = new Map<string, number>();
+const tally = (query: string) => conditional.set(query.replace(/\s+/g, " ").slice(0, 100), (conditional.get(query.replace(/\s+/g, " ").slice(0, 100)) ?? 0) + 1);
+const clientPrototype = cassandra.Client.prototype as unknown as Record<string, (...args: unknown[]) => unknown>;
+for (const method of ["execute", "batch"]) {
+  const original = clientPrototype[method];
+  clientPrototype[method] = function (this: unknown, ...args: unknown[]) {
+    // execute(query, params, options); batch(queries, options)
+    const options = args[method === "execute" ? 2 : 1] as { isIdempotent?: boolean } | undefined;
+    if (options?.isIdempotent === false) {
+      if (method === "execute") tally(String(args[0]));
+      else tally(`BATCH of ${(args[0] as unknown[]).length}: ${[...new Set((args[0] as (string | { query: string })[]).map((statement) => (typeof statement === "string" ? statement : statement.query).replace(/\s+/g, " ").slice(0, 60)))].join(" + ")}`);
+    }
+    return original.apply(this, args);
+  };
+}
+
+const { startTestServer, client } = await import("../../test/support/harness.js");
+const { releaseTestCassandra, closeTestKeyspaces } = await import("../../test/support/cassandra.js");
+const { signInWithCode } = await import("../../test/support/accounts.js");
+const { befriend } = await import("../../test/support/social.js");
+const { scrape, sumOf } = await import("../../test/support/prometheus-text.js");
+const { MessageService } = await import("../../shared/gen/api/v1/message_pb.js");
+const { GroupService } = await import("../../shared/gen/api/v1/group_pb.js");
+const { MessageType } = await import("../../shared/gen/shared/v1/message_pb.js");
+
+const kinds = ["lwt", "lwt_batch", "write", "batch", "read"] as const;
+const server = await startTestServer({ env: { LOG_LEVEL: "warn" } });
+try {
+  const queryCounts = async () => {
+    const text = await scrape(server.url);
+    return Object.fromEntries(kinds.map((kind) => [kind, sumOf(text, "parley_store_query_duration_seconds_count", { store: "cassandra", kind })])) as Record<(typeof kinds)[number], number>;
+  };
+  const users = [];
+  for (let i = 0; i < members; i++) users.push(await signInWithCode(server));
+  const [alice, bob] = users;
+  const privateId = await befriend(server, alice, bob);
+  const created = await client(server, GroupService, "json", alice.accessToken).createGroup({ name: "counted", memberIds: users.slice(1).map((user) => user.userId) });
+  const groupId = BigInt(created.group!.groupId);
+  const send = client(server, MessageService, "json", alice.accessToken);
+  let clientMessageId = 1n;
+  const message = (text: string) => ({ type: MessageType.TEXT, content: { case: "text" as const, value: { text } } });
+
+  const rows: string[] = [];
+  for (const [label, conversationId] of [
+    ["private message", privateId],
+    [`group message (${members} members)`, groupId],
+  ] as const) {
+    // Warm: what is read once per user or conversation and then cached is not what is counted.
+    for (let i = 0; i < 3; i++) await send.sendMessage({ conversationId, clientMessageId: clientMessageId++, body: message("warm") });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const before = await queryCounts();
+    conditional.clear();
+    for (let i = 0; i < messages; i++) await send.sendMessage({ conversationId, clientMessageId: clientMessageId++, body: message(`counted ${i}`) });
+    // Deliveries finish after the answer: wait for them to settle before reading the counts.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const after = await queryCounts();
+    const per = (kind: (typeof kinds)[number]) => ((after[kind] - before[kind]) / messages).toFixed(1);
+    const paxos = ((after.lwt - before.lwt + after.lwt_batch - before.lwt_batch) / messages).toFixed(1);
+    rows.push(`| ${label} | ${paxos} | ${per("lwt")} | ${per("lwt_batch")} | ${per("write")} | ${per("batch")} | ${per("read")} |`);
+    if (values.statements) {
+      console.log(`\n${label}: conditional statements per message`);
+      for (const [query, count] of [...conditional].sort((a, b) => b[1] - a[1])) console.log(`  ${(count / messages).toFixed(1).padStart(6)}  ${query}`);
+    }
+  }
+  console.log(`\nCassandra work per SendMessage (${messages} messages each, after 3 to warm; ${new Date().toISOString().slice(0, 10)})\n`);
+  console.log("| message | Paxos rounds | LWTs | conditional batches | writes | batches | reads |");
+  console.log("|---|---|---|---|---|---|---|");
+  for (const row of rows) console.log(row);
+} finally {
+  await server.dispose();
+  await closeTestKeyspaces();
+  await releaseTestCassandra();
+}
