@@ -13,7 +13,7 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { metricsRegistry } from "../shared/metrics.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, socketDrivers, startTestServer, testSocketDriver, type TestServer } from "./support/harness.js";
+import { client, describeFrontOfOneProcess, socketDrivers, startTestServer, type TestServer, testSocketDriver } from "./support/harness.js";
 import { befriend } from "./support/social.js";
 import { exchange, openRaw, type RawAnswer } from "./support/raw-http.js";
 import { textBody } from "./support/messaging.js";
@@ -34,7 +34,7 @@ const wsUpgrade = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Ve
 const parserAnswers = testSocketDriver === "ws";
 const routes = ["/api.v1.AuthService/GetClientConfig", "/api.v1.UserService/GetProfile", "/media/0123456789abcdef0123456789abcdef", "/healthz", "/metrics", "/nowhere"];
 
-describe("hostile HTTP input", () => {
+describeFrontOfOneProcess("hostile HTTP input", () => {
   let server: TestServer;
   let user: SignedIn;
   before(async () => {

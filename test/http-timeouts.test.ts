@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { MediaService } from "../shared/gen/api/v1/media_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
-import { client, startTestServer, testSocketDriver, type TestServer } from "./support/harness.js";
+import { client, describeFrontOfOneProcess, startTestServer, type TestServer, testSocketDriver } from "./support/harness.js";
 import { openRaw, type RawConnection } from "./support/raw-http.js";
 import { GatewayClient } from "./support/ws-client.js";
 
@@ -29,7 +29,7 @@ function until(connection: RawConnection, done: (text: string) => boolean): Prom
   });
 }
 
-describe("HTTP request timeouts", () => {
+describeFrontOfOneProcess("HTTP request timeouts", () => {
   let server: TestServer;
   let user: SignedIn;
   before(async () => {

@@ -102,6 +102,14 @@ export function openServerStore(server: { config: ParleyConfig; dataDir: string 
 /** Every socket driver, for the tests that run on each of them whatever the default. */
 export { socketDrivers };
 
+/**
+ * For files that test one process's own HTTP front (its parser, its timeouts) on `topology:
+ * "single"` servers: they run in the SQLite pass only. In the cluster-shape pass they would start
+ * the same single process again, on a store their requests never reach, for about 50 s of the
+ * 25-minute budget; there they are pending.
+ */
+export const describeFrontOfOneProcess: Mocha.SuiteFunction | Mocha.PendingSuiteFunction = testTopology === "cluster" ? describe.skip : describe;
+
 export interface TestServer extends Parley {
   dataDir: string;
   codesFile: string;
