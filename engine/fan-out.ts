@@ -28,6 +28,7 @@ import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_p
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
 import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
+import { failureReasonOf } from "../shared/background.js";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import type { AppendFanOutsParams, FanOutAppend, SystemMessageParams } from "./fan-out-contracts.js";
@@ -67,9 +68,8 @@ export const FanOutPolicy = {
  * refuses an entry it already holds, so a try that did land is not doubled.
  */
 function isStreamMoving(err: unknown): boolean {
-  const name = (err as { name?: unknown } | null)?.name;
-  if (name === "RequestRejectedError" || name === "ServiceNotAvailableError" || name === "ServiceNotFoundError") return true;
-  return parleyErrorParts(err)?.entry === Errors.unavailable;
+  const reason = failureReasonOf(err);
+  return reason === "ownership" || reason === "unreachable" || parleyErrorParts(err)?.entry === Errors.unavailable;
 }
 
 /** The scope of an event that belongs to no conversation: the account whose action caused it. */
