@@ -29,11 +29,13 @@ describe("GET /healthz and GET /metrics", () => {
     socket.close();
   });
 
-  it("/healthz answers 503 while draining", async () => {
+  it("/healthz answers 503 while draining, saying why; /livez (liveness) still answers 200", async () => {
     const draining = await startTestServer({ healthGraceMs: 500, topology: "single" });
     const stopping = draining.dispose();
-    const response = await fetch(draining.url + "/healthz");
-    expect(response.status).to.equal(503);
+    const [health, live] = await Promise.all([fetch(draining.url + "/healthz"), fetch(draining.url + "/livez")]);
+    expect(health.status).to.equal(503);
+    expect(await health.text()).to.equal("unavailable: not serving\n");
+    expect(live.status).to.equal(200);
     await stopping;
   });
 });
