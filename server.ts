@@ -32,7 +32,7 @@ import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
 import { watchEngines } from "./engine/engine-watch.js";
 import { newLeaseHolder, Ownership, userStreamKey } from "./engine/ownership.js";
-import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh } from "./engine/shard-owners.js";
+import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -152,7 +152,32 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // Peers read the roles to know which nodes to wait for at start (settleWithMesh).
   const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles, leaseInstance: leaseHolder.instance } });
   outnumberEarlierInstances(broker);
+  withoutConnectPause(broker);
   const cleanups: (() => Promise<void>)[] = [];
+  // The update log: Kafka in a cluster, in memory when one process runs everything.
+  let log: UpdateLog | undefined;
+  let webhookTopicFirstTry: Promise<unknown> | undefined;
+  const webhookTopic = webhookTopicName(config.cluster.kafkaTopicPrefix);
+  if (roles.includes("engine") || roles.includes("webhooks")) {
+    log = options.adapters?.log;
+    if (!log) {
+      const { kafkaBrokers } = config.cluster;
+      const opened: UpdateLog = kafkaBrokers ? new KafkaUpdateLog({ bootstrap: kafkaBrokers, clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings }) : new MemoryUpdateLog();
+      cleanups.push(() => opened.close());
+      log = opened;
+    }
+    log = measuredUpdateLog(log);
+    // Kafka out of reach at start is no reason not to serve: until the topic is there, webhook
+    // announcements fail (counted; the dispatcher's poll finds the jobs) and the fleet's join is
+    // retried. The start waits for the first try a moment before it serves, so a reachable Kafka
+    // has it at once; first, so that the try (about 0.8 s on a busy machine) overlaps the store's
+    // and Redis's connections instead of adding to how long a restarted node is away.
+    const topicLog = log;
+    const webhookTopicReady = retryInBackground("webhook_topic", () => topicLog.ensureTopic(webhookTopic, WebhookTopic.partitions), broker.logger, "creating the webhook topic");
+    cleanups.push(() => webhookTopicReady.stop());
+    webhookTopicFirstTry = webhookTopicReady.firstTry;
+  }
+
   let fanOuts: FanOuts | undefined;
   let ownership: Ownership | undefined;
   let store: Store | undefined;
@@ -185,27 +210,6 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       cleanups.push(() => opened.close());
       ephemeral = opened;
     }
-  }
-
-  // The update log: Kafka in a cluster, in memory when one process runs everything.
-  let log: UpdateLog | undefined;
-  const webhookTopic = webhookTopicName(config.cluster.kafkaTopicPrefix);
-  if (roles.includes("engine") || roles.includes("webhooks")) {
-    log = options.adapters?.log;
-    if (!log) {
-      const { kafkaBrokers } = config.cluster;
-      const opened: UpdateLog = kafkaBrokers ? new KafkaUpdateLog({ bootstrap: kafkaBrokers, clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings }) : new MemoryUpdateLog();
-      cleanups.push(() => opened.close());
-      log = opened;
-    }
-    log = measuredUpdateLog(log);
-    // Kafka out of reach at start is no reason not to serve: until the topic is there, webhook
-    // announcements fail (counted; the dispatcher's poll finds the jobs) and the fleet's join is
-    // retried. The start waits for the first try a moment, so a reachable Kafka has it at once.
-    const topicLog = log;
-    const webhookTopicReady = retryInBackground("webhook_topic", () => topicLog.ensureTopic(webhookTopic, WebhookTopic.partitions), broker.logger, "creating the webhook topic");
-    cleanups.push(() => webhookTopicReady.stop());
-    await Promise.race([webhookTopicReady.firstTry, new Promise((resolve) => setTimeout(resolve, webhookTopicWaitMs).unref())]);
   }
 
   if (roles.includes("engine") && store && presence && log && ephemeral) {
@@ -327,6 +331,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     );
   }
 
+  if (webhookTopicFirstTry) await Promise.race([webhookTopicFirstTry, new Promise((resolve) => setTimeout(resolve, webhookTopicWaitMs).unref())]);
   await broker.start();
   if (brokerSettings.transporter) {
     // Its services to every peer it already reached, before waiting for the rest: a restarted

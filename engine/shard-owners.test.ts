@@ -3,7 +3,7 @@ import moleculer, { type ServiceBroker } from "moleculer";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { freeStablePort } from "../test/support/ports.js";
 import { OwnershipPolicy } from "./ownership.js";
-import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerOf, settleWithMesh, unsettledPeers } from "./shard-owners.js";
+import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerOf, settleWithMesh, unsettledPeers, withoutConnectPause } from "./shard-owners.js";
 
 describe("Shard placement (rendezvous hashing)", () => {
   const shards = Array.from({ length: OwnershipPolicy.shards }, (_, shard) => shard);
@@ -117,6 +117,59 @@ describe("Settling with the static mesh", function () {
     expect(patient.isGone(engine2Lease)).to.equal(true);
   });
 
+  it("counts a holder that died before this process started as gone once a peer's gossip says it left", async () => {
+    const node = await mesh(["api", "engine1", "engine2"]);
+    const api = node("api", ["api"]);
+    const engine2Lease = { node: "engine2", instance: "engine2/first" };
+    const engine2 = node("engine2", ["engine"], 0, engine2Lease.instance);
+    await Promise.all([api.start(), engine2.start()]);
+    const heardBy = performance.now() + 5_000;
+    while (engineNodes(api).length === 0 && performance.now() < heardBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(engineNodes(api)).to.deep.equal(["engine2"]);
+    await engine2.stop();
+    brokers.splice(brokers.indexOf(engine2), 1);
+    const leftBy = performance.now() + 5_000;
+    while (engineNodes(api).length > 0 && performance.now() < leftBy) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(engineNodes(api)).to.deep.equal([]);
+
+    // engine1 starts after engine2 died: it never hears from engine2, only of it, from the api node.
+    const engine1 = node("engine1", ["engine"]);
+    await engine1.start();
+    const placement = new ClusterPlacement(engine1, 20_000);
+    const toldBy = performance.now() + 5_000;
+    while (!placement.isGone(engine2Lease) && performance.now() < toldBy) {
+      settleWithMesh(engine1, 0).catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(placement.isGone(engine2Lease)).to.equal(true);
+    // A peer nobody has news of is still given discovery's time.
+    const engine3Lease = { node: "engine3", instance: "engine3/first" };
+    expect(placement.isGone(engine3Lease)).to.equal(false);
+  });
+
+  it("connects a broker to the TCP mesh without Moleculer's 500 ms pause, and the broker works as before", async () => {
+    const node = await mesh(["api", "engine1"]);
+    const api = node("api", ["api"]);
+    const engine1 = node("engine1", ["engine"]);
+    withoutConnectPause(api);
+    withoutConnectPause(engine1);
+    const pauses: number[] = [];
+    const realSetTimeout = globalThis.setTimeout;
+    globalThis.setTimeout = ((callback: () => void, ms?: number, ...args: unknown[]) => {
+      if (ms === 500) pauses.push(ms);
+      return realSetTimeout(callback, ms, ...args);
+    }) as typeof setTimeout;
+    try {
+      await Promise.all([api.start(), engine1.start()]);
+    } finally {
+      globalThis.setTimeout = realSetTimeout;
+    }
+    expect(pauses).to.deep.equal([]);
+    expect((api.transit as unknown as { connected: boolean }).connected).to.equal(true);
+    expect(await settleWithMesh(api, 20_000)).to.deep.equal([]);
+    expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
+  });
+
   it("counts the holder of a restarted node's earlier process as gone once the new process is known, while the node itself is up", async () => {
     const node = await mesh(["engine1", "engine2"], 60);
     const engine1 = node("engine1", ["engine"]);
@@ -142,7 +195,7 @@ describe("Settling with the static mesh", function () {
     expect(placement.isGone({ node: "engine2", instance: "engine2/second" })).to.equal(false);
   });
 
-  it("a restarted node is known again, with its actions, to peers that still hold its earlier record, as soon as it settled", async () => {
+  it("a restarted node is known again, with its actions, to peers that still hold its earlier record, as soon as its broker started", async () => {
     // Gossip once a minute: only the restarted node's own announcement can reach the api node in time.
     const node = await mesh(["api", "engine1"], 60);
     const api = node("api", ["api"]);
@@ -158,7 +211,7 @@ describe("Settling with the static mesh", function () {
 
     const again = node("engine1", ["engine"]);
     await again.start();
-    expect(await settleWithMesh(again, 20_000)).to.deep.equal([]);
+    // At once, before it has heard from anyone (as server.ts does).
     announceToMesh(again);
     const knownBy = performance.now() + 5_000;
     while (engineNodes(api).length === 0 && performance.now() < knownBy) await new Promise((resolve) => setTimeout(resolve, 20));

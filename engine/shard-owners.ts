@@ -205,6 +205,10 @@ export class ClusterPlacement implements Placement {
   isGone(holder: LeaseHolder): boolean {
     const known = meshNodes(this.broker).find((peer) => peer.id === holder.node);
     // A static mesh lists every peer as offline before it is heard from: not seen leave, so not gone.
+    // Unless a peer's gossip said it left (that numbers its record): this process started after
+    // the holder died, as when both engines were killed in turn. Waiting for discovery's time
+    // kept every key of the other engine away until that one had started again too.
+    if (known && !heardFrom(known) && !known.available && known.seq > 0) return true;
     if (known && heardFrom(known)) {
       if (!known.available) return true;
       // The node was restarted (killed and started again within the heartbeat timeout, so never
@@ -224,6 +228,8 @@ interface MeshNode {
   available: boolean;
   /** Set by the node's first INFO packet; null for a peer the static mesh listed but never heard. */
   instanceID: string | null;
+  /** The number of its record; 0 until the node, or a peer's gossip about it, gave one. */
+  seq: number;
   metadata: { roles?: readonly string[]; leaseInstance?: string } | null;
 }
 
@@ -250,6 +256,40 @@ interface MeshTransporter {
 const meshTransporterOf = (broker: ServiceBroker) => (broker.transit as unknown as { tx?: MeshTransporter } | undefined)?.tx;
 
 /**
+ * Moleculer's transit waits 500 ms after connecting, for the INFO packets its discovery broadcast
+ * asks for; the TCP mesh broadcasts nothing (it discovers by gossip, which settleWithMesh waits
+ * for), so on it the pause only held a restarted engine back from serving. Its Promise, which
+ * supplies that pause, is swapped for one whose delay does not wait, around the transit's
+ * connection step only. Called on a new broker, before it starts.
+ */
+export function withoutConnectPause(broker: ServiceBroker): void {
+  const transit = broker.transit as unknown as (MeshTransit & { tx?: { afterConnect?: (wasReconnect: boolean) => Promise<unknown> } }) | undefined;
+  const tx = transit?.tx;
+  if (!transit || !tx?.afterConnect || !(tx instanceof moleculer.Transporters.TCP)) return;
+  const pausing = tx.afterConnect;
+  tx.afterConnect = (wasReconnect) => {
+    const usual = transit.Promise;
+    transit.Promise = PromiseWithoutDelay;
+    try {
+      return pausing(wasReconnect);
+    } finally {
+      transit.Promise = usual;
+    }
+  };
+}
+
+interface MeshTransit {
+  Promise: PromiseConstructor;
+}
+
+/** A promise whose delay(ms), which Moleculer adds to promises, settles at once. */
+class PromiseWithoutDelay<T> extends Promise<T> {
+  delay(): this {
+    return this;
+  }
+}
+
+/**
  * Numbers this node's announcements above every earlier instance's, so that peers who still hold a
  * restarted node's old record take its new one from the first gossip that carries it: Moleculer
  * numbers them from 0 in each process and a peer keeps the higher number. Called on a new broker.
@@ -260,7 +300,7 @@ export function outnumberEarlierInstances(broker: ServiceBroker): void {
 }
 
 /**
- * Hands this node's record (its services with it) to every peer it knows, once it settled.
+ * Hands this node's record (its services with it) to every peer of the mesh.
  * Moleculer's TCP mesh spreads records only by gossip with a random peer each second, so peers
  * learned of a node that restarted 1 to 3 s after it served; meanwhile their views of the cluster
  * disagreed with its own (an api node routing to the new engine while the old owner still held and
@@ -272,7 +312,10 @@ export function announceToMesh(broker: ServiceBroker): void {
   const registry = broker.registry as unknown as { getLocalNodeInfo(force?: boolean): Record<string, unknown> };
   const info = registry.getLocalNodeInfo(true);
   for (const peer of meshNodes(broker)) {
-    if (peer.local || !peer.available) continue;
+    // Peers not heard from yet too: a restarted node has heard from nobody when its broker has
+    // started, and the api nodes learned of it only from the announcement after it settled, which
+    // waits for an engine that is down (0.6 s later, or until that engine was back).
+    if (peer.local) continue;
     // A gossip answer carrying the record: the one packet a peer takes a node's record from.
     transporter.publish({ type: "GOSSIP_RES", target: peer.id, payload: { online: { [broker.nodeID]: [info, 0, 0] } } }).catch(() => {
       // The peer left meanwhile; the gossip reaches it when it is back.
