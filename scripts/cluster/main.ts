@@ -10,10 +10,10 @@ import { createWriteStream, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { build } from "esbuild";
 import { loadConfig } from "../../shared/config.js";
 import { portIsOpen, stopProcess } from "../services/daemon.js";
 import { clusterLayout, type ClusterNode } from "./layout.js";
+import { bundleServer } from "./bundle.js";
 import { prepareBackingServices, backingServices } from "./backing.js";
 import { renderFrontConfig, startNginx, stopNginx } from "../services/nginx.js";
 
@@ -64,29 +64,6 @@ function pidFile(node: ClusterNode): string {
 }
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..");
-
-/**
- * The processes run one bundle of the server's own code, built at launch (esbuild, ~0.1 s); its
- * packages stay where npm put them. Loading the ~200 TypeScript modules through tsx cost each
- * process about 2.3 s before it could serve, twice that when both engines restarted at once on two
- * cores, which is most of how long a killed engine's keys waited; the bundle loads in about 1.3 s.
- * It is written inside the repository so that its imports resolve to node_modules.
- */
-async function bundleServer(): Promise<string> {
-  const outfile = join(repositoryRoot, ".build", "main.mjs");
-  await build({
-    entryPoints: [join(repositoryRoot, "main.ts")],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    packages: "external",
-    sourcemap: "linked",
-    outfile,
-    logLevel: "warning",
-  });
-  return outfile;
-}
 
 let serverBundle = "";
 
@@ -197,7 +174,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 
 try {
   const began = performance.now();
-  serverBundle = await bundleServer();
+  serverBundle = await bundleServer(join(repositoryRoot, ".build", "main.mjs"));
   await upServices();
   for (const node of layout.nodes) {
     const entry: Running = { node, child: undefined, stopping: false, restarts: 0 };
