@@ -186,6 +186,17 @@ const describeFailures = (failures: Attempt[], origin: number) =>
     .map((f) => `${f.kind} on ${f.home} at +${Math.round(f.endedAt - origin)} ms: ${f.failure}`)
     .join("; ");
 
+/** Per kind of failure (code and reason, without the message), how many and when the last ended: what a slow recovery waited on. */
+function failureKinds(failures: Attempt[], origin: number): string {
+  const kinds = new Map<string, { count: number; lastAt: number }>();
+  for (const f of failures) {
+    const kind = f.failure!.split(":")[0];
+    const seen = kinds.get(kind) ?? { count: 0, lastAt: -Infinity };
+    kinds.set(kind, { count: seen.count + 1, lastAt: Math.max(seen.lastAt, f.endedAt) });
+  }
+  return [...kinds].map(([kind, { count, lastAt }]) => `${kind} x${count} until +${Math.round(lastAt - origin)} ms`).join(", ");
+}
+
 describe("engines lost under a mixed load, through the cluster's front", function () {
   this.timeout(300_000);
   let cluster: TestCluster;
@@ -219,7 +230,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
     expect(load.failuresOf(survivor, killedAt), describeFailures(load.failuresOf(survivor, killedAt), killedAt)).to.deep.equal([]);
     const deadKeyFailures = load.failuresOf(dead, killedAt);
     const lastFailure = Math.max(killedAt, ...deadKeyFailures.map((f) => f.endedAt));
-    console.log(`      measured: the dead engine's keys failed until +${Math.round(lastFailure - killedAt)} ms (${deadKeyFailures.length} failed calls); restarted at +${Math.round(restartedAt - killedAt)} ms`);
+    console.log(`      measured: the dead engine's keys failed until +${Math.round(lastFailure - killedAt)} ms (${deadKeyFailures.length} failed calls: ${failureKinds(deadKeyFailures, killedAt)}); restarted at +${Math.round(restartedAt - killedAt)} ms`);
     expect(lastFailure - killedAt, `the dead engine's keys failing until: ${describeFailures(deadKeyFailures, killedAt)} (restarted at +${Math.round(restartedAt - killedAt)} ms)`).to.be.at.most(3_000);
     expect(load.succeededAfter(killedAt + 3_000)).to.be.above(20);
     await load.verifyStreams();
@@ -256,7 +267,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
     const failures = load.attempts.filter((a) => a.failure !== undefined && a.endedAt >= firstKilledAt);
     const lastFailure = Math.max(firstRestartedAt, ...failures.map((f) => f.endedAt));
     const healthyAgainAt = healthSamples.find((sample, i) => sample.at > firstRestartedAt && sample.ok && healthSamples.slice(i).every((later) => later.ok))?.at;
-    console.log(`      measured: calls failed until +${Math.round(lastFailure - firstRestartedAt)} ms after the first restart (${failures.length} failed calls); /healthz 200 for good at +${Math.round((healthyAgainAt ?? NaN) - firstRestartedAt)} ms`);
+    console.log(`      measured: calls failed until +${Math.round(lastFailure - firstRestartedAt)} ms after the first restart (${failures.length} failed calls: ${failureKinds(failures, firstRestartedAt)}); /healthz 200 for good at +${Math.round((healthyAgainAt ?? NaN) - firstRestartedAt)} ms`);
     // /healthz said so while no engine could serve, and said 200 again only once sends went through.
     const secondKilledAt = firstKilledAt + 300;
     expect(healthSamples.some((sample) => sample.at > secondKilledAt && !sample.ok), "/healthz answered 503 while both engines were down").to.equal(true);
