@@ -12,7 +12,8 @@ import cassandra from "cassandra-driver";
 import { releaseTestCassandra, testCassandra } from "../../test/support/cassandra.js";
 import { freePort, generousAbuseLimits } from "../../test/support/harness.js";
 import { buildFixture } from "./fixture.js";
-import { startNode, stop, waitHealthy } from "./processes.js";
+import { backingServices } from "../cluster/backing.js";
+import { pidsListeningOn, startNode, stop, waitHealthy, type BackingPids } from "./processes.js";
 import { report } from "./report.js";
 import { measureRow, medians, rowNames, type BenchContext, type Figures, type RowName } from "./rows.js";
 import { closeAll, keepAlive, openGatewaySocket, openRelaySocket, PushRouter, RpcClient } from "./wire.js";
@@ -118,7 +119,28 @@ async function dropBenchKeyspace(): Promise<void> {
 }
 
 /** `npm run cluster` on the services' usual ports, its data under the system's temporary directory (warm on a second run). */
-async function startCluster(): Promise<{ url: string; codesFile: string; pids: number[] }> {
+/** The services listening on these ports, by name; one not found is left out (its CPU is not reported rather than reported as 0). */
+function backingOn(ports: Record<string, number>): BackingPids {
+  const found: BackingPids = {};
+  for (const [name, port] of Object.entries(ports)) {
+    const pids = pidsListeningOn(port);
+    if (pids.length > 0) found[name] = pids;
+    else process.stderr.write(`bench: nothing listens on ${port} (${name}): its CPU is not reported\n`);
+  }
+  return found;
+}
+
+const portOf = (contactPoint: string) => Number(/:(\d+)$/.exec(contactPoint)?.[1] ?? 9042);
+
+interface StartedServer {
+  url: string;
+  codesFile: string;
+  pids: number[];
+  backing: BackingPids;
+  collectGarbage?: () => void;
+}
+
+async function startCluster(): Promise<StartedServer> {
   const clusterDir = join(tmpdir(), "parley-bench-cluster");
   const codesFile = join(clusterDir, `codes-${process.pid}.jsonl`);
   const port = await freePort();
@@ -138,21 +160,22 @@ async function startCluster(): Promise<{ url: string; codesFile: string; pids: n
   children.push(cluster);
   const pidDir = join(clusterDir, "cluster", "pids");
   const pids = readdirSync(pidDir).map((name) => Number(readFileSync(join(pidDir, name), "utf8")));
-  return { url: `http://127.0.0.1:${port}`, codesFile, pids };
+  const backing = backingOn({ ...Object.fromEntries(backingServices.map((service) => [service.name, service.port])), nginx: port });
+  return { url: `http://127.0.0.1:${port}`, codesFile, pids, backing };
 }
 
-async function startServer(store: string): Promise<{ url: string; codesFile: string; pids: number[]; collectGarbage?: () => void }> {
+async function startServer(store: string): Promise<StartedServer> {
   if (store === "cluster") return startCluster();
   if (values.url) {
     const pids = (values["server-pids"] ?? "").split(",").filter(Boolean).map(Number);
-    return { url: values.url.replace(/\/$/, ""), codesFile: values["codes-file"]!, pids };
+    return { url: values.url.replace(/\/$/, ""), codesFile: values["codes-file"]!, pids, backing: {} };
   }
   dataDir = mkdtempSync(join(tmpdir(), "parley-bench-"));
   const codesFile = join(dataDir, "codes.jsonl");
   const port = await freePort();
   const profile = process.env.BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
   const driver: Record<string, string> = values["socket-driver"] ? { SOCKET_DRIVER: values["socket-driver"] } : {};
-  const env = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver, ...(await storeEnv(store)) };
+  const env: Record<string, string> = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver, ...(await storeEnv(store)) };
   const server = await startNode(["--expose-gc", ...profile], ["scripts/bench/server.ts"], env);
   children.push(server);
   const url = `http://127.0.0.1:${port}`;
@@ -160,7 +183,8 @@ async function startServer(store: string): Promise<{ url: string; codesFile: str
   const exited = new Promise<never>((_, reject) => server.once("exit", (code) => reject(new Error(`the server exited with ${code} before it was healthy`))));
   await Promise.race([waitHealthy(url), exited]);
   exited.catch(() => undefined);
-  return { url, codesFile, pids: [server.pid!], collectGarbage: () => server.kill("SIGUSR2") };
+  const backing = store === "cassandra" ? backingOn({ cassandra: portOf(env.CASSANDRA_CONTACT_POINTS!) }) : {};
+  return { url, codesFile, pids: [server.pid!], backing, collectGarbage: () => server.kill("SIGUSR2") };
 }
 
 async function main(store: string): Promise<number> {
@@ -199,6 +223,7 @@ async function main(store: string): Promise<number> {
     router,
     relaySockets,
     serverPids: server.pids,
+    backingPids: server.backing,
     relayPid: relay.pid!,
     echoPid: echoServer.pid!,
     collectGarbage: server.collectGarbage,

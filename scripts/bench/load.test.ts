@@ -1,6 +1,9 @@
 // The benchmark's own bookkeeping: markers, pairing pushes with operations, the loops' counting.
 // The loops run against an in-process workload whose "pushes" echo the request body's marker.
 import { expect } from "chai";
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { pidsListeningOn } from "./processes.js";
 import { closedLoop, marker, markerIdAt, markerLength, markerOffset, median, openLoop, percentile, Tracker, writeMarker, type PushSink, type Workload } from "./load.js";
 
 /** A workload whose every operation is pushed to `fanOut` sockets right after it is answered. */
@@ -105,6 +108,32 @@ describe("benchmark load bookkeeping", () => {
     expect(result.tracker.maxInFlight).to.be.at.most(3);
     expect(result.tracker.lost).to.equal(0);
     expect(result.tracker.sample?.frame.toString()).to.match(/^push:~bm\d{9}:end$/);
+  });
+
+  it("closed loop: measures each backing service's CPU over the window, apart from the server's", async () => {
+    // A busy process stands for a backing service (Cassandra doing Paxos rounds), the test process for Parley.
+    const busy = spawn(process.execPath, ["-e", "for (;;) {}"], { stdio: "ignore" });
+    try {
+      const sink: PushSink = { tracker: undefined };
+      const { workload } = echoingWorkload(sink, 1);
+      const result = await closedLoop(workload, 2, { warmupMs: 20, measureMs: 300 }, [process.pid], sink, { busy: [busy.pid!] });
+      expect(Object.keys(result.window.backingCpuMs)).to.deep.equal(["busy"]);
+      expect(result.window.backingCpuMs.busy).to.be.greaterThan(0);
+    } finally {
+      busy.kill("SIGKILL");
+    }
+  });
+
+  it("finds the processes listening on a port, and none on a port nobody listens on", async () => {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      expect(pidsListeningOn(port)).to.deep.equal([process.pid]);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+    expect(pidsListeningOn(port)).to.deep.equal([]);
   });
 
   it("takes nearest-rank percentiles and medians that skip unknown figures", () => {

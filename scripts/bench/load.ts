@@ -5,7 +5,7 @@
 // Every operation carries a marker (`~bm` and nine digits) in the text it sends; each push is
 // recognised by finding the marker in its raw bytes, so receiving costs the client a byte search,
 // not a protobuf decode.
-import { processCpuMs } from "./processes.js";
+import { processCpuMs, type BackingPids } from "./processes.js";
 
 const markerPrefix = Buffer.from("~bm");
 const markerDigits = 9;
@@ -140,14 +140,16 @@ export interface Workload {
 interface Snapshot {
   at: number;
   serverCpuMs: number;
+  backingCpuMs: Record<string, number>;
   clientCpuMs: number;
   completed: number;
   deliveries: number;
 }
 
-function snapshot(tracker: Tracker, pids: number[]): Snapshot {
+function snapshot(tracker: Tracker, pids: number[], backing: BackingPids): Snapshot {
   const { user, system } = process.cpuUsage();
-  return { at: performance.now(), serverCpuMs: processCpuMs(pids), clientCpuMs: (user + system) / 1000, completed: tracker.completed, deliveries: tracker.deliveries };
+  const backingCpuMs = Object.fromEntries(Object.entries(backing).map(([name, servicePids]) => [name, processCpuMs(servicePids)]));
+  return { at: performance.now(), serverCpuMs: processCpuMs(pids), backingCpuMs, clientCpuMs: (user + system) / 1000, completed: tracker.completed, deliveries: tracker.deliveries };
 }
 
 export interface WindowFigures {
@@ -155,6 +157,8 @@ export interface WindowFigures {
   operations: number;
   deliveries: number;
   serverCpuMs: number;
+  /** CPU of each backing service over the window (a service's own work for Parley: Cassandra's Paxos rounds, say). */
+  backingCpuMs: Record<string, number>;
   clientCpuMs: number;
 }
 
@@ -164,6 +168,7 @@ function windowOf(start: Snapshot, end: Snapshot, operations = end.completed - s
     operations,
     deliveries: end.deliveries - start.deliveries,
     serverCpuMs: end.serverCpuMs - start.serverCpuMs,
+    backingCpuMs: Object.fromEntries(Object.entries(end.backingCpuMs).map(([name, ms]) => [name, ms - start.backingCpuMs[name]])),
     clientCpuMs: end.clientCpuMs - start.clientCpuMs,
   };
 }
@@ -185,7 +190,7 @@ export interface PushSink {
 }
 
 /** `concurrency` lanes, each sending its next operation once the previous one is answered and fully pushed. */
-export async function closedLoop(workload: Workload, concurrency: number, timing: Timing, pids: number[], sink: PushSink) {
+export async function closedLoop(workload: Workload, concurrency: number, timing: Timing, pids: number[], sink: PushSink, backing: BackingPids = {}) {
   const tracker = new Tracker(workload.fanOut);
   sink.tracker = tracker;
   let stopped = false;
@@ -202,9 +207,9 @@ export async function closedLoop(workload: Workload, concurrency: number, timing
   const sweeper = setInterval(() => tracker.expire(giveUpMs), 1000);
   await sleep(timing.warmupMs);
   tracker.measuring = true;
-  const start = snapshot(tracker, pids);
+  const start = snapshot(tracker, pids, backing);
   await sleep(timing.measureMs);
-  const end = snapshot(tracker, pids);
+  const end = snapshot(tracker, pids, backing);
   tracker.measuring = false;
   stopped = true;
   await Promise.race([Promise.all(lanes), sleep(drainMs)]);
@@ -243,7 +248,7 @@ export async function openLoop(workload: Workload, rate: number, timing: Timing,
       while (next < total && began + next * interval <= now) {
         if (next === warmupSends) {
           tracker.measuring = true;
-          start = snapshot(tracker, pids);
+          start = snapshot(tracker, pids, {});
         }
         const slot = began + next * interval;
         if (tracker.measuring && now - slot > lateMs) {
@@ -260,7 +265,7 @@ export async function openLoop(workload: Workload, rate: number, timing: Timing,
       else {
         // The window closes when the last send's slot is over, so it holds exactly the measured sends.
         setTimeout(() => {
-          end = snapshot(tracker, pids);
+          end = snapshot(tracker, pids, {});
           finished();
         }, Math.max(0, began + total * interval - performance.now()));
       }

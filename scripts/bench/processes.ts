@@ -1,7 +1,7 @@
 // The processes a benchmark run starts (the server, the baselines) and what it reads about them
 // from /proc (Linux): CPU time and resident memory.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { resolve } from "node:path";
 
 export const root = resolve(import.meta.dirname, "../..");
@@ -68,4 +68,53 @@ export async function stop(child: ChildProcess): Promise<void> {
   const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
   await exited;
   clearTimeout(timer);
+}
+
+/** The backing services a run's server uses (Cassandra, Kafka, Redis, S3, nginx), by name, with their pids. */
+export type BackingPids = Record<string, number[]>;
+
+/**
+ * The pids of the processes listening on the TCP port (nginx's master and workers share its
+ * socket): found from the socket's inode in /proc/net/tcp{,6} and the processes holding it
+ * (Linux). Whoever started the service (this run, an earlier one, the tests), the port names it.
+ */
+export function pidsListeningOn(port: number): number[] {
+  const listen = "0A";
+  const inodes = new Set<string>();
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    let lines: string[];
+    try {
+      lines = readFileSync(table, "utf8").split("\n").slice(1);
+    } catch {
+      continue;
+    }
+    for (const line of lines) {
+      const fields = line.trim().split(/\s+/);
+      if (fields.length < 10 || fields[3] !== listen) continue;
+      if (Number.parseInt(fields[1].split(":")[1], 16) === port) inodes.add(fields[9]);
+    }
+  }
+  const pids: number[] = [];
+  if (inodes.size === 0) return pids;
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        const target = readlinkSync(`/proc/${entry}/fd/${fd}`);
+        if (target.startsWith("socket:[") && inodes.has(target.slice(8, -1))) {
+          pids.push(Number(entry));
+          break;
+        }
+      } catch {
+        // The descriptor closed while we looked.
+      }
+    }
+  }
+  return pids;
 }

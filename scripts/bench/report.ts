@@ -1,6 +1,6 @@
 // The summary: three markdown tables (cost and throughput, latency at a fixed rate, memory per
 // idle socket), medians of the runs, each figure next to the issue's target for it.
-import type { Figures, RowName } from "./rows.js";
+import { backingFigure, type Figures, type RowName } from "./rows.js";
 
 export const targets = {
   private: { cpu: "≤ 0.35 ms", p99: "≤ 10 ms" },
@@ -59,6 +59,23 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
       lines.push(
         `| ${fanOutNames[row]} | ${count(f.rate)}/s / ${count(f.sentRate)}/s | ${latency(f.p50Ms)} / ${latency(f.p99Ms)} | ${every} | ${targets[row].p99} | ${ms(f.openCpuPerOpMs)} | ${count(f.late)}${known(f.late) && f.late > 0 ? ` (max ${latency(f.maxLateMs)})` : ""} | ${count(f.openFailed)} | ${pct(f.openClientCpuPct)} |`,
       );
+    }
+    lines.push("");
+  }
+
+  // What the backing services spent on the same operations, beside Parley's own processes: Parley's
+  // CPU alone hides work moved into the store (a Paxos round is Cassandra's CPU, not Parley's).
+  const services = [...new Set([p, g, d, r].flatMap((f) => Object.keys(f ?? {}).filter((key) => key.startsWith("backing:")).map((key) => key.slice("backing:".length))))];
+  if (services.length > 0) {
+    lines.push(
+      `| CPU per operation, closed loop | Parley's processes | ${services.join(" | ")} | all |`,
+      `|---|---|${services.map(() => "---|").join("")}---|`,
+    );
+    for (const [name, f] of [[fanOutNames.private, p], [fanOutNames.group, g], [fanOutNames.delta, d], ["GetProfile", r]] as const) {
+      if (!f) continue;
+      const perService = services.map((service) => f[backingFigure(service)]);
+      const all = known(f.cpuPerOpMs) && perService.every(known) ? f.cpuPerOpMs + perService.reduce((sum, n) => sum + n, 0) : undefined;
+      lines.push(`| ${name} | ${ms(f.cpuPerOpMs)} | ${perService.map((n) => ms(n)).join(" | ")} | ${ms(all)} |`);
     }
     lines.push("");
   }

@@ -4,7 +4,7 @@
 import type WebSocket from "ws";
 import type { Fixture } from "./fixture.js";
 import { closedLoop, marker, median, openLoop, percentile, writeMarker, type Timing, type Tracker, type WindowFigures, type Workload } from "./load.js";
-import { rssKb } from "./processes.js";
+import { rssKb, type BackingPids } from "./processes.js";
 import { closeAll, openGatewaySocket, paths, protoHeaders, relayHeader, sendMessageBody, streamDeltaBody, type Headers, type PushRouter, type RpcClient } from "./wire.js";
 
 export type RowName = "private" | "group" | "delta" | "rpc" | "rss";
@@ -22,6 +22,8 @@ export interface BenchContext {
   /** Relay socket i stands for fixture.users[i], as gateway socket i does. */
   relaySockets: WebSocket[];
   serverPids: number[];
+  /** The backing services' processes (none for the server on SQLite): their CPU per operation is reported beside Parley's. */
+  backingPids: BackingPids;
   relayPid: number;
   echoPid: number;
   /** Asks the server to collect garbage, when it was started by the benchmark. */
@@ -106,12 +108,16 @@ function relayWorkload(context: BenchContext, route: Route, sample: NonNullable<
 }
 
 const perSecond = (w: WindowFigures) => w.operations / w.seconds;
+/** Figure names of a backing service's CPU per operation: `backing:<service>` (ms). */
+export const backingFigure = (service: string) => `backing:${service}`;
+const backingPerOp = (w: WindowFigures): Figures => Object.fromEntries(Object.entries(w.backingCpuMs).map(([service, ms]) => [backingFigure(service), ms / w.operations]));
 const cpuPercent = (w: WindowFigures) => (w.clientCpuMs / (w.seconds * 1000)) * 100;
 
 async function measureFanOut(row: "private" | "group" | "delta", context: BenchContext): Promise<Figures> {
   const route = routes(context.fixture)[row];
-  const parleyClosed = await closedLoop(parleyWorkload(row, context, route), context.concurrency, context.closed, context.serverPids, context.router);
+  const parleyClosed = await closedLoop(parleyWorkload(row, context, route), context.concurrency, context.closed, context.serverPids, context.router, context.backingPids);
   const figures: Figures = {
+    ...backingPerOp(parleyClosed.window),
     opsPerSec: perSecond(parleyClosed.window),
     cpuPerOpMs: parleyClosed.window.serverCpuMs / parleyClosed.window.operations,
     cpuPerDeliveryUs: (parleyClosed.window.serverCpuMs * 1000) / parleyClosed.window.deliveries,
@@ -157,11 +163,13 @@ async function measureRpc(context: BenchContext): Promise<Figures> {
     context.closed,
     context.serverPids,
     context.router,
+    context.backingPids,
   );
   const echoBody = Buffer.from("{}");
   const echoHeaders = { "content-type": "application/json" };
   const echoRun = await closedLoop({ fanOut: 0, echoSocket: () => -1, prepare: () => echoBody, post: (_lane, body) => echo.post("/echo", echoHeaders, body) }, context.concurrency, context.closed, [context.echoPid], context.router);
   const figures: Figures = {
+    ...backingPerOp(parleyRun.window),
     opsPerSec: perSecond(parleyRun.window),
     cpuPerOpMs: parleyRun.window.serverCpuMs / parleyRun.window.operations,
     clientCpuPct: cpuPercent(parleyRun.window),
