@@ -2,10 +2,12 @@
 // stream entries that hold it; `updates` is one small row per (user, sn) naming the event. Pruning
 // a user's entries counts their events down and deletes those no stream holds any more.
 //
-// A stream holds an event at most once: the unique index on (user_id, event_id) refuses the
-// insert of a second entry in the append's own transaction, as the primary key refuses a taken
-// sn, so whatever an engine believed about the holders when it wrote, a repeat cannot land twice.
-// The index costs one more b-tree entry per stream entry and answers `holders` by a lookup.
+// A stream holds an event at most once, checked in the append's own transaction (as the primary
+// key refuses a taken sn), so whatever an engine believed about the holders when it wrote, a
+// repeat cannot land twice. The event's `refs` says whether any stream holds it: an event no entry
+// references yet (every first delivery) needs no check; one that is held has each user of the
+// write looked up in the user's own stream. A unique index on (user_id, event_id) did the same
+// for every entry and doubled the cost of an append's inserts (schema version 13, dropped in 14).
 import type Database from "better-sqlite3";
 import type { AppendOutcome, UpdateAppend, UpdateLogStore } from "../store.js";
 import type { FenceCheck } from "./leases.js";
@@ -33,8 +35,11 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
     `INSERT INTO update_events (event_id, entry, refs, created_at) VALUES (?, ?, ?, ?)
      ON CONFLICT (event_id) DO UPDATE SET refs = refs + excluded.refs WHERE entry = excluded.entry`,
   );
-  // Refused (nothing inserted) when the sn is taken or the stream already holds the event.
+  // Refused (nothing inserted) when the sn is taken.
   const insertEntry = db.prepare("INSERT INTO updates (user_id, sn, event_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
+  const refsOf = db.prepare<[bigint], { refs: number }>("SELECT refs FROM update_events WHERE event_id = ?");
+  // A walk of the user's stream (at most its retained entries): only for an event some stream holds.
+  const holds = db.prepare<[number, bigint], { held: number }>("SELECT 1 AS held FROM updates WHERE user_id = ? AND event_id = ? LIMIT 1");
   const holding = db.prepare<[string, bigint], { user_id: number }>(
     "SELECT value AS user_id FROM json_each(?) WHERE EXISTS (SELECT 1 FROM updates WHERE user_id = value AND event_id = ?)",
   );
@@ -50,6 +55,16 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
     for (const fence of write.fences ?? []) requireFence(fence);
     const held = new Map<bigint, number>();
     for (const entry of write.entries) held.set(entry.eventId, (held.get(entry.eventId) ?? 0) + 1);
+    const conflicts = new Set<number>();
+    // Before the events' counts move: which of them some stream holds already.
+    const heldBefore = new Set([...held.keys()].filter((eventId) => (refsOf.get(eventId)?.refs ?? 0) > 0));
+    const given = new Set<string>();
+    for (const { userId, eventId } of write.entries) {
+      const pair = `${userId}:${eventId}`;
+      if (given.has(pair) || (heldBefore.has(eventId) && holds.get(userId, eventId))) conflicts.add(userId);
+      given.add(pair);
+    }
+    if (conflicts.size > 0) throw new SnTaken([...conflicts]);
     for (const event of write.events) {
       const refs = held.get(event.eventId);
       // An event no entry references is not stored; one listed twice is stored once.
@@ -59,7 +74,6 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
         throw new Error(`event id ${event.eventId} is already stored with another entry`);
       }
     }
-    const conflicts = new Set<number>();
     for (const entry of write.entries) {
       if (insertEntry.run(entry.userId, entry.sn, entry.eventId).changes === 0) conflicts.add(entry.userId);
     }
@@ -98,7 +112,7 @@ export function updateLogStore(db: Database.Database, agentDelivery: AgentDelive
       }
     },
     async holders(eventId, userIds) {
-      if (userIds.length === 0) return [];
+      if (userIds.length === 0 || (refsOf.get(eventId)?.refs ?? 0) === 0) return [];
       return holding.all(JSON.stringify(userIds), eventId).map((row) => row.user_id);
     },
     async readUpdates(userId, afterSn, limit) {
