@@ -111,13 +111,13 @@ export interface Parley {
   stop(): Promise<void>;
 }
 
+/** How long a start waits for its first try at the webhook topic before serving without it. */
+const webhookTopicWaitMs = 5_000;
+
 /**
  * Consumer-group timing in a cluster: a member that stops heartbeating (a killed webhooks node)
  * hands its agents over after 10 s; a rebalance waits up to 15 s for the others to rejoin.
  */
-/** How long a start waits for its first try at the webhook topic before serving without it. */
-const webhookTopicWaitMs = 5_000;
-
 const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 15_000 };
 
 /**

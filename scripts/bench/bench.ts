@@ -118,7 +118,6 @@ async function dropBenchKeyspace(): Promise<void> {
   }
 }
 
-/** `npm run cluster` on the services' usual ports, its data under the system's temporary directory (warm on a second run). */
 /** The services listening on these ports, by name; one not found is left out (its CPU is not reported rather than reported as 0). */
 function backingOn(ports: Record<string, number>): BackingPids {
   const found: BackingPids = {};
@@ -140,6 +139,7 @@ interface StartedServer {
   collectGarbage?: () => void;
 }
 
+/** `npm run cluster` on the services' usual ports, its data under the system's temporary directory (warm on a second run). */
 async function startCluster(): Promise<StartedServer> {
   const clusterDir = join(tmpdir(), "parley-bench-cluster");
   const codesFile = join(clusterDir, `codes-${process.pid}.jsonl`);

@@ -17,7 +17,10 @@ process.env.PARLEY_TEST_STORE = "cassandra";
 
 // Each conditional statement the driver is given (the store marks them not idempotent), by its text.
 const conditional = new Map<string, number>();
-const tally = (query: string) => conditional.set(query.replace(/\s+/g, " ").slice(0, 100), (conditional.get(query.replace(/\s+/g, " ").slice(0, 100)) ?? 0) + 1);
+const tally = (query: string) => {
+  const text = query.replace(/\s+/g, " ").slice(0, 100);
+  conditional.set(text, (conditional.get(text) ?? 0) + 1);
+};
 const clientPrototype = cassandra.Client.prototype as unknown as Record<string, (...args: unknown[]) => unknown>;
 for (const method of ["execute", "batch"]) {
   const original = clientPrototype[method];

@@ -13,7 +13,7 @@ import { readFile } from "node:fs/promises";
 import { build, type Plugin } from "esbuild";
 
 /** Packages left out of the bundle: they load files that sit beside their own code, or are never loaded. */
-const packagesLoadedFromTheirOwnFolder = [
+const packagesLeftOutOfTheBundle = [
   // Native addons, found by a path relative to the package.
   "better-sqlite3",
   "sharp",
@@ -66,7 +66,7 @@ export async function bundleServer(outfile: string): Promise<string> {
     platform: "node",
     format: "esm",
     target: "node20",
-    external: packagesLoadedFromTheirOwnFolder,
+    external: packagesLeftOutOfTheBundle,
     // Bundled CommonJS packages call require.
     banner: { js: 'import { createRequire as parleyCreateRequire } from "node:module"; const require = parleyCreateRequire(import.meta.url);' },
     plugins: [kafkaValidatorsCompiledOnFirstUse],
