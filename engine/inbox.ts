@@ -217,7 +217,7 @@ export class Inbox {
       const entries: StreamEntry[] = sns.flatMap((pairs, index) => pairs.map(([userId, sn]) => ({ userId, sn, eventId: BigInt(fanOuts[index].fanOutId) })));
       const now = this.deps.clock.now();
       const handoffs = this.handoffs(fanOuts, sns, byWebhook, next, now);
-      const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now, fences }).catch((err: unknown) => {
+      const outcome = await this.deps.store.updates.append({ events, entries, handoffs, createdAt: now, fences, holder: this.deps.ownership.fenceHolder }).catch((err: unknown) => {
         throw err instanceof OwnershipLostError ? this.ownershipLost(err) : err;
       });
       if (!outcome.ok) {

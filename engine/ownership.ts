@@ -26,7 +26,7 @@
 import { randomBytes } from "node:crypto";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import type { Clock } from "./clock.js";
-import type { Fence, LeaseHolder, LeaseStore } from "./store/store.js";
+import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "./store/store.js";
 
 export const OwnershipPolicy = {
   /**
@@ -131,6 +131,21 @@ export class Ownership {
   holds(fence: Fence): boolean {
     return this.held.get(fence.shard)?.fence.epoch === fence.epoch;
   }
+
+  /**
+   * This process as the writer of fenced appends that confirm after writing (FenceHolder): a fence
+   * counts while this node holds it and trusts it by its clock. A release forgets the shard before
+   * the store hears of it, so an append confirmed after that is refused, not acknowledged.
+   */
+  get fenceHolder(): FenceHolder {
+    return { instance: this.holder.instance, untrusted: this.untrusted };
+  }
+
+  private readonly untrusted = (fences: readonly Fence[]): Fence | undefined =>
+    fences.find((fence) => {
+      const held = this.held.get(fence.shard);
+      return held?.fence.epoch !== fence.epoch || this.clock.now() >= held.trustedUntil;
+    });
 
   /**
    * Whether this node runs the cluster-wide background task now (a sweep): the task is a key like

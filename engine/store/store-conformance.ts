@@ -10,12 +10,14 @@ import {
   OwnershipLostError,
   type FanOutRecord,
   type Fence,
+  type FenceHolder,
   type MediaFileRecord,
   type SessionRecord,
   type Store,
   type UploadSessionRecord,
   type WebhookHandoff,
 } from "./store.js";
+import { shardOf, userStreamKey } from "../ownership.js";
 
 export interface StoreUnderTest {
   store: Store;
@@ -553,15 +555,6 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         // Held means retained: once pruned, the entry is no longer there to repeat.
         await store.updates.pruneUpdates(7, 1);
         expect(await write([event(1n)], [[7, 3, 1n]])).to.deep.equal({ ok: true });
-      });
-
-      it("refuses an event another handle appended to the stream since this one learnt its head", async () => {
-        const other = subject.another ? await subject.another() : store;
-        expect(await write([event(1n)], [[7, 1, 1n]])).to.deep.equal({ ok: true });
-        expect(await other.updates.append({ events: [event(2n)], entries: [{ userId: 7, sn: 2, eventId: 2n }], createdAt: 10 })).to.deep.equal({ ok: true });
-        expect(await write([event(2n)], [[7, 3, 2n]])).to.deep.equal({ ok: false, conflicts: [7] });
-        expect(await store.updates.holders(2n, [7])).to.deep.equal([7]);
-        expect((await stream(7)).map(([sn]) => sn)).to.deep.equal([1, 2]);
       });
 
       it("tells which streams hold an event, however far back among their retained entries", async () => {
@@ -1342,6 +1335,54 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
         expect(await store.updates.latestSn(7)).to.equal(1);
         expect(await store.webhookJobs.pending(7)).to.deep.equal([]);
         expect(await appendOne(7, 2, [current])).to.deep.equal({ ok: true });
+      });
+
+      describe("appends confirmed after writing (a FenceHolder)", () => {
+        const shard = shardOf(userStreamKey(7));
+        /** A holder whose own view still trusts its lease: a pause it did not notice, or a partition. */
+        const unaware = (instance: string): FenceHolder => ({ instance, untrusted: () => undefined });
+        const appendAs = (on: Store, holder: FenceHolder, fence: Fence, sn: number, eventId: bigint) =>
+          on.updates.append({ events: [{ eventId, entry: new Uint8Array([Number(eventId)]) }], entries: [{ userId: 7, sn, eventId }], createdAt: sn, fences: [fence], holder });
+        const streamOf7 = async () => (await store.updates.readUpdates(7, 0, 10)).map((row) => [row.sn, row.entry[0]]);
+
+        it("refuses an owner whose live lease was taken over, and nothing it wrote shows once the new owner wrote the stream", async () => {
+          const other = subject.another ? await subject.another() : store;
+          const lease = await store.leases.acquire(shard, nodeA, 1000, ttl);
+          const fenceA = fenceOf(lease);
+          expect(await appendAs(store, unaware("a-1"), fenceA, 1, 1n)).to.deep.equal({ ok: true });
+          // A is seen leaving the cluster; B takes its shard before the lease runs out.
+          const fenceB = fenceOf(await other.leases.takeOver(shard, nodeB, lease, 2000, ttl));
+          expect(fenceB.epoch).to.equal(fenceA.epoch + 1);
+          expect(await appendAs(other, unaware("b-1"), fenceB, 2, 2n)).to.deep.equal({ ok: true });
+          // A wakes, believing itself the owner: at the sn it thinks next, then past the new owner's.
+          await refused(appendAs(store, unaware("a-1"), fenceA, 2, 3n));
+          await refused(appendAs(store, unaware("a-1"), fenceA, 3, 4n));
+          expect(await streamOf7()).to.deep.equal([[1, 1], [2, 2]]);
+          expect(await store.updates.latestSn(7)).to.equal(2);
+          expect(await store.updates.holders(3n, [7])).to.deep.equal([]);
+          expect(await store.updates.holders(4n, [7])).to.deep.equal([]);
+          expect(await appendAs(other, unaware("b-1"), fenceB, 3, 5n)).to.deep.equal({ ok: true });
+          expect(await streamOf7()).to.deep.equal([[1, 1], [2, 2], [3, 5]]);
+        });
+
+        it("refuses an owner whose own clock no longer trusts the lease (taken after it ran out), and its write does not show beside the new owner's", async () => {
+          const other = subject.another ? await subject.another() : store;
+          const fenceA = fenceOf(await store.leases.acquire(shard, nodeA, 1000, ttl));
+          expect(await appendAs(store, unaware("a-1"), fenceA, 1, 1n)).to.deep.equal({ ok: true });
+          const fenceB = fenceOf(await other.leases.acquire(shard, nodeB, 1000 + ttl, ttl));
+          expect(await appendAs(other, unaware("b-1"), fenceB, 2, 2n)).to.deep.equal({ ok: true });
+          const expired: FenceHolder = { instance: "a-1", untrusted: (fences) => fences[0] };
+          const lost = await refused(appendAs(store, expired, fenceA, 2, 3n));
+          expect(lost.fence).to.deep.equal(fenceA);
+          expect(await streamOf7()).to.deep.equal([[1, 1], [2, 2]]);
+        });
+
+        it("answers a write whose holder still owns its fences", async () => {
+          const fence = fenceOf(await store.leases.acquire(shard, nodeA, 1000, ttl));
+          for (let sn = 1; sn <= 3; sn++) expect(await appendAs(store, unaware("a-1"), fence, sn, BigInt(sn))).to.deep.equal({ ok: true });
+          expect(await appendAs(store, unaware("a-1"), fence, 3, 9n)).to.deep.equal({ ok: false, conflicts: [7] });
+          expect(await streamOf7()).to.deep.equal([[1, 1], [2, 2], [3, 3]]);
+        });
       });
 
       it("concurrent takeovers leave one holder, and of two owners writing the same id at once only the current one writes", async () => {

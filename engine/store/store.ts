@@ -184,8 +184,28 @@ export interface UpdateAppend {
   entries: readonly StreamEntry[];
   handoffs?: readonly WebhookHandoff[];
   createdAt: number;
-  /** The owner's fences of the streams written (one per shard): a stale one throws OwnershipLostError, nothing written. */
+  /**
+   * The owner's fences of the streams written (one per shard): a stale one throws
+   * OwnershipLostError. Without `holder`, checked before anything is written. With it, a store may
+   * write first and confirm after (Cassandra: no read of the leases, no condition per stream); what
+   * a refused write left is then never an acknowledged entry, and is shadowed once the new owner
+   * writes the stream.
+   */
   fences?: readonly Fence[];
+  /** The process writing under the fences, asked after the write whether it still owns them. */
+  holder?: FenceHolder;
+}
+
+/**
+ * How the writer of a fenced append proves, after writing and before the append answers, that it
+ * still owned the streams: by the revocations a takeover of its unexpired lease records under its
+ * instance first (LeaseStore), then by its own view (a lease released, lost or past its trust).
+ */
+export interface FenceHolder {
+  /** LeaseHolder.instance of the writing process. */
+  instance: string;
+  /** The first of the fences this process no longer holds or trusts by its own clock; undefined when it trusts them all. */
+  untrusted(fences: readonly Fence[]): Fence | undefined;
 }
 
 /** "ok", or the users whose sn values were taken or whose streams hold an event already (their writer's view is stale): nothing was written. */
@@ -786,7 +806,9 @@ export interface LeaseStore {
   /**
    * Takes the shard from a holder known to be gone, before its lease runs out: only while the lease
    * is still exactly `from` (same instance and epoch), with the next epoch. Answers the lease as it
-   * stands after the call (someone else's when `from` was out of date).
+   * stands after the call (someone else's when `from` was out of date). Any take of a lease before
+   * it runs out (this, or `acquire` from an earlier instance of the same node) first revokes the
+   * holder instance's fence where its confirming appends look (FenceHolder).
    */
   takeOver(shard: number, holder: LeaseHolder, from: LeaseRecord, now: number, ttlMs: number): Promise<LeaseRecord>;
   /** Gives the leases up (each only while the holder has that epoch): the next acquirer takes them at once, with a new epoch. */

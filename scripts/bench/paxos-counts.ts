@@ -3,38 +3,20 @@
 // private SendMessage and per SendMessage to a group of `--members` members, with the server in
 // this process on the test Cassandra (started if it is not running; stopped at the end if this run
 // started it). Issue 23's first target is read here: a private message at most 1 Paxos round, a
-// 200-member group message at most 2. `--statements` lists each conditional statement's count.
+// 200-member group message at most 2. `--statements` lists each conditional statement's count,
+// `--statements --all` every statement's.
 //
-//   npx tsx scripts/bench/paxos-counts.ts [--members 200] [--messages 10] [--statements]
+//   npx tsx scripts/bench/paxos-counts.ts [--members 200] [--messages 10] [--statements [--all]]
 import { parseArgs } from "node:util";
-import cassandra from "cassandra-driver";
 
-const { values } = parseArgs({ options: { members: { type: "string", default: "200" }, messages: { type: "string", default: "10" }, statements: { type: "boolean", default: false } } });
+const { values } = parseArgs({ options: { members: { type: "string", default: "200" }, messages: { type: "string", default: "10" }, statements: { type: "boolean", default: false }, all: { type: "boolean", default: false } } });
 const members = Number(values.members);
 const messages = Number(values.messages);
 // Read by the harness when it loads: every test server of this run is on Cassandra.
 process.env.PARLEY_TEST_STORE = "cassandra";
 
-// Each conditional statement the driver is given (the store marks them not idempotent), by its text.
-const conditional = new Map<string, number>();
-const tally = (query: string) => {
-  const text = query.replace(/\s+/g, " ").slice(0, 100);
-  conditional.set(text, (conditional.get(text) ?? 0) + 1);
-};
-const clientPrototype = cassandra.Client.prototype as unknown as Record<string, (...args: unknown[]) => unknown>;
-for (const method of ["execute", "batch"]) {
-  const original = clientPrototype[method];
-  clientPrototype[method] = function (this: unknown, ...args: unknown[]) {
-    // execute(query, params, options); batch(queries, options)
-    const options = args[method === "execute" ? 2 : 1] as { isIdempotent?: boolean } | undefined;
-    if (options?.isIdempotent === false) {
-      if (method === "execute") tally(String(args[0]));
-      else tally(`BATCH of ${(args[0] as unknown[]).length}: ${[...new Set((args[0] as (string | { query: string })[]).map((statement) => (typeof statement === "string" ? statement : statement.query).replace(/\s+/g, " ").slice(0, 60)))].join(" + ")}`);
-    }
-    return original.apply(this, args);
-  };
-}
-
+const { tallyCassandraStatements } = await import("../../test/support/cassandra-statements.js");
+const tally = tallyCassandraStatements();
 const { startTestServer, client } = await import("../../test/support/harness.js");
 const { releaseTestCassandra, closeTestKeyspaces } = await import("../../test/support/cassandra.js");
 const { signInWithCode } = await import("../../test/support/accounts.js");
@@ -70,7 +52,7 @@ try {
     for (let i = 0; i < 3; i++) await send.sendMessage({ conversationId, clientMessageId: clientMessageId++, body: message("warm") });
     await new Promise((resolve) => setTimeout(resolve, 500));
     const before = await queryCounts();
-    conditional.clear();
+    tally.clear();
     for (let i = 0; i < messages; i++) await send.sendMessage({ conversationId, clientMessageId: clientMessageId++, body: message(`counted ${i}`) });
     // Deliveries finish after the answer: wait for them to settle before reading the counts.
     await new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -79,8 +61,9 @@ try {
     const paxos = ((after.lwt - before.lwt + after.lwt_batch - before.lwt_batch) / messages).toFixed(1);
     rows.push(`| ${label} | ${paxos} | ${per("lwt")} | ${per("lwt_batch")} | ${per("write")} | ${per("batch")} | ${per("read")} |`);
     if (values.statements) {
-      console.log(`\n${label}: conditional statements per message`);
-      for (const [query, count] of [...conditional].sort((a, b) => b[1] - a[1])) console.log(`  ${(count / messages).toFixed(1).padStart(6)}  ${query}`);
+      console.log(`\n${label}: ${values.all ? "" : "conditional "}statements per message`);
+      const listed = [...tally.counts].filter(([, { conditional }]) => conditional || values.all).sort((a, b) => b[1].count - a[1].count);
+      for (const [query, { count }] of listed) console.log(`  ${(count / messages).toFixed(1).padStart(6)}  ${query.slice(0, 100)}`);
     }
   }
   console.log(`\nCassandra work per SendMessage (${messages} messages each, after 3 to warm; ${new Date().toISOString().slice(0, 10)})\n`);
@@ -88,6 +71,7 @@ try {
   console.log("|---|---|---|---|---|---|---|");
   for (const row of rows) console.log(row);
 } finally {
+  tally.stop();
   await server.dispose();
   await closeTestKeyspaces();
   await releaseTestCassandra();

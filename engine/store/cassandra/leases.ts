@@ -1,7 +1,7 @@
 // Shard leases (DATA-MODEL.md §3): one row per shard, changed only by LWTs whose condition repeats
 // what the changer read, so of concurrent changers exactly one applies and the others read the
 // winner's row. The fence check of writes is the context's (checkFences) plus each key's owner
-// epoch in its own head LWT.
+// epoch in its own head LWT; update-stream appends confirm against `lease_revocations` instead.
 import type { LeaseHolder, LeaseRecord, LeaseStore } from "../store.js";
 import { numberOf, type Row } from "./cql.js";
 import type { CassandraContext } from "./context.js";
@@ -25,9 +25,17 @@ export function leaseStore(ctx: CassandraContext): LeaseStore {
     return row && leaseOf(row);
   };
 
-  /** Gives the lease to `holder` with the next epoch, only while it still is `from`; the new lease, or undefined. */
-  const takeFrom = async (from: LeaseRecord, holder: LeaseHolder, expiresAt: number): Promise<LeaseRecord | undefined> => {
+  /**
+   * Gives the lease to `holder` with the next epoch, only while it still is `from`; the new lease,
+   * or undefined. A holder whose lease has not run out may still be writing: its fence is revoked
+   * first, where its appends confirm (updates.ts), so that once this completes none of them can be
+   * acknowledged. A revocation whose take then fails is harmless: the lease moved on anyway.
+   */
+  const takeFrom = async (from: LeaseRecord, holder: LeaseHolder, now: number, expiresAt: number): Promise<LeaseRecord | undefined> => {
     const epoch = from.epoch + 1;
+    if (from.instance !== "" && from.expiresAt > now) {
+      await cql.write("INSERT INTO lease_revocations (instance, shard, epoch) VALUES (?, ?, ?)", [from.instance, from.shard, from.epoch]);
+    }
     const taken = await cql.lwt("UPDATE leases SET node = ?, instance = ?, epoch = ?, expires_at = ? WHERE shard = ? IF epoch = ? AND instance = ?", [
       holder.node,
       holder.instance,
@@ -61,14 +69,14 @@ export function leaseStore(ctx: CassandraContext): LeaseStore {
           continue;
         }
         if (!isFreeFor(current, holder, now)) return current;
-        const taken = await takeFrom(current, holder, expiresAt);
+        const taken = await takeFrom(current, holder, now, expiresAt);
         if (taken) return taken;
       }
       throw new Error(`lease of shard ${shard}: still contended after ${maxAcquireAttempts} attempts`);
     },
 
     async takeOver(shard, holder, from, now, ttlMs) {
-      return (await takeFrom(from, holder, now + ttlMs)) ?? (await read(shard)) ?? this.acquire(shard, holder, now, ttlMs);
+      return (await takeFrom(from, holder, now, now + ttlMs)) ?? (await read(shard)) ?? this.acquire(shard, holder, now, ttlMs);
     },
 
     async renew(holder, fences, now, ttlMs) {

@@ -139,6 +139,20 @@ export const cassandraMigrations: readonly CassandraMigration[] = [
       `ALTER TABLE upload_sessions ADD IF NOT EXISTS parts list<text>`,
     ],
   },
+  {
+    version: 3,
+    statements: [
+      // Stream appends without a Paxos round per recipient (§5.4): an owner's fence revoked by a
+      // takeover of its unexpired lease, read by its appends before they answer. A row matters only
+      // while the revoked holder may still trust its lease (under a minute): a day is ample.
+      `CREATE TABLE IF NOT EXISTS lease_revocations (instance text, shard int, epoch int, PRIMARY KEY ((instance), shard))
+        WITH default_time_to_live = 86400 AND ${queueTable}`,
+      // Appends are fenced by write timestamps now, not by conditions on these; a build that still
+      // writes them fails on their absence instead of racing the new owners.
+      `ALTER TABLE stream_entries DROP IF EXISTS owner_epoch`,
+      `ALTER TABLE stream_entries DROP IF EXISTS sealed`,
+    ],
+  },
 ];
 
 export const cassandraSchemaVersion = cassandraMigrations[cassandraMigrations.length - 1].version;

@@ -1,13 +1,17 @@
 // What the Cassandra update streams and webhook queue add to the port's promises (DATA-MODEL.md
-// §5.4, §5.6): streams span bucket partitions (a small bucket size keeps it fast), a handle whose
-// cached head went stale meets a conflict, not a gap or a double sn, a hand-off left unwritten by
-// a stopped process is rolled forward by the next append, and jobs queued through another handle
-// are found through the sweep index, or at once when announced.
+// §5.4, §5.6): streams span bucket partitions (a small bucket size keeps it fast), an owner's rows
+// written after a newer owner claimed the stream never show, wherever they land, a takeover of a
+// live lease revokes its holder's appends, a hand-off left unwritten by a stopped process is
+// rolled forward by the next append, and jobs queued through another handle are found through the
+// sweep index, or at once when announced.
 import cassandra from "cassandra-driver";
 import { expect } from "chai";
-import type { UpdateLogStore, WebhookJobStore } from "../store.js";
+import { shardOf, userStreamKey } from "../../ownership.js";
+import { OwnershipLostError, type Fence, type FenceHolder, type UpdateLogStore, type WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
+import { leaseStore } from "./leases.js";
+import { streamWriteTimestamp } from "./stream-head.js";
 import { updateLogStore } from "./updates.js";
 import { hourOf, slotOf } from "./sweep-index.js";
 import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
@@ -36,6 +40,25 @@ describe("cassandra update streams and webhook queue", () => {
     const ctx = cassandraContext(handle.cql);
     return { updates: updateLogStore(ctx, { bucketSize: 4 }), jobs: webhookJobStore(ctx, { indexWalkMs }), handle };
   };
+  /** A writer that still trusts its lease by its own clock (a pause it did not notice). */
+  const unaware = (instance: string): FenceHolder => ({ instance, untrusted: () => undefined });
+  const fencedAppend = (updates: UpdateLogStore, fence: Fence, holder: FenceHolder, entries: [number, number, number][]) =>
+    updates.append({
+      events: [...new Set(entries.map(([, , eventId]) => eventId))].map(event),
+      entries: entries.map(([userId, sn, eventId]) => ({ userId, sn, eventId: BigInt(eventId) })),
+      createdAt: 1,
+      fences: [fence],
+      holder,
+    });
+  const refused = async (append: Promise<unknown>) => {
+    const outcome = await append.then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(outcome).to.be.instanceOf(OwnershipLostError);
+  };
+  const nodeA = { node: "node-a", instance: "a-1" };
+  const nodeB = { node: "node-b", instance: "b-1" };
   const event = (eventId: number) => ({ eventId: BigInt(eventId), entry: new Uint8Array([eventId % 256]) });
   const append = (updates: UpdateLogStore, entries: [number, number, number][]) =>
     updates.append({
@@ -81,29 +104,73 @@ describe("cassandra update streams and webhook queue", () => {
     expect(await sns(updates, 7)).to.deep.equal([12]);
   });
 
-  it("refuses the append of a handle whose cached head another handle moved, then appends after the reload", async () => {
-    const first = await parts();
-    const second = await parts();
-    expect(await append(first.updates, [[9, 1, 1], [9, 2, 2], [9, 3, 3], [9, 4, 4]])).to.deep.equal({ ok: true });
-    expect(await append(second.updates, [[9, 5, 5]])).to.deep.equal({ ok: true });
-    // The first handle still believes 4 is the latest and the full bucket is the newest: its rollover is refused.
-    expect(await append(first.updates, [[9, 5, 6]])).to.deep.equal({ ok: false, conflicts: [9] });
-    expect(await append(first.updates, [[9, 6, 6]])).to.deep.equal({ ok: true });
-    expect(await append(second.updates, [[9, 6, 7]])).to.deep.equal({ ok: false, conflicts: [9] });
-    expect(await append(second.updates, [[9, 7, 7]])).to.deep.equal({ ok: true });
-    expect(await sns(first.updates, 9)).to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
-    expect((await first.updates.readUpdates(9, 4, 3)).map((row) => row.entry[0])).to.deep.equal([5, 6, 7]);
-    // The refused event was released: nothing holds it but the entry written later.
-    expect(await first.updates.holders(6n, [9])).to.deep.equal([9]);
-    expect(await first.updates.holders(5n, [9])).to.deep.equal([9]);
+  it("hides what an older owner writes after the new owner claimed the stream, in its bucket, a bucket it opens, or one it listed before pausing", async () => {
+    const a = await parts();
+    const b = await parts();
+    const shard = shardOf(userStreamKey(9));
+    const leaseA = await leaseStore(cassandraContext(a.handle.cql)).acquire(shard, nodeA, Date.now(), 60_000);
+    const fenceA = { shard, epoch: leaseA.epoch };
+    expect(await fencedAppend(a.updates, fenceA, unaware("a-1"), [[9, 1, 1], [9, 2, 2], [9, 3, 3]])).to.deep.equal({ ok: true });
+    // A lists the next bucket and pauses before its entries land (as its rollover at sn 4 would, were bucket 1 full).
+    await store.cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?) USING TIMESTAMP ?", [9, 4, streamWriteTimestamp(fenceA.epoch, 4)]);
+    const leaseB = await leaseStore(cassandraContext(b.handle.cql)).takeOver(shard, nodeB, leaseA, Date.now(), 60_000);
+    const fenceB = { shard, epoch: leaseB.epoch };
+    expect(await fencedAppend(b.updates, fenceB, unaware("b-1"), [[9, 4, 4]])).to.deep.equal({ ok: true });
+    // A wakes: the batch it paused before lands in the bucket it listed; its next appends go to the
+    // bucket it knew, then (having read the head again) past the new owner's entries.
+    await a.handle.cql.partitionBatch([
+      { query: "UPDATE stream_entries USING TIMESTAMP ? SET latest_sn = ? WHERE user_id = ? AND first_sn = ?", params: [streamWriteTimestamp(fenceA.epoch, 5), 5, 9, 4] },
+      { query: "INSERT INTO stream_entries (user_id, first_sn, sn, event_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?", params: [9, 4, 5, 50n, streamWriteTimestamp(fenceA.epoch, 5)] },
+    ]);
+    await refused(fencedAppend(a.updates, fenceA, unaware("a-1"), [[9, 4, 40]]));
+    await refused(fencedAppend(a.updates, fenceA, unaware("a-1"), [[9, 5, 51], [9, 6, 61], [9, 7, 71], [9, 8, 81]]));
+    await refused(fencedAppend(a.updates, fenceA, unaware("a-1"), [[9, 9, 91]]));
+    expect(await sns(b.updates, 9)).to.deep.equal([1, 2, 3, 4]);
+    expect((await b.updates.readUpdates(9, 3, 10)).map((row) => row.entry[0])).to.deep.equal([4]);
+    expect(await b.updates.latestSn(9)).to.equal(4);
+    for (const eventId of [40, 51, 91]) expect(await b.updates.holders(BigInt(eventId), [9])).to.deep.equal([]);
+    // B goes on across the bucket boundary; A's rows there stay hidden.
+    expect(await fencedAppend(b.updates, fenceB, unaware("b-1"), [[9, 5, 5]])).to.deep.equal({ ok: true });
+    expect(await fencedAppend(b.updates, fenceB, unaware("b-1"), [[9, 6, 6], [9, 7, 7], [9, 8, 8], [9, 9, 9]])).to.deep.equal({ ok: true });
+    expect(await fencedAppend(b.updates, fenceB, unaware("b-1"), [[9, 10, 10]])).to.deep.equal({ ok: true });
+    expect(await sns(b.updates, 9)).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect((await b.updates.readUpdates(9, 0, 20)).map((row) => row.entry[0])).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    const fresh = await parts();
+    expect(await fresh.updates.latestSn(9)).to.equal(10);
+  });
+
+  it("a take of a live lease revokes its holder's fence first; one of a lease that ran out or was released does not", async () => {
+    const { handle } = await parts();
+    const leases = leaseStore(cassandraContext(handle.cql));
+    const revocations = async (instance: string) => (await store.cql.rows("SELECT shard, epoch FROM lease_revocations WHERE instance = ?", [instance])).map((row) => [row.shard, row.epoch]);
+    const live = await leases.acquire(40, nodeA, 1000, 30_000);
+    await leases.takeOver(40, nodeB, live, 2000, 30_000);
+    expect(await revocations("a-1")).to.deep.equal([[40, live.epoch]]);
+    // A new instance of the same node takes its own live lease at once: the old instance is revoked too.
+    const restartedB = { node: "node-b", instance: "b-2" };
+    const taken = await leases.acquire(40, restartedB, 3000, 30_000);
+    expect(await revocations("b-1")).to.deep.equal([[40, taken.epoch - 1]]);
+    // Run out, or released: nothing of the holder can still be acknowledged.
+    await leases.acquire(41, nodeA, 1000, 30_000);
+    await leases.acquire(41, nodeB, 1000 + 30_000, 30_000);
+    const released = await leases.acquire(42, { node: "node-c", instance: "c-1" }, 1000, 30_000);
+    await leases.release({ node: "node-c", instance: "c-1" }, [{ shard: 42, epoch: released.epoch }]);
+    await leases.acquire(42, nodeA, 1001, 30_000);
+    expect(await revocations("a-1")).to.deep.equal([[40, live.epoch]]);
+    expect(await revocations("c-1")).to.deep.equal([]);
   });
 
   it("rolls forward a hand-off whose append stored its entries but not its jobs and position", async () => {
     const writer = await parts();
     expect(await append(writer.updates, [[11, 1, 1]])).to.deep.equal({ ok: true });
-    // As a process stopped right after the agent's LWT leaves it.
+    // As a process stopped right after the agent's batch leaves it (written just after that batch's own head).
     const handoff = { firstJobId: 1n, bodies: ["m1", "m2"], queuedAt: 40, deliveredSn: 1, generation: 0 };
-    await store.cql.write("UPDATE stream_entries SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [encodePendingHandoff(handoff), 11, 1]);
+    await store.cql.write("UPDATE stream_entries USING TIMESTAMP ? SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [
+      streamWriteTimestamp(0, 1) + 1n,
+      encodePendingHandoff(handoff),
+      11,
+      1,
+    ]);
     const next = await parts();
     expect(await next.jobs.deliveredSn(11)).to.equal(0);
     expect(await append(next.updates, [[11, 2, 2]])).to.deep.equal({ ok: true });
@@ -121,7 +188,8 @@ describe("cassandra update streams and webhook queue", () => {
     expect(await append(writer.updates, [[12, 1, 1], [12, 2, 2]])).to.deep.equal({ ok: true });
     await writer.jobs.advanceDelivered(12, 2);
     await writer.jobs.rewindDelivered(12, 0);
-    await store.cql.write("UPDATE stream_entries SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [
+    await store.cql.write("UPDATE stream_entries USING TIMESTAMP ? SET pending_handoffs = ? WHERE user_id = ? AND first_sn = ?", [
+      streamWriteTimestamp(0, 2) + 1n,
       encodePendingHandoff({ firstJobId: 1n, bodies: [], queuedAt: 40, deliveredSn: 2, generation: 0 }),
       12,
       1,
@@ -200,29 +268,28 @@ describe("cassandra update streams and webhook queue", () => {
     expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
     expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
   });
-  it("keeps the holder pair a refused append shares with another handle's applied one (the same event at the same sn), so the stream never takes the event twice", async () => {
+  it("keeps the holder pair a refused owner shares with the new owner's entry (the same event at the same sn), so the stream never takes the event twice", async () => {
     const first = await parts();
     const second = await parts();
-    expect(await append(first.updates, [[31, 1, 801]])).to.deep.equal({ ok: true });
-    // Two engines finish fan-out 802 for user 31 across a lease move: the second lands it at sn 2,
-    // the first, still believing 1 is the latest, tries sn 2 too and is refused by its LWT.
-    expect(await append(second.updates, [[31, 2, 802]])).to.deep.equal({ ok: true });
-    expect(await append(first.updates, [[31, 2, 802]])).to.deep.equal({ ok: false, conflicts: [31] });
-    expect(await first.updates.holders(802n, [31])).to.deep.equal([31]);
-    // Its retry, after reloading the head: the stream holds the event already.
-    expect(await append(first.updates, [[31, 3, 802]])).to.deep.equal({ ok: false, conflicts: [31] });
-    expect(await sns(first.updates, 31)).to.deep.equal([1, 2]);
-    // A refused pair whose sn another event took is released (nothing can put 804 at sn 3 any
-    // more), and the event no stream holds goes with it.
-    expect(await append(first.updates, [[31, 3, 803]])).to.deep.equal({ ok: true });
-    expect(await append(second.updates, [[31, 3, 804]])).to.deep.equal({ ok: false, conflicts: [31] });
-    expect(await store.cql.row("SELECT holders FROM update_events WHERE event_id = 804")).to.equal(undefined);
+    const shard = shardOf(userStreamKey(31));
+    const leaseA = await leaseStore(cassandraContext(first.handle.cql)).acquire(shard, nodeA, Date.now(), 60_000);
+    const fenceA = { shard, epoch: leaseA.epoch };
+    expect(await fencedAppend(first.updates, fenceA, unaware("a-1"), [[31, 1, 801]])).to.deep.equal({ ok: true });
+    // Two engines finish fan-out 802 for user 31 across a lease move: the new owner lands it at sn 2,
+    // the old one, still believing 1 is the latest, writes sn 2 too and is refused after writing.
+    const fenceB = { shard, epoch: (await leaseStore(cassandraContext(second.handle.cql)).takeOver(shard, nodeB, leaseA, Date.now(), 60_000)).epoch };
+    expect(await fencedAppend(second.updates, fenceB, unaware("b-1"), [[31, 2, 802]])).to.deep.equal({ ok: true });
+    await refused(fencedAppend(first.updates, fenceA, unaware("a-1"), [[31, 2, 802]]));
+    expect(await second.updates.holders(802n, [31])).to.deep.equal([31]);
+    // The new owner's repeat of it finds the stream holding it already.
+    expect(await fencedAppend(second.updates, fenceB, unaware("b-1"), [[31, 3, 802]])).to.deep.equal({ ok: false, conflicts: [31] });
+    expect(await sns(second.updates, 31)).to.deep.equal([1, 2]);
   });
 
   it("counts as holders only the streams that took the entry: a writer that died after naming them in the event did not append", async () => {
     const { updates, handle } = await parts();
     expect(await append(updates, [[21, 1, 700]])).to.deep.equal({ ok: true });
-    // As a kill -9 between the event row (which names every recipient) and user 22's LWT leaves it.
+    // As a kill -9 between the event row (which names every recipient) and user 22's batch leaves it.
     await handle.cql.write("UPDATE update_events SET holders = holders + ? WHERE event_id = ?", [new Set([new Tuple(22, 1)]), 700n]);
     expect(await updates.holders(700n, [21, 22])).to.deep.equal([21]);
     expect(await append(updates, [[22, 1, 700]])).to.deep.equal({ ok: true });

@@ -1,19 +1,21 @@
 // Update streams in Cassandra (DATA-MODEL.md §5.4). Each event is stored once in `update_events`
 // with the set of (user, sn) entries holding it; a user's stream is a run of bucket partitions
 // `stream_entries ((user_id, first_sn), sn)` listed in `stream_buckets`, the newest carrying the
-// stream's head in static columns (latest_sn, owner_epoch, sealed, pending_handoffs). An append is
-// one conditional batch per user on that user's newest bucket (P1). What can be checked before
-// writing refuses the whole append with nothing written: the fences (the lease read), each user's
+// stream's head in static columns (latest_sn, pending_handoffs). Only the owner of a user's shard
+// writes the user's stream, one append at a time, so it assigns sns itself and an append is one
+// plain single-partition batch per user: no Paxos round. Owners are kept apart by write
+// timestamps: every stream row carries its writer's epoch (stream-head.ts), and an owner's first
+// write of a stream in its epoch claims it, shadowing whatever an older owner writes past the head
+// it read. A fenced append confirms its ownership after writing, before it answers (FenceHolder).
+// What can be checked before writing refuses the whole append with nothing written: each user's
 // sn values against its head (cached by this handle, read when not known), events the stream
 // already holds (`repeats`: a stream holds an event once), and event ids met with other bytes.
-// Only a writer racing between those checks and the LWTs (another owner with a newer
-// epoch, refused by the LWT's epoch condition, or a second handle writing the same stream) can
-// leave an append written for some users and not others.
 import cassandra from "cassandra-driver";
 import { shardOf, userStreamKey } from "../../ownership.js";
-import { OwnershipLostError, type AppendOutcome, type Fence, type LoggedEvent, type UpdateAppend, type UpdateLogStore, type WebhookHandoff } from "../store.js";
+import { OwnershipLostError, type AppendOutcome, type Fence, type FenceHolder, type LoggedEvent, type UpdateAppend, type UpdateLogStore, type WebhookHandoff } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bytesOf, type Row, type Statement } from "./cql.js";
+import { readStreamHead, streamClaimTimestamp, streamPruneTimestamp, streamWriteTimestamp } from "./stream-head.js";
 import { agentDeliveryOf, decodePendingHandoff, encodePendingHandoff, type PendingHandoff } from "./webhook-jobs.js";
 
 const { Tuple } = cassandra.types;
@@ -23,18 +25,20 @@ export interface UpdateLogOptions {
   bucketSize?: number;
 }
 
-/** Where a user's stream ends, as its newest bucket says. */
-interface StreamHead {
+/** Where a user's stream ends, as this handle knows it. */
+interface KnownHead {
   /** The newest bucket (the one the next append writes, unless it is full). */
   firstSn: number;
   latestSn: number;
-  ownerEpoch: number;
-  /** The bucket's partition holds the head: appends are conditioned on latest_sn; otherwise the append opens it. */
-  opened: boolean;
   /** Its stream_buckets row exists. */
   listed: boolean;
-  /** The fence epoch this head was learnt under: a different fence means another owner may have written since. */
-  fencedAt?: number;
+  /** The epoch this head was learnt under (0 unfenced): a different fence means another owner may have written since. */
+  epoch: number;
+  /**
+   * Bucket partitions an older owner may still write past the head, to be claimed by this handle's
+   * first write of the stream in `epoch`; empty once claimed.
+   */
+  unclaimed: number[];
 }
 
 /** One user's part of an append: its entries in sn order, its fence and hand-off. */
@@ -42,11 +46,9 @@ interface UserWrite {
   userId: number;
   sns: number[];
   eventIds: bigint[];
-  fence: Fence | undefined;
+  epoch: number;
   handoff?: PendingHandoff;
 }
-
-type UserOutcome = "applied" | "conflict" | { lost: Fence };
 
 /** Heads a handle remembers; past it the oldest are read again. */
 const rememberedHeads = 100_000;
@@ -60,9 +62,9 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
   const { cql } = ctx;
   const bucketSize = options.bucketSize ?? 1024;
   const delivery = agentDeliveryOf(ctx);
-  const heads = new Map<number, StreamHead>();
+  const heads = new Map<number, KnownHead>();
 
-  const rememberHead = (userId: number, head: StreamHead) => {
+  const rememberHead = (userId: number, head: KnownHead) => {
     if (!heads.has(userId) && heads.size >= rememberedHeads) heads.delete(heads.keys().next().value!);
     heads.set(userId, head);
   };
@@ -72,7 +74,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     return (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [userId])).map((row) => row.first_sn as number).reverse();
   }
 
-  /** The event the user's stream holds at `sn`, or undefined (never written, or pruned). */
+  /** The event the user's stream holds at `sn`, or undefined (never written, pruned, or shadowed by a newer owner). */
   async function entryAt(userId: number, sn: number): Promise<bigint | undefined> {
     const bucket = (await bucketsOf(userId)).filter((firstSn) => firstSn <= sn).pop();
     if (bucket === undefined) return undefined;
@@ -80,110 +82,88 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     return row?.event_id as bigint | undefined;
   }
 
-  /** The stream's head as stored, and the hand-off the newest bucket still holds. */
-  async function readHead(userId: number, options: { serial?: boolean } = {}): Promise<{ head: StreamHead; handoff?: PendingHandoff }> {
-    const staticsOf = (firstSn: number) =>
-      cql.row("SELECT latest_sn, owner_epoch, sealed, pending_handoffs FROM stream_entries WHERE user_id = ? AND first_sn = ? LIMIT 1", [userId, firstSn], options);
-    const listed = (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ? LIMIT 2", [userId])).map((row) => row.first_sn as number);
-    if (listed.length === 0) return { head: { firstSn: 1, latestSn: 0, ownerEpoch: 0, opened: false, listed: false } };
-    const newest = await staticsOf(listed[0]);
-    if (newest && newest.latest_sn !== null) {
-      const latestSn = newest.latest_sn as number;
-      const ownerEpoch = (newest.owner_epoch as number | null) ?? 0;
-      const handoff = decodePendingHandoff(newest.pending_handoffs);
-      // Sealed but the next bucket not listed: a writer stopped while rolling over; the next append opens it.
-      if (newest.sealed === true) return { head: { firstSn: latestSn + 1, latestSn, ownerEpoch, opened: false, listed: false }, handoff };
-      return { head: { firstSn: listed[0], latestSn, ownerEpoch, opened: true, listed: true }, handoff };
-    }
-    // Listed but never written: a writer stopped between listing a bucket and opening it.
-    const previous = listed.length > 1 ? await staticsOf(listed[1]) : undefined;
-    const latestSn = (previous?.latest_sn as number | null | undefined) ?? 0;
-    return { head: { firstSn: listed[0], latestSn, ownerEpoch: (previous?.owner_epoch as number | null | undefined) ?? 0, opened: false, listed: true } };
-  }
-
   /**
-   * Heads for an append: remembered ones learnt under the same fence, the others read, with the
-   * hand-offs their last appends left (to settle once the fences are known to hold).
+   * Heads for an append: remembered ones learnt under the same epoch, the others read (after the
+   * fence was granted, so the read sees everything an earlier owner acknowledged), with the
+   * hand-offs their last appends left (to settle before this append replaces them).
    */
-  async function headsFor(writes: readonly UserWrite[]): Promise<{ headOf: Map<number, StreamHead>; unsettled: Map<number, PendingHandoff> }> {
-    const headOf = new Map<number, StreamHead>();
+  async function headsFor(writes: readonly UserWrite[]): Promise<{ headOf: Map<number, KnownHead>; unsettled: Map<number, PendingHandoff> }> {
+    const headOf = new Map<number, KnownHead>();
     const unsettled = new Map<number, PendingHandoff>();
     await Promise.all(
-      writes.map(async ({ userId, fence }) => {
+      writes.map(async ({ userId, epoch }) => {
         const cached = heads.get(userId);
-        if (cached && (fence === undefined || cached.fencedAt === fence.epoch)) {
+        if (cached && cached.epoch === epoch) {
           headOf.set(userId, cached);
           return;
         }
-        const { head, handoff } = await readHead(userId);
-        headOf.set(userId, { ...head, fencedAt: fence?.epoch });
+        const stored = await readStreamHead(cql, userId);
+        headOf.set(userId, { firstSn: stored.firstSn, latestSn: stored.latestSn, listed: stored.listed, epoch, unclaimed: stored.readBuckets.length > 0 ? stored.readBuckets : [stored.firstSn] });
+        const handoff = decodePendingHandoff(stored.pendingHandoffs);
         if (handoff) unsettled.set(userId, handoff);
       }),
     );
     return { headOf, unsettled };
   }
 
-  /** One user's conditional batch; opens (after sealing the full one) a bucket when needed. */
-  async function appendFor(write: UserWrite, head: StreamHead): Promise<UserOutcome> {
-    const { userId, sns, eventIds, fence } = write;
-    const epoch = fence?.epoch;
+  /**
+   * One user's write: a single-partition batch on the bucket it goes to (the next one, listed
+   * first, when the newest is full). The first write of the stream in an epoch claims it: a range
+   * tombstone past the head in each bucket an older owner may write, the head restated, and the
+   * listings past the newest bucket dropped, all just below the epoch's own timestamps, so that what
+   * an older owner lands after the head was read is never visible, whenever it lands.
+   */
+  async function appendFor(write: UserWrite, head: KnownHead): Promise<void> {
+    const { userId, sns, eventIds, epoch } = write;
     const latestSn = sns[sns.length - 1];
-    const pending = write.handoff ? encodePendingHandoff(write.handoff) : null;
-    const epochCondition = epoch === undefined ? "" : " AND owner_epoch <= ?";
-    const epochParams = epoch === undefined ? [] : [epoch];
-    const refusal = (row: Row | undefined): UserOutcome =>
-      fence && row?.owner_epoch !== null && row?.owner_epoch !== undefined && (row.owner_epoch as number) > fence.epoch ? { lost: fence } : "conflict";
-    const entryRows = (firstSn: number): Statement[] =>
-      sns.map((sn, index) => ({ query: "INSERT INTO stream_entries (user_id, first_sn, sn, event_id) VALUES (?, ?, ?, ?)", params: [userId, firstSn, sn, eventIds[index]] }));
-
-    if (head.opened && head.latestSn - head.firstSn + 1 < bucketSize) {
-      const outcome = await cql.lwtBatch([
-        {
-          query: `UPDATE stream_entries SET latest_sn = ?, pending_handoffs = ?${epoch === undefined ? "" : ", owner_epoch = ?"}
-                  WHERE user_id = ? AND first_sn = ? IF latest_sn = ? AND sealed = null${epochCondition}`,
-          params: [latestSn, pending, ...epochParams, userId, head.firstSn, head.latestSn, ...epochParams],
-        },
-        ...entryRows(head.firstSn),
-      ]);
-      if (!outcome.applied) return refusal(outcome.row);
-      rememberHead(userId, { ...head, latestSn, ownerEpoch: epoch ?? head.ownerEpoch });
-      return "applied";
+    const at = streamWriteTimestamp(epoch, latestSn);
+    const claimAt = streamClaimTimestamp(epoch);
+    const full = head.latestSn - head.firstSn + 1 >= bucketSize;
+    const firstSn = full ? head.latestSn + 1 : head.firstSn;
+    const claims = (bucket: number): Statement[] => [
+      { query: "DELETE FROM stream_entries USING TIMESTAMP ? WHERE user_id = ? AND first_sn = ? AND sn > ?", params: [claimAt, userId, bucket, head.latestSn] },
+      { query: "UPDATE stream_entries USING TIMESTAMP ? SET latest_sn = ?, pending_handoffs = null WHERE user_id = ? AND first_sn = ?", params: [claimAt, head.latestSn, userId, bucket] },
+    ];
+    const claimed = new Set(head.unclaimed);
+    // A bucket opened in this epoch may hold an older owner's rows past the head too.
+    if (full) claimed.add(firstSn);
+    const elsewhere = [...claimed].filter((bucket) => bucket !== firstSn);
+    const listing: Promise<void>[] = [];
+    if (head.unclaimed.length > 0) {
+      listing.push(cql.write("DELETE FROM stream_buckets USING TIMESTAMP ? WHERE user_id = ? AND first_sn > ?", [claimAt, userId, Math.max(...head.unclaimed)]));
     }
-
-    let firstSn = head.firstSn;
-    let listed = head.listed;
-    if (head.opened) {
-      // Full: sealed first, so a writer that missed the rollover fails its condition instead of writing behind the new bucket.
-      const sealed = await cql.lwt(`UPDATE stream_entries SET sealed = true WHERE user_id = ? AND first_sn = ? IF latest_sn = ? AND sealed = null${epochCondition}`, [
-        userId,
-        head.firstSn,
-        head.latestSn,
-        ...epochParams,
-      ]);
-      if (!sealed.applied) return refusal(sealed.row);
-      firstSn = head.latestSn + 1;
-      listed = false;
-    }
-    if (!listed) await cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?)", [userId, firstSn]);
-    const ownerEpoch = epoch ?? head.ownerEpoch;
-    const opened = await cql.lwtBatch([
+    listing.push(...elsewhere.map((bucket) => cql.partitionBatch(claims(bucket))));
+    await Promise.all(listing);
+    // Listed before its entries land, so a reader never misses them.
+    if (full || !head.listed) await cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?) USING TIMESTAMP ?", [userId, firstSn, at]);
+    await cql.partitionBatch([
+      ...(claimed.has(firstSn) ? claims(firstSn) : []),
       {
-        query: "UPDATE stream_entries SET latest_sn = ?, owner_epoch = ?, pending_handoffs = ? WHERE user_id = ? AND first_sn = ? IF latest_sn = null",
-        params: [latestSn, ownerEpoch, pending, userId, firstSn],
+        query: "UPDATE stream_entries USING TIMESTAMP ? SET latest_sn = ?, pending_handoffs = ? WHERE user_id = ? AND first_sn = ?",
+        params: [at, latestSn, write.handoff ? encodePendingHandoff(write.handoff) : null, userId, firstSn],
       },
-      ...entryRows(firstSn),
+      ...sns.map((sn, index) => ({ query: "INSERT INTO stream_entries (user_id, first_sn, sn, event_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?", params: [userId, firstSn, sn, eventIds[index], at] })),
     ]);
-    if (!opened.applied) return "conflict";
-    rememberHead(userId, { firstSn, latestSn, ownerEpoch, opened: true, listed: true, fencedAt: epoch });
-    return "applied";
+    rememberHead(userId, { firstSn, latestSn, listed: true, epoch, unclaimed: [] });
+  }
+
+  /**
+   * Throws OwnershipLostError unless the writer still owns every fence after its write: no takeover
+   * revoked one (the revocation is written before the takeover, so a read that misses it began
+   * before the new owner could read the stream, and that read sees this write), and by its own view
+   * it still holds and trusts each (a release, or an expiry by its clock, comes later still).
+   */
+  async function confirm(fences: readonly Fence[], holder: FenceHolder): Promise<void> {
+    const revoked = new Map((await cql.rows("SELECT shard, epoch FROM lease_revocations WHERE instance = ?", [holder.instance])).map((row) => [row.shard as number, row.epoch as number]));
+    const lost = fences.find((fence) => (revoked.get(fence.shard) ?? -1) >= fence.epoch) ?? holder.untrusted(fences);
+    if (lost) throw new OwnershipLostError(lost);
   }
 
   /** Removes (user, sn) holders from events; an event left with none is deleted unless an append re-referenced it meanwhile. */
-  async function dropHolders(holders: Map<bigint, unknown[]>, deleteEmptied: (eventId: bigint) => boolean): Promise<void> {
+  async function dropHolders(holders: Map<bigint, unknown[]>): Promise<void> {
     await Promise.all(
       [...holders].map(async ([eventId, pairs]) => {
         await cql.write("UPDATE update_events SET holders = holders - ? WHERE event_id = ?", [pairs, eventId]);
-        if (!deleteEmptied(eventId)) return;
         const row = await cql.row("SELECT holders FROM update_events WHERE event_id = ?", [eventId]);
         const left = row?.holders as Set<unknown> | null | undefined;
         if (row && (!left || left.size === 0)) await cql.lwt("DELETE FROM update_events WHERE event_id = ? IF holders = null", [eventId]);
@@ -194,13 +174,14 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
   /**
    * The users whose streams already hold an event the append gives them, or are given one twice.
    * A stream holds an event once (§5.4). Every entry's (user, sn) pair is added to its event's
-   * `holders` before the entry's LWT, so once a head at latest_sn X is known, the pairs read after
-   * it name every entry up to X (a pair may also be left by a writer that died before its LWT: the
-   * stream confirms it). The user's LWT is conditioned on that same X, so an entry landing after
-   * this check refuses the append instead: the check is exact without a condition of its own.
-   * Extra reads only where a pair names the user, i.e. for a repeat.
+   * `holders` before the entry is written, so once a head at latest_sn X is known, the pairs read
+   * after it name every entry up to X (a pair may also be left by a writer that died before its
+   * write, or whose write a newer owner shadowed: the stream confirms it). Nothing lands in the
+   * stream after the check but this owner's own writes (one append at a time), and an older owner's
+   * land shadowed: the check is exact without a condition of its own. Extra reads only where a pair
+   * names the user, i.e. for a repeat.
    */
-  async function repeats(writes: readonly UserWrite[], headOf: ReadonlyMap<number, StreamHead>, held: ReadonlyMap<bigint, unknown[]>): Promise<Set<number>> {
+  async function repeats(writes: readonly UserWrite[], headOf: ReadonlyMap<number, KnownHead>, held: ReadonlyMap<bigint, unknown[]>): Promise<Set<number>> {
     // Each event's pairs by user: a write of many fan-outs to many users looks each up once.
     const snsOf = new Map<bigint, Map<number, number[]>>();
     for (const [eventId, holders] of held) {
@@ -224,31 +205,15 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     return repeating;
   }
 
-  /**
-   * The pairs of a refused user's entries that no writer can make true any more, to remove from
-   * their events. Another writer may have added the very same pair (the same event at the same sn:
-   * two engines finishing one fan-out) and applied it, or may still apply it while its head is
-   * below that sn (a rollover under way, a later append): those pairs stay, or `repeats` and
-   * `holders` would miss the entry and the stream could take the event twice. What stays without
-   * an entry is only an event row kept too long. Read at LOCAL_SERIAL, so a head LWT in flight is
-   * settled first. Runs only for refused users.
-   */
-  async function releasable({ userId, sns, eventIds }: UserWrite): Promise<[bigint, unknown][]> {
-    const { head } = await readHead(userId, { serial: true });
-    const decided = sns.flatMap((sn, index) => (head.opened && sn <= head.latestSn ? [{ sn, eventId: eventIds[index] }] : []));
-    const found = await Promise.all(decided.map(({ sn }) => entryAt(userId, sn)));
-    return decided.flatMap(({ sn, eventId }, index): [bigint, unknown][] => (found[index] === eventId ? [] : [[eventId, holderOf(userId, sn)]]));
-  }
-
   return {
     async latestSn(userId) {
-      return (await readHead(userId)).head.latestSn;
+      return (await readStreamHead(cql, userId)).latestSn;
     },
 
     async latestSns(userIds) {
       const found = new Map<number, number>();
-      const read = await Promise.all(userIds.map((userId) => readHead(userId)));
-      userIds.forEach((userId, index) => found.set(userId, read[index].head.latestSn));
+      const read = await Promise.all(userIds.map((userId) => readStreamHead(cql, userId)));
+      userIds.forEach((userId, index) => found.set(userId, read[index].latestSn));
       return found;
     },
 
@@ -270,12 +235,12 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       }
       const writes: UserWrite[] = [...byUser].map(([userId, entries]) => {
         entries.sort((a, b) => a.sn - b.sn);
-        return { userId, sns: entries.map((e) => e.sn), eventIds: entries.map((e) => e.eventId), fence: fenceByShard.get(shardOf(userStreamKey(userId))) };
+        return { userId, sns: entries.map((e) => e.sn), eventIds: entries.map((e) => e.eventId), epoch: fenceByShard.get(shardOf(userStreamKey(userId)))?.epoch ?? 0 };
       });
 
-      // Checks that refuse the whole append, nothing written.
-      const [, { headOf, unsettled }] = await Promise.all([ctx.checkFences(write.fences), headsFor(writes)]);
-      for (const { userId, fence } of writes) if (fence && headOf.get(userId)!.ownerEpoch > fence.epoch) throw new OwnershipLostError(fence);
+      // Checks that refuse the whole append, nothing written. A writer that confirms afterwards
+      // (holder) skips the read of the leases; the others are checked against them first.
+      const [, { headOf, unsettled }] = await Promise.all([write.holder ? undefined : ctx.checkFences(write.fences), headsFor(writes)]);
       // The last append's hand-off, if its process stopped before writing it: settled before this append replaces it.
       await Promise.all([...unsettled].map(([agentUserId, handoff]) => delivery.settle(agentUserId, handoff)));
       const referenced = new Map<bigint, LoggedEvent>();
@@ -300,7 +265,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         .map(({ userId }) => userId);
       if (conflicts.length > 0) return { ok: false, conflicts };
 
-      // Hand-offs ride in their agent's LWT (rolled forward from there if this process stops before writing them).
+      // Hand-offs ride in their agent's batch (rolled forward from there if this process stops before writing them).
       const handoffs = new Map<number, PendingHandoff>();
       await Promise.all(
         (write.handoffs ?? []).map(async (handoff: WebhookHandoff) => {
@@ -324,42 +289,22 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         ),
       );
       const settled = await Promise.allSettled(writes.map((userWrite) => appendFor(userWrite, headOf.get(userWrite.userId)!)));
-      // An LWT that failed (a timeout) may have applied: its head, read at LOCAL_SERIAL, tells (§1.4).
-      const outcomes = await Promise.all(
-        settled.map(async (outcome, index): Promise<UserOutcome> => {
-          if (outcome.status === "fulfilled") return outcome.value;
-          const { userId, sns } = writes[index];
-          const { head } = await readHead(userId, { serial: true });
-          return head.latestSn >= sns[sns.length - 1] ? "applied" : "conflict";
-        }),
-      );
       const failure = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === "rejected");
-
-      const refused = writes.filter((_userWrite, index) => outcomes[index] !== "applied");
-      for (const { userId } of refused) heads.delete(userId);
-      if (refused.length > 0) {
-        const released = new Map<bigint, unknown[]>();
-        for (const [eventId, holder] of (await Promise.all(refused.map(releasable))).flat()) released.set(eventId, [...(released.get(eventId) ?? []), holder]);
-        const refusedUsers = new Set(refused.map(({ userId }) => userId));
-        const onlyRefused = (eventId: bigint) => !held.has(eventId) && heldBy.get(eventId)!.every((holder) => refusedUsers.has(holderUser(holder)));
-        await dropHolders(released, onlyRefused);
-      }
-      const applied = new Set(writes.filter((_userWrite, index) => outcomes[index] === "applied").map(({ userId }) => userId));
-      // A hand-off of an agent without entries here has no LWT to ride in: written once the append stands whole.
-      await Promise.all(
-        [...handoffs]
-          .filter(([agentUserId]) => applied.has(agentUserId) || (!byUser.has(agentUserId) && refused.length === 0))
-          .map(([agentUserId, handoff]) => delivery.handOff(agentUserId, handoff)),
-      );
       if (failure) {
-        // The caller learns the append failed; every head it touched is read again next time.
+        // Some batches may have landed: the caller learns the append failed and finishes the
+        // fan-outs again, which find what landed (holders); every head it touched is read again.
         for (const { userId } of writes) heads.delete(userId);
         throw failure.reason;
       }
-      const lost = outcomes.find((outcome): outcome is { lost: Fence } => typeof outcome === "object");
-      if (lost) throw new OwnershipLostError(lost.lost);
-      const conflicted = refused.map(({ userId }) => userId);
-      return conflicted.length > 0 ? { ok: false, conflicts: conflicted } : { ok: true };
+      if (write.holder && write.fences && write.fences.length > 0) {
+        await confirm(write.fences, write.holder).catch((err: unknown) => {
+          for (const { userId } of writes) heads.delete(userId);
+          throw err;
+        });
+      }
+      // A hand-off of an agent without entries here has no batch to ride in: written once the append stands whole.
+      await Promise.all([...handoffs].map(([agentUserId, handoff]) => delivery.handOff(agentUserId, handoff)));
+      return { ok: true };
     },
 
     async holders(eventId, userIds) {
@@ -367,9 +312,10 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       const row = await cql.row("SELECT holders FROM update_events WHERE event_id = ?", [eventId]);
       const wanted = new Set(userIds);
       const claimed = [...((row?.holders as Set<unknown> | null | undefined) ?? [])].filter((holder) => wanted.has(holderUser(holder)));
-      // The pairs are added before the streams' LWTs, so a writer that died in between left pairs
-      // whose stream never took the entry: only the stream itself says it holds it. This runs when
-      // a fan-out is delivered again, not on the way of a first delivery.
+      // The pairs are added before the streams' batches, so a writer that died in between (or whose
+      // batch a newer owner shadowed) left pairs whose stream never took the entry: only the stream
+      // itself says it holds it. This runs when a fan-out is delivered again, not on the way of a
+      // first delivery.
       const held = await Promise.all(claimed.map(async (holder) => ((await entryAt(holderUser(holder), holderSn(holder))) === eventId ? holderUser(holder) : undefined)));
       return [...new Set(held.filter((userId): userId is number => userId !== undefined))];
     },
@@ -398,6 +344,8 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       return entries.filter((entry) => entryOf.get(entry.eventId)).map((entry) => ({ sn: entry.sn, entry: bytesOf(entryOf.get(entry.eventId)!.entry) }));
     },
 
+    // Its tombstones outrank every owner's writes (streamPruneTimestamp): the sns it drops are below
+    // any an owner writes again, and a bucket it drops whole is one no owner writes again.
     async pruneUpdates(userId, upToSn) {
       const buckets = await bucketsOf(userId);
       const pruned = new Map<bigint, unknown[]>();
@@ -415,18 +363,18 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         // before the newest keeps its static head for a newest bucket listed but not yet opened.
         if (index + 2 < buckets.length && next - 1 <= upToSn) {
           note(await cql.rows("SELECT sn, event_id FROM stream_entries WHERE user_id = ? AND first_sn = ? AND sn >= ?", [userId, firstSn, firstSn]));
-          await cql.write("DELETE FROM stream_entries WHERE user_id = ? AND first_sn = ?", [userId, firstSn]);
-          await cql.write("DELETE FROM stream_buckets WHERE user_id = ? AND first_sn = ?", [userId, firstSn]);
+          await cql.write("DELETE FROM stream_entries USING TIMESTAMP ? WHERE user_id = ? AND first_sn = ?", [streamPruneTimestamp, userId, firstSn]);
+          await cql.write("DELETE FROM stream_buckets USING TIMESTAMP ? WHERE user_id = ? AND first_sn = ?", [streamPruneTimestamp, userId, firstSn]);
         } else {
           // The bucket upToSn falls in: one range tombstone; its static head stays.
           const rows = await cql.rows("SELECT sn, event_id FROM stream_entries WHERE user_id = ? AND first_sn = ? AND sn >= ? AND sn <= ?", [userId, firstSn, firstSn, upToSn]);
           if (rows.length === 0) continue;
           note(rows);
-          await cql.write("DELETE FROM stream_entries WHERE user_id = ? AND first_sn = ? AND sn <= ?", [userId, firstSn, upToSn]);
+          await cql.write("DELETE FROM stream_entries USING TIMESTAMP ? WHERE user_id = ? AND first_sn = ? AND sn <= ?", [streamPruneTimestamp, userId, firstSn, upToSn]);
         }
       }
       // After the entries: a crash in between leaves an event held by a pruned entry (kept too long), never an entry without its event.
-      await dropHolders(pruned, () => true);
+      await dropHolders(pruned);
     },
   };
 }

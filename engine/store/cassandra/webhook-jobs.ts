@@ -15,6 +15,7 @@
 import { maxQueuedWebhooksPerAgent, type WebhookJob, type WebhookJobStore } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bigintOf, numberOf, type Cql, type Row, type Statement } from "./cql.js";
+import { readStreamHead } from "./stream-head.js";
 import { hourOf, sweepEntry } from "./sweep-index.js";
 
 /**
@@ -218,12 +219,9 @@ export class AgentDelivery {
     return bigintOf((await this.cql.row("SELECT tail_job_id FROM webhook_jobs WHERE agent_user_id = ? LIMIT 1", [agentUserId]))?.tail_job_id);
   }
 
-  /** The hand-off the newest bucket of the agent's stream holds, if any (§5.4). */
+  /** The hand-off the agent's last append left in its stream, if any (§5.4). */
   private async streamHandoff(agentUserId: number): Promise<PendingHandoff | undefined> {
-    const bucket = await this.cql.row("SELECT first_sn FROM stream_buckets WHERE user_id = ? LIMIT 1", [agentUserId]);
-    if (!bucket) return undefined;
-    const head = await this.cql.row("SELECT pending_handoffs FROM stream_entries WHERE user_id = ? AND first_sn = ? LIMIT 1", [agentUserId, bucket.first_sn]);
-    return decodePendingHandoff(head?.pending_handoffs);
+    return decodePendingHandoff((await readStreamHead(this.cql, agentUserId)).pendingHandoffs);
   }
 }
 
