@@ -9,6 +9,8 @@ import { ConnectError } from "@connectrpc/connect";
 import { engineWatchPolicy } from "../../engine/engine-watch.js";
 import { conversationKey, shardOf, userStreamKey } from "../../engine/ownership.js";
 import { ownerOf } from "../../engine/shard-owners.js";
+import { Cql } from "../../engine/store/cassandra/cql.js";
+import { epochOfStreamWrite } from "../../engine/store/cassandra/stream-head.js";
 import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";
@@ -117,6 +119,34 @@ class MixedLoad {
     }
   }
 
+  /**
+   * Each stream's entries, by sn, carry their writer's epoch in their write timestamp (DATA-MODEL
+   * §5.4): an owner's entries that landed before the next owner read the stream come first, and
+   * whatever it wrote once the next owner claimed the stream (a paused engine waking up) never
+   * shows. So the epochs never go down along a stream. Read from the cluster's Cassandra itself.
+   */
+  private async verifyOwnersInOrder(): Promise<void> {
+    const cql = await Cql.connect({ contactPoints: [this.cluster.cassandra.contactPoint], keyspace: this.cluster.cassandra.keyspace });
+    try {
+      await cql.useKeyspace();
+      let movedStreams = 0;
+      for (const user of this.users) {
+        const buckets = (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [user.userId])).map((row) => row.first_sn as number).reverse();
+        const entries: { sn: number; epoch: number }[] = [];
+        for (const firstSn of buckets) {
+          const rows = await cql.rows("SELECT sn, WRITETIME(event_id) AS written FROM stream_entries WHERE user_id = ? AND first_sn = ?", [user.userId, firstSn]);
+          for (const row of rows) if (row.sn !== null) entries.push({ sn: row.sn as number, epoch: epochOfStreamWrite(BigInt(String(row.written))) });
+        }
+        if (new Set(entries.map((entry) => entry.epoch)).size > 1) movedStreams++;
+        const descents = entries.filter((entry, i) => i > 0 && entry.epoch < entries[i - 1].epoch);
+        expect(descents, `user ${user.userId}: an older owner's entries after a newer owner's (sn: epoch ${entries.map((e) => `${e.sn}:${e.epoch}`).join(" ")})`).to.deep.equal([]);
+      }
+      console.log(`      measured: ${movedStreams} of ${this.users.length} streams written by more than one owner, each in epoch order`);
+    } finally {
+      await cql.close();
+    }
+  }
+
   failuresOf(home: string, after: number): Attempt[] {
     return this.attempts.filter((a) => a.failure !== undefined && a.home === home && a.endedAt >= after);
   }
@@ -125,8 +155,12 @@ class MixedLoad {
     return this.attempts.filter((a) => a.failure === undefined && a.kind === "send" && a.startedAt > at).length;
   }
 
-  /** Every user's stream whole: sns dense from 1; each acknowledged message once in each member's stream; message ids dense. */
+  /**
+   * Every user's stream whole: sns dense from 1; each acknowledged message once in each member's
+   * stream; message ids dense; and, as stored, no entry of an older owner after a newer owner's.
+   */
   async verifyStreams(): Promise<void> {
+    await this.verifyOwnersInOrder();
     const streams = new Map<number, SnUpdate[]>();
     for (const user of this.users) streams.set(user.userId, await wholeStream(this.cluster, user));
     for (const [userId, stream] of streams) expect(stream.map((u) => u.sn), `user ${userId}: sns dense`).to.deep.equal(stream.map((_u, i) => i + 1));

@@ -15,6 +15,8 @@ export interface TestCluster {
   /** The cluster's DATA_DIR (pid files under cluster/pids). */
   dataDir: string;
   codesFile: string;
+  /** Where its engines keep their data: Cassandra on its usual local port, this keyspace. */
+  cassandra: { contactPoint: string; keyspace: string };
 }
 
 const root = resolve(import.meta.dirname, "../..");
@@ -24,11 +26,13 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
   const existing = process.env.PARLEY_TEST_CLUSTER_URL;
   if (existing) {
     const dataDir = process.env.PARLEY_TEST_CLUSTER_DIR ?? "";
-    return { cluster: { url: existing, dataDir, codesFile: join(dataDir, "codes.jsonl") } };
+    const cassandra = { contactPoint: process.env.CASSANDRA_CONTACT_POINTS || "127.0.0.1:9042", keyspace: process.env.CASSANDRA_KEYSPACE || "parley" };
+    return { cluster: { url: existing, dataDir, codesFile: join(dataDir, "codes.jsonl"), cassandra } };
   }
   const port = await freeStablePort();
   const dataDir = join(testServicesDir, "cluster");
   const codesFile = join(dataDir, `cluster-codes-${process.pid}.jsonl`);
+  const keyspace = testKeyspace("cluster");
   const child = spawn(process.execPath, ["--import", "tsx", "scripts/cluster/main.ts"], {
     cwd: root,
     env: {
@@ -38,7 +42,7 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
       PORT: String(port),
       CODE_DELIVERY: `file:${codesFile}`,
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-      CASSANDRA_KEYSPACE: testKeyspace("cluster"),
+      CASSANDRA_KEYSPACE: keyspace,
       CLUSTER_BASE_PORT: String(await freeBasePort()),
       GRPC_PORT: String(await freeStablePort()),
       // Limits a load test would trip over, out of reach as for every test server.
@@ -60,7 +64,7 @@ async function start(): Promise<{ cluster: TestCluster; child?: ChildProcess }> 
     }
     await sleep(200);
   }
-  return { cluster: { url: `http://127.0.0.1:${port}`, dataDir, codesFile }, child };
+  return { cluster: { url: `http://127.0.0.1:${port}`, dataDir, codesFile, cassandra: { contactPoint: "127.0.0.1:9042", keyspace } }, child };
 }
 
 /** The cluster's node ports (base +1..+16), their bus ports (+1001..+1016) and the api nodes' gRPC ports (+2001..+2016), all free. */

@@ -19,6 +19,9 @@ const epochBase = (epoch: number): bigint => {
  */
 export const streamWriteTimestamp = (epoch: number, sn: number): bigint => epochBase(epoch) + BigInt(sn);
 
+/** The epoch a stream row was written under, from its write timestamp (WRITETIME). */
+export const epochOfStreamWrite = (timestamp: bigint): number => Number((timestamp - 2n ** 56n) >> 32n);
+
 /** Where an owner's claim of a stream writes its tombstones: below everything of its own epoch, above everything of an older one. */
 export const streamClaimTimestamp = (epoch: number): bigint => epochBase(epoch) - 1n;
 
