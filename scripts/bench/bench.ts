@@ -15,7 +15,7 @@ import { buildFixture } from "./fixture.js";
 import { backingServices } from "../cluster/backing.js";
 import { pidsListeningOn, startNode, stop, waitHealthy, type BackingPids } from "./processes.js";
 import { report } from "./report.js";
-import { measureRow, medians, rowNames, type BenchContext, type Figures, type RowName } from "./rows.js";
+import { measureRow, medians, roleFigure, rowNames, type BenchContext, type Figures, type RowName } from "./rows.js";
 import { closeAll, keepAlive, openGatewaySocket, openRelaySocket, PushRouter, RpcClient } from "./wire.js";
 
 const usage = `npm run bench -- [options]
@@ -33,6 +33,7 @@ const usage = `npm run bench -- [options]
                              of its own), or \`npm run cluster\` (server CPU and memory: the sum over
                              its Parley processes; backing services not counted)
   --gateways 2               gateway processes of the cluster the benchmark starts
+  --engines 2                engine processes of the cluster the benchmark starts
   --url http://host:port     use a running server instead (needs --codes-file; its abuse
                              limits must be off); --server-pids 12,34 to read its CPU and RSS
   --codes-file <path>        the server's CODE_DELIVERY=file: path (with --url)
@@ -57,6 +58,7 @@ const { values } = parseArgs({
     "socket-driver": { type: "string" },
     store: { type: "string", default: "sqlite" },
     gateways: { type: "string", default: "2" },
+    engines: { type: "string", default: "2" },
     url: { type: "string" },
     "server-pids": { type: "string" },
     "codes-file": { type: "string" },
@@ -110,6 +112,7 @@ async function storeEnv(store: string): Promise<Record<string, string>> {
 
 async function dropBenchKeyspace(): Promise<void> {
   if (!keyspaceCreated) return;
+  keyspaceCreated = false;
   const client = new cassandra.Client({ contactPoints: [await testCassandra()], localDataCenter: "datacenter1" });
   try {
     await client.execute(`DROP KEYSPACE IF EXISTS ${benchKeyspace}`);
@@ -151,6 +154,7 @@ async function startCluster(): Promise<StartedServer> {
     CODE_DELIVERY: `file:${codesFile}`,
     LOG_LEVEL: "warn",
     CLUSTER_GATEWAY_NODES: values.gateways,
+    CLUSTER_ENGINE_NODES: values.engines,
     // One keyspace for every cluster run (it lives in the cluster's own Cassandra).
     CASSANDRA_KEYSPACE: "parley_bench",
     ...generousAbuseLimits,
@@ -159,8 +163,12 @@ async function startCluster(): Promise<StartedServer> {
   const cluster = await startNode([], ["scripts/cluster/main.ts"], env, "cluster: ready after");
   children.push(cluster);
   const pidDir = join(clusterDir, "cluster", "pids");
-  const pids = readdirSync(pidDir).map((name) => Number(readFileSync(join(pidDir, name), "utf8")));
-  const backing = backingOn({ ...Object.fromEntries(backingServices.map((service) => [service.name, service.port])), nginx: port });
+  const pidFiles = readdirSync(pidDir);
+  const pids = pidFiles.map((name) => Number(readFileSync(join(pidDir, name), "utf8")));
+  // Parley's processes by role too (pid files are <role>-<n>.pid): what each role costs per operation, for the capacity model.
+  const byRole: BackingPids = {};
+  pidFiles.forEach((name, index) => (byRole[roleFigure(name.replace(/-\d+\.pid$/, ""))] ??= []).push(pids[index]));
+  const backing = { ...backingOn({ ...Object.fromEntries(backingServices.map((service) => [service.name, service.port])), nginx: port }), ...byRole };
   return { url: `http://127.0.0.1:${port}`, codesFile, pids, backing };
 }
 
@@ -255,7 +263,7 @@ async function main(store: string): Promise<number> {
   const results = Object.fromEntries([...perRow].map(([row, figures]) => [row, medians(figures)]));
   const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
   const heading = [
-    `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? `started by the benchmark on ${store}`}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
+    `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? `started by the benchmark on ${store}${store === "cluster" ? ` (${values.engines} engines, ${values.gateways} gateways)` : ""}`}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
     `closed loops ${closed.measureMs / 1000} s after ${closed.warmupMs / 1000} s warm-up, open loops ${open.measureMs / 1000} s after ${open.warmupMs / 1000} s warm-up;`,
     `${fixture.users.length} users, each with one gateway socket and one relay socket. The load generator shares the machine:`,
     `it used ${(((clientCpu.user + clientCpu.system) / 1000 / (elapsedS * 1000)) * 100).toFixed(0)} % of one core over the whole run (per phase: column "client CPU").`,
@@ -277,6 +285,12 @@ let exitCode = 0;
 try {
   for (const store of stores) {
     try {
+      // The cluster starts a Cassandra of its own on the same port: the one the embedded server
+      // used goes first (a run of --store cassandra,cluster failed on the taken port).
+      if (store === "cluster") {
+        await dropBenchKeyspace();
+        await releaseTestCassandra();
+      }
       exitCode = Math.max(exitCode, await main(store));
     } finally {
       await Promise.all(children.splice(0).map(stop));

@@ -1,6 +1,6 @@
 // The summary: three markdown tables (cost and throughput, latency at a fixed rate, memory per
 // idle socket), medians of the runs, each figure next to the issue's target for it.
-import { backingFigure, type Figures, type RowName } from "./rows.js";
+import { backingFigure, roleFigure, type Figures, type RowName } from "./rows.js";
 
 export const targets = {
   private: { cpu: "≤ 0.35 ms", p99: "≤ 10 ms" },
@@ -65,7 +65,9 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
 
   // What the backing services spent on the same operations, beside Parley's own processes: Parley's
   // CPU alone hides work moved into the store (a Paxos round is Cassandra's CPU, not Parley's).
-  const services = [...new Set([p, g, d, r].flatMap((f) => Object.keys(f ?? {}).filter((key) => key.startsWith("backing:")).map((key) => key.slice("backing:".length))))];
+  const measured = [...new Set([p, g, d, r].flatMap((f) => Object.keys(f ?? {}).filter((key) => key.startsWith("backing:")).map((key) => key.slice("backing:".length))))];
+  const roles = measured.filter((name) => name.startsWith(roleFigure("")));
+  const services = measured.filter((name) => !roles.includes(name));
   if (services.length > 0) {
     lines.push(
       `| CPU per operation, closed loop | Parley's processes | ${services.join(" | ")} | all |`,
@@ -76,6 +78,14 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
       const perService = services.map((service) => f[backingFigure(service)]);
       const all = known(f.cpuPerOpMs) && perService.every(known) ? f.cpuPerOpMs + perService.reduce((sum, n) => sum + n, 0) : undefined;
       lines.push(`| ${name} | ${ms(f.cpuPerOpMs)} | ${perService.map((n) => ms(n)).join(" | ")} | ${ms(all)} |`);
+    }
+    lines.push("");
+  }
+  // The cluster's own processes by role: the per-role costs a capacity plan multiplies out.
+  if (roles.length > 0) {
+    lines.push(`| CPU per operation, closed loop | ${roles.map((role) => role.slice(roleFigure("").length)).join(" | ")} |`, `|---|${roles.map(() => "---|").join("")}`);
+    for (const [name, f] of [[fanOutNames.private, p], [fanOutNames.group, g], [fanOutNames.delta, d], ["GetProfile", r]] as const) {
+      if (f) lines.push(`| ${name} | ${roles.map((role) => ms(f[backingFigure(role)])).join(" | ")} |`);
     }
     lines.push("");
   }

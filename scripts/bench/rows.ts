@@ -110,6 +110,11 @@ function relayWorkload(context: BenchContext, route: Route, sample: NonNullable<
 const perSecond = (w: WindowFigures) => w.operations / w.seconds;
 /** Figure names of a backing service's CPU per operation: `backing:<service>` (ms). */
 export const backingFigure = (service: string) => `backing:${service}`;
+/**
+ * Names, among the backing processes, of a group of Parley's own processes (the cluster's roles):
+ * measured the same way, reported apart (they are part of Parley's own CPU, not beside it).
+ */
+export const roleFigure = (role: string) => `role:${role}`;
 const backingPerOp = (w: WindowFigures): Figures => Object.fromEntries(Object.entries(w.backingCpuMs).map(([service, ms]) => [backingFigure(service), ms / w.operations]));
 const cpuPercent = (w: WindowFigures) => (w.clientCpuMs / (w.seconds * 1000)) * 100;
 
