@@ -2,8 +2,8 @@
 // The loops run against an in-process workload whose "pushes" echo the request body's marker.
 import { expect } from "chai";
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
-import { pidsListeningOn } from "./processes.js";
+import { connect, createServer } from "node:net";
+import { loopbackBytes, pidsListeningOn } from "./processes.js";
 import { closedLoop, marker, markerIdAt, markerLength, markerOffset, median, openLoop, percentile, Tracker, writeMarker, type PushSink, type Workload } from "./load.js";
 
 /** A workload whose every operation is pushed to `fanOut` sockets right after it is answered. */
@@ -134,6 +134,18 @@ describe("benchmark load bookkeeping", () => {
       await new Promise((resolve) => server.close(resolve));
     }
     expect(pidsListeningOn(port)).to.deep.equal([]);
+  });
+
+  it("counts the bytes sent over loopback: a megabyte through a local socket moves the count by at least that", async () => {
+    let received = 0;
+    const server = createServer((socket) => socket.on("data", (chunk: Buffer) => (received += chunk.length)));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const before = loopbackBytes();
+    const socket = connect((server.address() as { port: number }).port, "127.0.0.1");
+    socket.end(Buffer.alloc(2 ** 20));
+    while (received < 2 ** 20) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(loopbackBytes() - before).to.be.at.least(2 ** 20);
+    await new Promise((resolve) => server.close(resolve));
   });
 
   it("takes nearest-rank percentiles and medians that skip unknown figures", () => {

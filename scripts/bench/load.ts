@@ -5,7 +5,7 @@
 // Every operation carries a marker (`~bm` and nine digits) in the text it sends; each push is
 // recognised by finding the marker in its raw bytes, so receiving costs the client a byte search,
 // not a protobuf decode.
-import { processCpuMs, type BackingPids } from "./processes.js";
+import { loopbackBytes, processCpuMs, type BackingPids } from "./processes.js";
 
 const markerPrefix = Buffer.from("~bm");
 const markerDigits = 9;
@@ -142,6 +142,7 @@ interface Snapshot {
   serverCpuMs: number;
   backingCpuMs: Record<string, number>;
   clientCpuMs: number;
+  loopbackBytes: number;
   completed: number;
   deliveries: number;
 }
@@ -149,7 +150,7 @@ interface Snapshot {
 function snapshot(tracker: Tracker, pids: number[], backing: BackingPids): Snapshot {
   const { user, system } = process.cpuUsage();
   const backingCpuMs = Object.fromEntries(Object.entries(backing).map(([name, servicePids]) => [name, processCpuMs(servicePids)]));
-  return { at: performance.now(), serverCpuMs: processCpuMs(pids), backingCpuMs, clientCpuMs: (user + system) / 1000, completed: tracker.completed, deliveries: tracker.deliveries };
+  return { at: performance.now(), serverCpuMs: processCpuMs(pids), backingCpuMs, clientCpuMs: (user + system) / 1000, loopbackBytes: loopbackBytes(), completed: tracker.completed, deliveries: tracker.deliveries };
 }
 
 export interface WindowFigures {
@@ -160,6 +161,8 @@ export interface WindowFigures {
   /** CPU of each backing service over the window (a service's own work for Parley: Cassandra's Paxos rounds, say). */
   backingCpuMs: Record<string, number>;
   clientCpuMs: number;
+  /** Bytes over loopback in the window: every hop of every process here, the client's requests and pushes included. */
+  loopbackBytes: number;
 }
 
 function windowOf(start: Snapshot, end: Snapshot, operations = end.completed - start.completed): WindowFigures {
@@ -170,6 +173,7 @@ function windowOf(start: Snapshot, end: Snapshot, operations = end.completed - s
     serverCpuMs: end.serverCpuMs - start.serverCpuMs,
     backingCpuMs: Object.fromEntries(Object.entries(end.backingCpuMs).map(([name, ms]) => [name, ms - start.backingCpuMs[name]])),
     clientCpuMs: end.clientCpuMs - start.clientCpuMs,
+    loopbackBytes: end.loopbackBytes - start.loopbackBytes,
   };
 }
 

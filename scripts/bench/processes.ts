@@ -21,6 +21,18 @@ export function processCpuMs(pids: number[]): number {
   return (ticks * 1000) / ticksPerSecond;
 }
 
+/**
+ * Bytes sent over the loopback interface so far (/proc/net/dev): with every process of a run on
+ * this machine, the network traffic of all of them, the client's included.
+ */
+export function loopbackBytes(): number {
+  const line = readFileSync("/proc/net/dev", "utf8")
+    .split("\n")
+    .find((row) => row.trim().startsWith("lo:"));
+  // Receive bytes are the first field after "lo:" (on loopback, what is sent is received).
+  return line ? Number(line.trim().slice(3).trim().split(/\s+/)[0]) : NaN;
+}
+
 /** Resident memory of the processes (VmRSS), in KiB; NaN when no process is known. */
 export function rssKb(pids: number[]): number {
   if (pids.length === 0) return NaN;

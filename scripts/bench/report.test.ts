@@ -14,6 +14,7 @@ describe("benchmark report", () => {
   it("sets the backing services beside Parley's CPU with their sum, and the cluster's roles in a table of their own, out of that sum", () => {
     const privateRow: Figures = {
       cpuPerOpMs: 2,
+      loopbackBytesPerOp: 9000,
       [backingFigure("cassandra")]: 1.5,
       [backingFigure("nginx")]: 0.25,
       [backingFigure(roleFigure("api"))]: 0.75,
@@ -21,9 +22,9 @@ describe("benchmark report", () => {
     };
     const text = report({ private: privateRow }, shape);
     expect(tableAfter(text, "| CPU per operation, closed loop | Parley's processes")).to.deep.equal([
-      "| CPU per operation, closed loop | Parley's processes | cassandra | nginx | all |",
-      "|---|---|---|---|---|",
-      "| SendMessage, private | 2.000 ms | 1.500 ms | 0.250 ms | 3.750 ms |",
+      "| CPU per operation, closed loop | Parley's processes | cassandra | nginx | all | bytes over loopback per op |",
+      "|---|---|---|---|---|---|",
+      "| SendMessage, private | 2.000 ms | 1.500 ms | 0.250 ms | 3.750 ms | 9000 |",
     ]);
     expect(tableAfter(text, "| CPU per operation, closed loop | api")).to.deep.equal([
       "| CPU per operation, closed loop | api | engine |",

@@ -70,14 +70,14 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
   const services = measured.filter((name) => !roles.includes(name));
   if (services.length > 0) {
     lines.push(
-      `| CPU per operation, closed loop | Parley's processes | ${services.join(" | ")} | all |`,
-      `|---|---|${services.map(() => "---|").join("")}---|`,
+      `| CPU per operation, closed loop | Parley's processes | ${services.join(" | ")} | all | bytes over loopback per op |`,
+      `|---|---|${services.map(() => "---|").join("")}---|---|`,
     );
     for (const [name, f] of [[fanOutNames.private, p], [fanOutNames.group, g], [fanOutNames.delta, d], ["GetProfile", r]] as const) {
       if (!f) continue;
       const perService = services.map((service) => f[backingFigure(service)]);
       const all = known(f.cpuPerOpMs) && perService.every(known) ? f.cpuPerOpMs + perService.reduce((sum, n) => sum + n, 0) : undefined;
-      lines.push(`| ${name} | ${ms(f.cpuPerOpMs)} | ${perService.map((n) => ms(n)).join(" | ")} | ${ms(all)} |`);
+      lines.push(`| ${name} | ${ms(f.cpuPerOpMs)} | ${perService.map((n) => ms(n)).join(" | ")} | ${ms(all)} | ${count(f.loopbackBytesPerOp)} |`);
     }
     lines.push("");
   }

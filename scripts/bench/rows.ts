@@ -126,6 +126,7 @@ async function measureFanOut(row: "private" | "group" | "delta", context: BenchC
     opsPerSec: perSecond(parleyClosed.window),
     cpuPerOpMs: parleyClosed.window.serverCpuMs / parleyClosed.window.operations,
     cpuPerDeliveryUs: (parleyClosed.window.serverCpuMs * 1000) / parleyClosed.window.deliveries,
+    loopbackBytesPerOp: parleyClosed.window.loopbackBytes / parleyClosed.window.operations,
     clientCpuPct: cpuPercent(parleyClosed.window),
     closedFailed: parleyClosed.tracker.errors + parleyClosed.tracker.lost,
   };
