@@ -1,6 +1,6 @@
 // What the conformance suite cannot see of the Cassandra accounts part: claims and rename locks
-// left by a process that died, and index rows (the agent directory, deleted-agent markers) that
-// readers must confirm against the rows they point at.
+// left by a process that died, index rows (the agent directory, deleted-agent markers) that
+// readers must confirm against the rows they point at, and push tokens read in slices.
 import { expect } from "chai";
 import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, GroupStatus, type AgentStore } from "../store.js";
 import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
@@ -24,6 +24,20 @@ describe("cassandra store: accounts", () => {
   afterEach(async () => {
     await context.close();
     await store.close();
+  });
+
+  it("reads the push tokens of more users than one IN query takes: each token once, by user, then device", async () => {
+    const users = Array.from({ length: 250 }, (_, i) => 20_000 + i);
+    await Promise.all(
+      users.flatMap((userId) =>
+        (userId % 3 === 0 ? ["b", "a"] : userId % 3 === 1 ? ["a"] : []).map((deviceId) =>
+          store.pushTokens.upsertPushToken({ userId, deviceId, token: `t-${userId}-${deviceId}`, platform: 1, isSandbox: false, updatedAt: 1 }),
+        ),
+      ),
+    );
+    const asked = [...users].reverse().concat(users.slice(0, 10));
+    const expected = users.flatMap((userId) => (userId % 3 === 0 ? [`${userId}a`, `${userId}b`] : userId % 3 === 1 ? [`${userId}a`] : []));
+    expect((await store.pushTokens.listPushTokensOf(asked)).map((token) => `${token.userId}${token.deviceId}`)).to.deep.equal(expected);
   });
 
   const newUser = (email: string) => store.users.createUser({ accountType: AccountType.user, email, phone: null, nickname: "n", createdAt: 1000 });

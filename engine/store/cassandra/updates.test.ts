@@ -59,6 +59,15 @@ describe("cassandra update streams and webhook queue", () => {
   };
   const nodeA = { node: "node-a", instance: "a-1" };
   const nodeB = { node: "node-b", instance: "b-1" };
+  /** Two nodes' handles, A holding the lease of the user's stream shard; `takeOver` gives it to B before it runs out (A seen gone). */
+  const twoOwners = async (userId: number) => {
+    const [a, b] = [await parts(), await parts()];
+    const shard = shardOf(userStreamKey(userId));
+    const leaseA = await leaseStore(cassandraContext(a.handle.cql)).acquire(shard, nodeA, Date.now(), 60_000);
+    const fenceA: Fence = { shard, epoch: leaseA.epoch };
+    const takeOver = async (): Promise<Fence> => ({ shard, epoch: (await leaseStore(cassandraContext(b.handle.cql)).takeOver(shard, nodeB, leaseA, Date.now(), 60_000)).epoch });
+    return { a, b, fenceA, takeOver };
+  };
   const event = (eventId: number) => ({ eventId: BigInt(eventId), entry: new Uint8Array([eventId % 256]) });
   const append = (updates: UpdateLogStore, entries: [number, number, number][]) =>
     updates.append({
@@ -105,16 +114,11 @@ describe("cassandra update streams and webhook queue", () => {
   });
 
   it("hides what an older owner writes after the new owner claimed the stream, in its bucket, a bucket it opens, or one it listed before pausing", async () => {
-    const a = await parts();
-    const b = await parts();
-    const shard = shardOf(userStreamKey(9));
-    const leaseA = await leaseStore(cassandraContext(a.handle.cql)).acquire(shard, nodeA, Date.now(), 60_000);
-    const fenceA = { shard, epoch: leaseA.epoch };
+    const { a, b, fenceA, takeOver } = await twoOwners(9);
     expect(await fencedAppend(a.updates, fenceA, unaware("a-1"), [[9, 1, 1], [9, 2, 2], [9, 3, 3]])).to.deep.equal({ ok: true });
     // A lists the next bucket and pauses before its entries land (as its rollover at sn 4 would, were bucket 1 full).
     await store.cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?) USING TIMESTAMP ?", [9, 4, streamWriteTimestamp(fenceA.epoch, 4)]);
-    const leaseB = await leaseStore(cassandraContext(b.handle.cql)).takeOver(shard, nodeB, leaseA, Date.now(), 60_000);
-    const fenceB = { shard, epoch: leaseB.epoch };
+    const fenceB = await takeOver();
     expect(await fencedAppend(b.updates, fenceB, unaware("b-1"), [[9, 4, 4]])).to.deep.equal({ ok: true });
     // A wakes: the batch it paused before lands in the bucket it listed; its next appends go to the
     // bucket it knew, then (having read the head again) past the new owner's entries.
@@ -268,16 +272,13 @@ describe("cassandra update streams and webhook queue", () => {
     expect([await indexed(now - 2), await indexed(now)]).to.deep.equal([false, true]);
     expect((await store.cql.row("SELECT hour FROM sweep_marks WHERE kind = 'webhooks' AND slot = ?", [slot]))?.hour).to.be.greaterThan(now - 2);
   });
+
   it("keeps the holder pair a refused owner shares with the new owner's entry (the same event at the same sn), so the stream never takes the event twice", async () => {
-    const first = await parts();
-    const second = await parts();
-    const shard = shardOf(userStreamKey(31));
-    const leaseA = await leaseStore(cassandraContext(first.handle.cql)).acquire(shard, nodeA, Date.now(), 60_000);
-    const fenceA = { shard, epoch: leaseA.epoch };
+    const { a: first, b: second, fenceA, takeOver } = await twoOwners(31);
     expect(await fencedAppend(first.updates, fenceA, unaware("a-1"), [[31, 1, 801]])).to.deep.equal({ ok: true });
     // Two engines finish fan-out 802 for user 31 across a lease move: the new owner lands it at sn 2,
     // the old one, still believing 1 is the latest, writes sn 2 too and is refused after writing.
-    const fenceB = { shard, epoch: (await leaseStore(cassandraContext(second.handle.cql)).takeOver(shard, nodeB, leaseA, Date.now(), 60_000)).epoch };
+    const fenceB = await takeOver();
     expect(await fencedAppend(second.updates, fenceB, unaware("b-1"), [[31, 2, 802]])).to.deep.equal({ ok: true });
     await refused(fencedAppend(first.updates, fenceA, unaware("a-1"), [[31, 2, 802]]));
     expect(await second.updates.holders(802n, [31])).to.deep.equal([31]);
