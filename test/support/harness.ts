@@ -19,7 +19,7 @@ import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-re
 import type { Store } from "../../engine/store/store.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
-import { dataDirRemoved, serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
+import { dataDirRemoved, prepareTestKeyspaces, serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
 
 export { testTopology };
 
@@ -86,7 +86,7 @@ if (typeof before === "function") {
     this.timeout(300_000);
     const cluster = testTopology === "cluster";
     await Promise.all([
-      testStore === "cassandra" && testCassandra(),
+      testStore === "cassandra" && testCassandra().then(prepareTestKeyspaces),
       testBlobs === "s3" && testS3(),
       (cluster || testEphemeral === "redis") && testRedis(),
       cluster && testKafka(),
