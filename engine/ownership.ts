@@ -105,6 +105,15 @@ export class Ownership {
     private readonly policy: typeof OwnershipPolicy = OwnershipPolicy,
   ) {
     this.holder = typeof holder === "string" ? newLeaseHolder(holder) : holder;
+    // One object for the life of the process: every append carries it.
+    this.fenceHolder = {
+      instance: this.holder.instance,
+      untrusted: (fences) =>
+        fences.find((fence) => {
+          const held = this.held.get(fence.shard);
+          return held?.fence.epoch !== fence.epoch || this.clock.now() >= held.trustedUntil;
+        }),
+    };
   }
 
   shardOf(key: string): number {
@@ -137,15 +146,7 @@ export class Ownership {
    * counts while this node holds it and trusts it by its clock. A release forgets the shard before
    * the store hears of it, so an append confirmed after that is refused, not acknowledged.
    */
-  get fenceHolder(): FenceHolder {
-    return { instance: this.holder.instance, untrusted: this.untrusted };
-  }
-
-  private readonly untrusted = (fences: readonly Fence[]): Fence | undefined =>
-    fences.find((fence) => {
-      const held = this.held.get(fence.shard);
-      return held?.fence.epoch !== fence.epoch || this.clock.now() >= held.trustedUntil;
-    });
+  readonly fenceHolder: FenceHolder;
 
   /**
    * Whether this node runs the cluster-wide background task now (a sweep): the task is a key like

@@ -128,12 +128,12 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     // A bucket opened in this epoch may hold an older owner's rows past the head too.
     if (full) claimed.add(firstSn);
     const elsewhere = [...claimed].filter((bucket) => bucket !== firstSn);
-    const listing: Promise<void>[] = [];
+    const claiming: Promise<void>[] = [];
     if (head.unclaimed.length > 0) {
-      listing.push(cql.write("DELETE FROM stream_buckets USING TIMESTAMP ? WHERE user_id = ? AND first_sn > ?", [claimAt, userId, Math.max(...head.unclaimed)]));
+      claiming.push(cql.write("DELETE FROM stream_buckets USING TIMESTAMP ? WHERE user_id = ? AND first_sn > ?", [claimAt, userId, Math.max(...head.unclaimed)]));
     }
-    listing.push(...elsewhere.map((bucket) => cql.partitionBatch(claims(bucket))));
-    await Promise.all(listing);
+    claiming.push(...elsewhere.map((bucket) => cql.partitionBatch(claims(bucket))));
+    await Promise.all(claiming);
     // Listed before its entries land, so a reader never misses them.
     if (full || !head.listed) await cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?) USING TIMESTAMP ?", [userId, firstSn, at]);
     await cql.partitionBatch([
