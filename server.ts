@@ -61,6 +61,7 @@ import { addressList } from "./shared/ip.js";
 import { labelMetricsWithNode, openSockets } from "./shared/metrics.js";
 import { measuredUpdateLog } from "./engine/log/measured-update-log.js";
 import { backgroundFailed, defaultRetryPolicy, retryInBackground, runInBackground } from "./shared/background.js";
+import { slowStartMs, StartupTimings } from "./startup-timings.js";
 
 export type { Role } from "./shared/config.js";
 
@@ -75,6 +76,8 @@ export interface ParleyOptions {
    * stop routing here before connections are refused; none by default.
    */
   healthGraceMs?: number;
+  /** Where the start records its steps; a caller that starts nodes passes one to see where a slow start is. */
+  startupTimings?: StartupTimings;
   /** Gateway connection limits (timeouts, send queue size); defaults suit production. */
   gateway?: Partial<ConnectionPolicy>;
   /** Webhook dispatch timing (retry base, answer limit, polling); defaults follow the spec. */
@@ -131,6 +134,7 @@ const engineServices = ["accounts", "users", "push", "presence", "inbox", "socia
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
+  const timings = options.startupTimings ?? new StartupTimings();
   const roles = options.roles ?? config.cluster.roles;
   const clock = options.clock ?? systemClock;
   const servesClients = roles.includes("api") || roles.includes("gateway");
@@ -153,6 +157,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles, leaseInstance: leaseHolder.instance } });
   outnumberEarlierInstances(broker);
   withoutConnectPause(broker);
+  const createService = (schema: moleculer.ServiceSchema) => broker.createService(timings.service(schema));
   const cleanups: (() => Promise<void>)[] = [];
   // The update log: Kafka in a cluster, in memory when one process runs everything.
   let log: UpdateLog | undefined;
@@ -182,6 +187,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   let ownership: Ownership | undefined;
   let store: Store | undefined;
   if (roles.includes("engine") || roles.includes("webhooks")) {
+    timings.next("store");
     const opened = await openStore(config.store, config.dataDir);
     store = options.adapters?.store ? options.adapters.store(opened) : opened;
     cleanups.push(() => store!.close());
@@ -191,6 +197,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const redisTrouble = (error: Error) => broker.logger.warn(`redis: ${error.message}`);
   let presence: PresenceRegistry | undefined;
   if (roles.includes("engine") || roles.includes("gateway")) {
+    timings.next("presence");
     presence = options.adapters?.presence;
     if (!presence) {
       const { redisUrl, redisPrefix } = config.cluster;
@@ -203,6 +210,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // Short-lived shared state: Redis in a cluster, in memory when one process runs everything.
   let ephemeral: EphemeralState | undefined;
   if (roles.includes("engine") || roles.includes("webhooks")) {
+    timings.next("ephemeral state");
     ephemeral = options.adapters?.ephemeral;
     if (!ephemeral) {
       const { redisUrl, redisPrefix } = config.cluster;
@@ -221,6 +229,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     if (brokerSettings.transporter) broker.middlewares.add(ownerForwarding(broker));
     const engineOwnership = new Ownership(store.leases, clock, leaseHolder);
     ownership = engineOwnership;
+    timings.next("fan-out id slot");
     const fanOutIds = await FanOutIds.claim(store.leases, clock, engineOwnership.holder, {
       onRenewalError: (err) => backgroundFailed("fanout_id_renewal", err, logger, "renewing the fan-out id slot"),
     });
@@ -249,25 +258,26 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       webhookQueued: (agentUserId) =>
         void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => backgroundFailed("webhook_announce", err, logger, "announcing webhook jobs (the fleet's poll finds them)")),
     };
-    broker.createService(accountsService(deps));
-    broker.createService(usersService(deps));
-    broker.createService(pushService(deps));
-    broker.createService(presenceService(presence));
-    broker.createService(inboxService(deps));
-    broker.createService(socialService(deps));
-    broker.createService(agentsService(deps));
-    broker.createService(conversationService(deps));
-    broker.createService(conversationsService(deps));
-    broker.createService(groupsService(deps));
+    createService(accountsService(deps));
+    createService(usersService(deps));
+    createService(pushService(deps));
+    createService(presenceService(presence));
+    createService(inboxService(deps));
+    createService(socialService(deps));
+    createService(agentsService(deps));
+    createService(conversationService(deps));
+    createService(conversationsService(deps));
+    createService(groupsService(deps));
     const { blobs } = config.cluster;
-    broker.createService(mediaService(deps, blobs.kind === "s3" ? await S3BlobStore.open(blobs) : await LocalDiskBlobStore.open(config.dataDir)));
-    broker.createService(systemAgentService(deps));
+    timings.next("blob store");
+    createService(mediaService(deps, blobs.kind === "s3" ? await S3BlobStore.open(blobs) : await LocalDiskBlobStore.open(config.dataDir)));
+    createService(systemAgentService(deps));
   }
 
   if (roles.includes("webhooks") && store && log && ephemeral) {
     const { agents, webhookJobs } = store;
-    broker.createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
-    broker.createService(
+    createService(webhookService({ allowPrivateNetworks: config.webhookAllowPrivateNetworks }));
+    createService(
       webhookDispatcherService({
         queue: webhookJobs,
         // Read at send time, so a regenerated key or a mode switch applies to jobs already queued.
@@ -306,9 +316,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     roles.includes("api") && config.grpcPort !== undefined
       ? grpcFront({ api: () => api, httpPort: () => port, timeouts, logger: broker.getLogger("grpc") })
       : undefined;
-  if (servesClients) broker.createService(identityCacheService(clock));
+  if (servesClients) createService(identityCacheService(clock));
   if (roles.includes("api")) {
-    broker.createService(
+    createService(
       apiService(
         (handle) => {
           api = handle;
@@ -319,7 +329,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     );
   }
   if (roles.includes("gateway") && presence) {
-    broker.createService(
+    createService(
       gatewayService({
         presence,
         ...options.gateway,
@@ -331,12 +341,15 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     );
   }
 
+  timings.next("webhook topic");
   if (webhookTopicFirstTry) await Promise.race([webhookTopicFirstTry, new Promise((resolve) => setTimeout(resolve, webhookTopicWaitMs).unref())]);
+  timings.next("services");
   await broker.start();
   if (brokerSettings.transporter) {
     // Its services to every peer it already reached, before waiting for the rest: a restarted
     // engine was otherwise unknown to the api nodes until it had heard from every other engine.
     announceToMesh(broker);
+    timings.next("mesh");
     const missing = await settleWithMesh(broker, discoveryMs);
     if (missing.length > 0) broker.logger.warn(`serving without ${missing.join(", ")}: not heard from within ${discoveryMs / 1000} s; each joins when it comes up`);
     announceToMesh(broker);
@@ -353,6 +366,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // not answer) must not keep the node from serving, nor end it: it is logged, counted and retried
   // in the background, and the periodic sweep would also finish the records.
   if (fanOuts && ownership) {
+    timings.next("startup recovery");
     const [recorded, owner] = [fanOuts, ownership];
     const what = "finishing the events the last stop cut short";
     if (brokerSettings.transporter) {
@@ -394,7 +408,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       }
     }
   }
+  timings.next("engine services reachable");
   if (servesClients) await broker.waitForServices(engineServices, 30_000);
+  timings.next("listening");
   const port = await front.listen(config.host, config.port);
   let grpcPort: number | undefined;
   try {
@@ -415,6 +431,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const unlabelMetrics = labelMetricsWithNode(options.broker?.nodeID ?? config.cluster.nodeId, roles);
   cleanups.push(async () => unlabelMetrics());
   ready = true;
+  timings.end();
+  if (timings.elapsedMs > slowStartMs) broker.logger.warn(timings.describe());
+  else broker.logger.info(timings.describe());
 
   let stopping: Promise<void> | undefined;
   let cutDrain = () => {};

@@ -12,6 +12,7 @@ import { AdjustableClock } from "../../engine/clock.js";
 import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
+import { StartupTimings } from "../../startup-timings.js";
 import type { ParleyConfig } from "../../shared/config.js";
 import { testKafka } from "./kafka.js";
 import { startTestFront } from "./nginx.js";
@@ -55,6 +56,12 @@ export async function clusterTestEnv(dataDir: string): Promise<Record<string, st
 }
 
 /**
+ * How long the nodes may take to start: under a test hook's 30 s, so that a start that hangs fails
+ * with where each node is rather than with the hook's bare timeout.
+ */
+const clusterStartLimitMs = 25_000;
+
+/**
  * Starts the topology on `config` (every node shares it but for its roles, its node id and an
  * ephemeral HTTP port) and the front; `stop` stops the front, then the nodes.
  */
@@ -64,7 +71,8 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
   const nodeId = (name: string) => `${basename(config.dataDir)}-${name}`;
   const mesh = names.map((name, index) => `127.0.0.1:${meshBase + index}/${nodeId(name)}`);
   const ephemeral = options.adapters?.ephemeral ?? new MemoryEphemeralState(clock);
-  const starts = await Promise.allSettled(
+  const timings = names.map(() => new StartupTimings());
+  const starting = Promise.allSettled(
     names.map((name, index) =>
       startParley({
         ...options,
@@ -73,9 +81,19 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
         roles: clusterTopology[name],
         adapters: { ...options.adapters, ephemeral },
         broker: { nodeID: nodeId(name), transporter: meshTransporter(meshBase + index, mesh) },
+        startupTimings: timings[index],
       }),
     ),
   );
+  let limit: NodeJS.Timeout | undefined;
+  const starts = await Promise.race([starting, new Promise<undefined>((resolve) => (limit = setTimeout(() => resolve(undefined), clusterStartLimitMs)))]);
+  clearTimeout(limit);
+  if (!starts) {
+    const where = names.map((name, index) => `${name} ${timings[index].describe()}`).join("\n  ");
+    // The nodes still starting would otherwise run on, unowned, through the rest of the run.
+    void starting.then((late) => Promise.all(late.map((start) => (start.status === "fulfilled" ? start.value.stop() : undefined))));
+    throw new Error(`the cluster's nodes did not all start within ${clusterStartLimitMs / 1000} s:\n  ${where}`);
+  }
   const failure = starts.find((start): start is PromiseRejectedResult => start.status === "rejected");
   if (failure) {
     // The nodes that did start would otherwise outlive the failed test server.
