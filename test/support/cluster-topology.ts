@@ -56,16 +56,19 @@ export async function clusterTestEnv(dataDir: string): Promise<Record<string, st
 }
 
 /**
- * How long the nodes may take to start: under a test hook's 30 s, so that a start that hangs fails
- * with where each node is rather than with the hook's bare timeout.
- */
-const clusterStartLimitMs = 25_000;
-
-/**
  * Starts the topology on `config` (every node shares it but for its roles, its node id and an
  * ephemeral HTTP port) and the front; `stop` stops the front, then the nodes.
  */
-export async function startTestCluster(config: ParleyConfig, clock: AdjustableClock, options: Partial<ParleyOptions>): Promise<TestCluster> {
+/**
+ * `limit`: how long the nodes may take to start, so that a start that hangs fails with where each
+ * node is (and what came before it, `preparation`) rather than with a test hook's bare timeout.
+ */
+export async function startTestCluster(
+  config: ParleyConfig,
+  clock: AdjustableClock,
+  options: Partial<ParleyOptions>,
+  limit: { limitMs: number; preparation: string } = { limitMs: 25_000, preparation: "" },
+): Promise<TestCluster> {
   const names = Object.keys(clusterTopology);
   const meshBase = await freeStablePort(names.map((_, index) => index));
   const nodeId = (name: string) => `${basename(config.dataDir)}-${name}`;
@@ -85,14 +88,15 @@ export async function startTestCluster(config: ParleyConfig, clock: AdjustableCl
       }),
     ),
   );
-  let limit: NodeJS.Timeout | undefined;
-  const starts = await Promise.race([starting, new Promise<undefined>((resolve) => (limit = setTimeout(() => resolve(undefined), clusterStartLimitMs)))]);
-  clearTimeout(limit);
+  let timer: NodeJS.Timeout | undefined;
+  const starts = await Promise.race([starting, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(limit.limitMs, 1_000))))]);
+  clearTimeout(timer);
   if (!starts) {
     const where = names.map((name, index) => `${name} ${timings[index].describe()}`).join("\n  ");
     // The nodes still starting would otherwise run on, unowned, through the rest of the run.
     void starting.then((late) => Promise.all(late.map((start) => (start.status === "fulfilled" ? start.value.stop() : undefined))));
-    throw new Error(`the cluster's nodes did not all start within ${clusterStartLimitMs / 1000} s:\n  ${where}`);
+    const before = limit.preparation ? ` (its preparation ${limit.preparation})` : "";
+    throw new Error(`the cluster's nodes did not all start within ${(limit.limitMs / 1000).toFixed(1)} s${before}:\n  ${where}`);
   }
   const failure = starts.find((start): start is PromiseRejectedResult => start.status === "rejected");
   if (failure) {

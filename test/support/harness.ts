@@ -19,6 +19,7 @@ import { MemoryPresenceRegistry } from "../../engine/presence/memory-presence-re
 import type { Store } from "../../engine/store/store.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
+import { StartupTimings } from "../../startup-timings.js";
 import { dataDirRemoved, prepareTestKeyspaces, serverStarted, serverStopped, testCassandra, testKeyspaceFor } from "./cassandra.js";
 
 export { testTopology };
@@ -67,13 +68,16 @@ export const testEphemeral = (() => {
 })();
 
 /** The settings that put a server of this data directory on the test store, blob store and ephemeral state. */
-export async function testStoreEnv(dataDir: string): Promise<Record<string, string>> {
+export async function testStoreEnv(dataDir: string, timings?: StartupTimings): Promise<Record<string, string>> {
   const env: Record<string, string> = {};
+  timings?.next("test keyspace");
   if (testStore === "cassandra") Object.assign(env, { STORE: "cassandra", CASSANDRA_CONTACT_POINTS: await testCassandra(), CASSANDRA_KEYSPACE: await testKeyspaceFor(dataDir) });
+  timings?.next("test bucket");
   if (testBlobs === "s3") {
     const s3 = await testS3();
     Object.assign(env, { BLOB_STORE: "s3", S3_ENDPOINT: s3.endpoint, S3_REGION: s3.region, S3_BUCKET: await testBucketFor(dataDir), S3_ACCESS_KEY_ID: s3.accessKeyId, S3_SECRET_ACCESS_KEY: s3.secretAccessKey });
   }
+  timings?.next("test Redis");
   // The prefix follows the data directory, so a restarted server finds what it left.
   if (testEphemeral === "redis") Object.assign(env, { REDIS_URL: await testRedis(), REDIS_PREFIX: `test:${basename(dataDir).replace(/[^A-Za-z0-9._-]/g, "_").slice(-24)}:` });
   return env;
@@ -153,7 +157,7 @@ function whileRunning(parley: Parley, dataDir: string): Parley {
  * A test server's configuration: loopback on ephemeral ports (HTTP and gRPC), codes to `<dataDir>/codes.jsonl`,
  * the suite's socket driver and store, abuse limits out of reach; `env` adds or overrides.
  */
-export async function testConfig(dataDir: string, env: Record<string, string> = {}): Promise<ParleyConfig> {
+export async function testConfig(dataDir: string, env: Record<string, string> = {}, timings?: StartupTimings): Promise<ParleyConfig> {
   return loadConfig({
     HOST: "127.0.0.1",
     PORT: "0",
@@ -163,7 +167,7 @@ export async function testConfig(dataDir: string, env: Record<string, string> = 
     LOG_LEVEL: "warn",
     SOCKET_DRIVER: testSocketDriver,
     ...generousAbuseLimits,
-    ...(await testStoreEnv(dataDir)),
+    ...(await testStoreEnv(dataDir, timings)),
     ...env,
   });
 }
@@ -178,6 +182,9 @@ export interface TestServerOptions extends Partial<ParleyOptions> {
   topology?: "single";
 }
 
+/** Under a test hook's 30 s. */
+const testServerStartLimitMs = 27_000;
+
 export async function startTestServer(overrides: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = overrides.dataDir ?? mkdtempSync(join(tmpdir(), "parley-test-"));
   const codesFile = join(dataDir, "codes.jsonl");
@@ -186,8 +193,17 @@ export async function startTestServer(overrides: TestServerOptions = {}): Promis
   let config: ParleyConfig;
   let started: Parley;
   if (testTopology === "cluster" && topology !== "single") {
-    config = await testConfig(dataDir, { ...(await clusterTestEnv(dataDir)), ...env });
-    started = await startTestCluster(config, clock, options);
+    // A test hook has 30 s: a start that takes longer fails with where it was, not mocha's bare timeout.
+    const preparing = new StartupTimings();
+    preparing.next("Redis and Kafka names");
+    const preparation = (async () => testConfig(dataDir, { ...(await clusterTestEnv(dataDir)), ...env }, preparing))();
+    let limit: NodeJS.Timeout | undefined;
+    const prepared = await Promise.race([preparation, new Promise<undefined>((resolve) => (limit = setTimeout(() => resolve(undefined), testServerStartLimitMs)))]);
+    clearTimeout(limit);
+    if (!prepared) throw new Error(`the test server was not prepared within ${testServerStartLimitMs / 1000} s: ${preparing.describe()}`);
+    preparing.end();
+    config = prepared;
+    started = await startTestCluster(config, clock, options, { limitMs: testServerStartLimitMs - preparing.elapsedMs, preparation: preparing.describe() });
   } else {
     config = await testConfig(dataDir, env);
     started = await startParley({ ...options, config, clock });
