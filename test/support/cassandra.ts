@@ -131,6 +131,11 @@ export async function testKeyspaceFor(dataDir: string): Promise<string> {
   const known = keyspaceOfDataDir.get(dataDir);
   if (known) return known;
   reclaimFreedKeyspaces();
+  // No TRUNCATE may run while a server starts: Cassandra holds every Paxos round (a lease, the
+  // schema check, the fan-out id slot) until a TRUNCATE of any table ends, measured at 0.5-0.9 s
+  // per round behind one keyspace's emptying here, and in CI a server's nodes were still opening
+  // their store after 27 s. So a start waits for the emptyings under way, on top of its own.
+  await Promise.all(spares.map((spare) => spare.emptied.catch(() => undefined)));
   const readyAt = spares.findIndex((spare) => spare.ready);
   // A new keyspace costs its schema (made by the server) once; waiting costs the rest of an emptying.
   const mayMakeOne = pooled < keyspaceOfDataDir.size + 1 + extraKeyspaces;
@@ -163,7 +168,11 @@ export async function prepareTestKeyspaces(): Promise<void> {
 
 let admin: Promise<cassandra.Client> | undefined;
 
-/** Truncates every table but the schema's version of a keyspace left by an earlier test or run. */
+/**
+ * Truncates every table but the schema's version of a keyspace left by an earlier test or run.
+ * Every table, even one that reads empty: a table may hold only tombstones, and a range tombstone
+ * written at a stream's epoch timestamp (far in the future) would hide the next server's rows.
+ */
 async function emptyKeyspace(keyspace: string): Promise<void> {
   admin ??= testCassandra().then(async (contactPoint) => {
     const client = new cassandra.Client({ contactPoints: [contactPoint], localDataCenter: "datacenter1" });
