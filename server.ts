@@ -24,6 +24,7 @@ import type { EphemeralState } from "./engine/ephemeral/ephemeral-state.js";
 import { MemoryEphemeralState } from "./engine/ephemeral/memory-ephemeral-state.js";
 import { MemoryPresenceRegistry } from "./engine/presence/memory-presence-registry.js";
 import { RedisPresenceRegistry } from "./engine/presence/redis-presence-registry.js";
+import { CachedPresenceRegistry } from "./engine/presence/cached-presence-registry.js";
 import { RedisEphemeralState } from "./engine/ephemeral/redis-ephemeral-state.js";
 import type { PresenceRegistry } from "./engine/presence/presence-registry.js";
 import { PushRouter } from "./engine/push-router.js";
@@ -196,6 +197,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   // The clients reconnect by themselves; one line per failed connection attempt, not per command.
   const redisTrouble = (error: Error) => broker.logger.warn(`redis: ${error.message}`);
   let presence: PresenceRegistry | undefined;
+  let presenceCache: CachedPresenceRegistry | undefined;
   if (roles.includes("engine") || roles.includes("gateway")) {
     timings.next("presence");
     presence = options.adapters?.presence;
@@ -205,6 +207,9 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       cleanups.push(() => opened.close());
       presence = opened;
     }
+    // An engine among other nodes asks the shared registry once per user and keeps the answer,
+    // which the gateways' announcements keep true (a push costs no Redis round trip).
+    if (roles.includes("engine") && brokerSettings.transporter) presence = presenceCache = new CachedPresenceRegistry(presence);
   }
 
   // Short-lived shared state: Redis in a cluster, in memory when one process runs everything.
@@ -261,7 +266,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     createService(accountsService(deps));
     createService(usersService(deps));
     createService(pushService(deps));
-    createService(presenceService(presence));
+    createService(presenceService(presence, presenceCache));
     createService(inboxService(deps));
     createService(socialService(deps));
     createService(agentsService(deps));

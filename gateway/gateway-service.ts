@@ -8,6 +8,7 @@ import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent
 import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
 import type { PresenceRegistry } from "../engine/presence/presence-registry.js";
+import { PresenceEvents, type PresenceChangedEvent, type PresenceNodeResetEvent } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, type ConnectionPolicy, type Identity } from "./connection.js";
 import { nextPushId, SequencedFrames, UpdateFrame } from "./frame-codec.js";
@@ -73,13 +74,23 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     for (const feed of agentFeedsOf(agentUserId)) feed.release(release);
   };
 
+  // The engines keep a copy of the answers they needed: each change reported is announced to them
+  // (engine/presence.ts), before the connection that made it hears its answer.
+  const announcePresence = (broker: ServiceBroker, counts: PresenceChangedEvent["counts"]) =>
+    void broker.broadcast(PresenceEvents.changed, { node: broker.nodeID, counts } satisfies PresenceChangedEvent, "presence").catch((err: unknown) => broker.logger.warn(`presence announcement failed: ${String(err)}`));
+  const announceNodeReset = (broker: ServiceBroker) =>
+    void broker.broadcast(PresenceEvents.nodeReset, { node: broker.nodeID } satisfies PresenceNodeResetEvent, "presence").catch((err: unknown) => broker.logger.warn(`presence announcement failed: ${String(err)}`));
+
   // Agents' connections count too: pushes reach them through the same registry (and agents are
   // never offline-pushed, so counting them as online changes nothing there).
   const reportPresence = (userId: number) => {
     const broker = presenceBroker;
     if (!broker) return;
-    const connections = byUser.get(userId)?.size ?? 0;
-    options.presence.report(broker.nodeID, [{ userId, connections }]).catch((err: unknown) => broker.logger.warn(`presence report failed: ${String(err)}`));
+    const counts = [{ userId, connections: byUser.get(userId)?.size ?? 0 }];
+    options.presence.report(broker.nodeID, counts).then(
+      () => announcePresence(broker, counts),
+      (err: unknown) => broker.logger.warn(`presence report failed: ${String(err)}`),
+    );
   };
 
   /** Takes the connection out of pushes' reach; answers whether it was in. */
@@ -184,13 +195,17 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       const broker = (presenceBroker = this.broker);
       // Entries of an earlier life of this node (a crash) describe connections that are gone.
       await options.presence.dropNode(broker.nodeID);
+      announceNodeReset(broker);
       // A beat that finds this node's entries gone (its beats lapsed: Redis restarted, or this
       // process stalled) reports every connection again.
       const beat = async () => {
         try {
           if (await options.presence.heartbeat(broker.nodeID, PresencePolicy.ttlMs)) return;
           const counts = [...byUser].map(([userId, connections]) => ({ userId, connections: connections.size }));
-          if (counts.length > 0) await options.presence.report(broker.nodeID, counts);
+          if (counts.length > 0) {
+            await options.presence.report(broker.nodeID, counts);
+            announcePresence(broker, counts);
+          }
         } catch (err) {
           // The next beat tries again (and reports every connection, should the entries be gone).
           backgroundFailed("presence_heartbeat", err, broker.logger, "presence heartbeat");
@@ -247,7 +262,9 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
             if (!connections) byUser.set(userId, (connections = new Set()));
             connections.add(c);
             try {
-              await options.presence.report(broker.nodeID, [{ userId, connections: connections.size }]);
+              const counts = [{ userId, connections: connections.size }];
+              await options.presence.report(broker.nodeID, counts);
+              announcePresence(broker, counts);
             } catch (err) {
               unlist(c);
               logger.warn(`presence report failed: ${String(err)}`);
@@ -270,7 +287,10 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
       for (const connection of [...all]) connection.fail(Errors.gatewayShuttingDown, CloseCodes.goingAway);
       await socketServer?.close();
       // Its connections are gone: pushes stop coming here at once, not when the heartbeat lapses.
-      await options.presence.dropNode(this.broker.nodeID).catch((err: unknown) => this.broker.logger.warn(`presence cleanup failed: ${String(err)}`));
+      await options.presence.dropNode(this.broker.nodeID).then(
+        () => announceNodeReset(this.broker),
+        (err: unknown) => this.broker.logger.warn(`presence cleanup failed: ${String(err)}`),
+      );
     },
   };
 }

@@ -90,6 +90,12 @@ export const pushGatewayCalls = new BoundCounter(metricsRegistry, {
   labelNames: ["result"],
 });
 
+export const presenceLookups = new BoundCounter(metricsRegistry, {
+  name: "parley_presence_lookups_total",
+  help: "Users whose gateways this engine looked up for a push or an offline check, by where the answer came from (cache: the engine's copy, registry: Redis)",
+  labelNames: ["answered"],
+});
+
 export const fanOutsDelivered = new BoundCounter(metricsRegistry, {
   name: "parley_fanouts_delivered_total",
   help: "Event fan-outs appended to every recipient's update stream, by delivery (first: right after the change; again: finishing one cut short)",
