@@ -20,6 +20,8 @@ const packagesLeftOutOfTheBundle = [
   "@trufflesuite/uws-js-unofficial",
   "bufferutil",
   "utf-8-validate",
+  // The mesh's serializer; loads its native decoder (cbor-extract) by a path relative to itself.
+  "cbor-x",
   // Read files relative to __dirname or import.meta.url.
   "ioredis",
   "@platformatic/wasm-utils",
