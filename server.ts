@@ -33,7 +33,7 @@ import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
 import { watchEngines } from "./engine/engine-watch.js";
 import { newLeaseHolder, Ownership, userStreamKey } from "./engine/ownership.js";
-import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
+import { announceToMesh, ClusterPlacement, coalescedMeshWrites, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
 import { presenceService } from "./engine/presence.js";
@@ -158,6 +158,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const broker = new moleculer.ServiceBroker({ ...brokerSettings, metadata: { roles, leaseInstance: leaseHolder.instance } });
   outnumberEarlierInstances(broker);
   withoutConnectPause(broker);
+  coalescedMeshWrites(broker);
   const createService = (schema: moleculer.ServiceSchema) => broker.createService(timings.service(schema));
   const cleanups: (() => Promise<void>)[] = [];
   // The update log: Kafka in a cluster, in memory when one process runs everything.

@@ -1,9 +1,10 @@
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { freeStablePort } from "../test/support/ports.js";
 import { OwnershipPolicy } from "./ownership.js";
-import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerOf, settleWithMesh, unsettledPeers, withoutConnectPause } from "./shard-owners.js";
+import { announceToMesh, ClusterPlacement, engineNodes, keysByOwner, outnumberEarlierInstances, ownerOf, settleWithMesh, unsettledPeers, withoutConnectPause, writingInTurns } from "./shard-owners.js";
 
 describe("Shard placement (rendezvous hashing)", () => {
   const shards = Array.from({ length: OwnershipPolicy.shards }, (_, shard) => shard);
@@ -217,5 +218,56 @@ describe("Settling with the static mesh", function () {
     while (engineNodes(api).length === 0 && performance.now() < knownBy) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(engineNodes(api)).to.deep.equal(["engine1"]);
     expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
+  });
+});
+
+describe("Mesh writes in turns", () => {
+  /** A connected socket pair on loopback, with the writes that reach the client socket's handle counted. */
+  async function counted(): Promise<{ socket: Socket; handleWrites: () => number[]; received: () => Buffer; close: () => void }> {
+    const chunks: Buffer[] = [];
+    const server = createServer((peer) => peer.on("data", (data: Buffer) => chunks.push(data)));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const socket = connect((server.address() as AddressInfo).port, "127.0.0.1");
+    await new Promise((resolve) => socket.once("connect", resolve));
+    socket.setNoDelay(true);
+    // Each call is one write of the handle: one system call, however many buffers it carries.
+    const writes: number[] = [];
+    const internals = socket as unknown as { _write(...a: unknown[]): void; _writev(chunks: unknown[], cb: unknown): void };
+    const [single, vector] = [internals._write.bind(socket), internals._writev.bind(socket)];
+    internals._write = (...args: unknown[]) => (writes.push(1), single(...args));
+    internals._writev = (chunks: unknown[], cb: unknown) => (writes.push(chunks.length), vector(chunks, cb));
+    return { socket, handleWrites: () => writes, received: () => Buffer.concat(chunks), close: () => (socket.destroy(), server.close()) };
+  }
+
+  it("sends the packets written in one turn as one write, in order, and the next turn's apart", async () => {
+    const { socket, handleWrites, received, close } = await counted();
+    try {
+      writingInTurns(socket);
+      await Promise.resolve().then(() => {
+        socket.write("a");
+        socket.write("b");
+        return Promise.resolve().then(() => socket.write("c"));
+      });
+      await new Promise((resolve) => setImmediate(resolve));
+      socket.write("d");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(handleWrites()).to.deep.equal([3, 1]);
+      expect(received().toString()).to.equal("abcd");
+    } finally {
+      close();
+    }
+  });
+
+  it("without it, each packet is a write of its own (what the wrapper saves)", async () => {
+    const { socket, handleWrites, close } = await counted();
+    try {
+      socket.write("a");
+      socket.write("b");
+      socket.write("c");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(handleWrites().length).to.be.greaterThan(1);
+    } finally {
+      close();
+    }
   });
 });
