@@ -19,8 +19,8 @@ export interface PresenceCachePolicy {
 export const defaultPresenceCachePolicy: PresenceCachePolicy = { ttlMs: 10_000, maxUsers: 200_000 };
 
 interface CachedUser {
-  /** Gateway node → the user's connections there. */
-  nodes: Map<string, number>;
+  /** The gateway nodes holding a connection of the user (how many there is the gateways' business). */
+  nodes: Set<string>;
   /** performance.now() until which the answer holds. */
   until: number;
 }
@@ -76,7 +76,7 @@ export class CachedPresenceRegistry implements PresenceRegistry {
       // Least recently asked about last: eviction takes from the front.
       this.users.delete(userId);
       this.users.set(userId, cached);
-      if (cached.nodes.size > 0) found.set(userId, [...cached.nodes.keys()]);
+      if (cached.nodes.size > 0) found.set(userId, [...cached.nodes]);
     }
     hits.inc(userIds.length - missing.length);
     if (missing.length === 0) return found;
@@ -91,8 +91,7 @@ export class CachedPresenceRegistry implements PresenceRegistry {
         const nodes = answered.get(userId) ?? [];
         if (nodes.length > 0) found.set(userId, nodes);
         if ((this.changedAt.get(userId) ?? -1) >= from) continue;
-        // The registry answers nodes, not counts: one connection each until an announcement says more.
-        this.keep(userId, { nodes: new Map(nodes.map((node) => [node, 1])), until });
+        this.keep(userId, { nodes: new Set(nodes), until });
       }
       return found;
     } finally {
@@ -112,7 +111,7 @@ export class CachedPresenceRegistry implements PresenceRegistry {
       const cached = this.users.get(userId);
       // An answer this engine never needed is not made up from one node's counts.
       if (!cached) continue;
-      if (connections > 0) cached.nodes.set(nodeId, connections);
+      if (connections > 0) cached.nodes.add(nodeId);
       else cached.nodes.delete(nodeId);
     }
   }
@@ -121,13 +120,6 @@ export class CachedPresenceRegistry implements PresenceRegistry {
   nodeReset(nodeId: string): void {
     this.changes++;
     for (const [userId, cached] of this.users) if (cached.nodes.has(nodeId)) this.users.delete(userId);
-    this.forgetLookupsInFlight();
-  }
-
-  /** Forgets everything kept (this engine may have missed announcements). */
-  clear(): void {
-    this.changes++;
-    this.users.clear();
     this.forgetLookupsInFlight();
   }
 
