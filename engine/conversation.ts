@@ -353,9 +353,13 @@ export class ConversationActor {
     if (this.deps.ownership.holds(fence)) this.settledUnder.set(conversationId, fence.epoch);
   }
 
-  /** Starts delivering a fan-out the mailbox's write just recorded; writing() waits for it. */
-  private startDelivery(ctx: Context, fanOut: PreparedFanOut): void {
-    const delivered = this.deps.fanOuts.deliver(ctx, fanOut);
+  /**
+   * Starts delivering a fan-out the mailbox's write just recorded; writing() waits for it. A
+   * stream's START and its end are pushed from here, as its deltas are: one ordered path to each
+   * gateway, so no socket sees a delta before the START or after the end.
+   */
+  private startDelivery(ctx: Context, fanOut: PreparedFanOut, options: { opensOrClosesStream?: boolean } = {}): void {
+    const delivered = this.deps.fanOuts.deliver(ctx, fanOut, options.opensOrClosesStream ? this.deps.pushes : undefined);
     // A failure stays recorded in the outbox; whoever awaits it hears it, nobody else must.
     delivered.catch(() => undefined);
     const started = this.deliveries.get(ctx);
@@ -391,7 +395,7 @@ export class ConversationActor {
       });
       if (result.outcome === "ok") {
         this.latestId.set(record.conversationId, messageId);
-        this.startDelivery(ctx, fanOut);
+        this.startDelivery(ctx, fanOut, { opensOrClosesStream: options.opensStream });
         return { record: candidate, duplicate: false };
       }
       if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
@@ -409,7 +413,7 @@ export class ConversationActor {
     const fanOut = await this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
     if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
-    this.startDelivery(ctx, fanOut);
+    this.startDelivery(ctx, fanOut, { opensOrClosesStream: options.closesStream });
     return sender;
   }
 

@@ -22,7 +22,7 @@ class Inboxes {
       if (this.failing) throw new Error("inbox down");
       this.calls.push(...params.fanOuts);
       if (this.hold) await new Promise<void>((resolve) => this.held.push(resolve));
-      return { sns: [] };
+      return { appended: params.fanOuts.map(() => ({ sns: [] })) };
     },
   } as never;
 

@@ -31,11 +31,12 @@ import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
 import { failureReasonOf } from "../shared/background.js";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
-import type { AppendFanOutsParams, FanOutAppend, SystemMessageParams } from "./fan-out-contracts.js";
+import { sequencedPush, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend, type SystemMessageParams } from "./fan-out-contracts.js";
 import { Mailboxes } from "./mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "./clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
+import type { Pushes } from "./push-router.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "./store/store.js";
 import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../shared/metrics.js";
 
@@ -109,8 +110,8 @@ export type RecipientsByOwner = (recipients: readonly number[]) => Map<string | 
 const oneOwner: RecipientsByOwner = (recipients) => new Map(recipients.length === 0 ? [] : [[undefined, [...recipients]]]);
 
 /** A fan-out as the inbox owning `recipients` appends it. */
-function appendOf(fanOut: PreparedFanOut, recipients: number[], again: boolean): FanOutAppend {
-  return { fanOutId: String(fanOut.record.fanOutId), entry: fanOut.entry, users: fanOut.users, groups: fanOut.groups, recipients, again };
+function appendOf(fanOut: PreparedFanOut, recipients: number[], again: boolean, pushedByDeliverer: boolean): FanOutAppend {
+  return { fanOutId: String(fanOut.record.fanOutId), entry: fanOut.entry, users: fanOut.users, groups: fanOut.groups, recipients, again, ...(pushedByDeliverer ? { pushedByDeliverer } : {}) };
 }
 
 /** The prepared form of a recorded fan-out (the entry decoded once to get its wire form). */
@@ -247,8 +248,11 @@ export class FanOuts {
    * Delivers a fan-out just recorded, after the scope's earlier ones; resolves once every
    * recipient's stream has it and it is marked finished. When an append fails the fan-out stays
    * recorded (to be finished later, before the scope's next event) and the error is thrown.
+   * `pushVia`: the deliverer's own pushes, through which each inbox's part goes live as soon as
+   * the inbox answers, ahead of anything the deliverer pushes after this resolves; without it,
+   * each inbox pushes its part.
    */
-  deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut): Promise<void> {
+  deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, pushVia?: Pushes): Promise<void> {
     const { fanOutId, scope } = fanOut.record;
     this.inFlight.add(fanOutId);
     return this.scopes.run(scope, async () => {
@@ -256,7 +260,7 @@ export class FanOuts {
         // An earlier event of the scope failed: it goes first. Those recorded after this one are
         // delivered by their own turn (the change recording one may not have handed it over yet).
         if (this.unfinishedScopes.has(scope)) await this.finishScope(ctx, scope, fanOutId);
-        await this.append(ctx, fanOut, false);
+        await this.append(ctx, fanOut, false, pushVia);
       } finally {
         this.inFlight.delete(fanOutId);
       }
@@ -264,7 +268,7 @@ export class FanOuts {
   }
 
   /** Appends the fan-out to its recipients' streams, then marks it finished. `again`: an earlier delivery may have reached some streams. */
-  private async append(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again: boolean): Promise<void> {
+  private async append(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, again: boolean, pushVia?: Pushes): Promise<void> {
     const { scope, recipients } = fanOut.record;
     try {
       // Counted from the first failure: one that took long to come (a hung engine, taken for gone
@@ -273,9 +277,12 @@ export class FanOuts {
       for (let retry = again; ; retry = true) {
         try {
           await Promise.all(
-            [...this.recipientsByOwner(recipients)].map(([nodeID, owned]) =>
-              ctx.call("inbox.appendFanOuts", { fanOuts: [appendOf(fanOut, owned, retry)] } satisfies AppendFanOutsParams, nodeID === undefined ? undefined : { nodeID }),
-            ),
+            [...this.recipientsByOwner(recipients)].map(async ([nodeID, owned]) => {
+              const params: AppendFanOutsParams = { fanOuts: [appendOf(fanOut, owned, retry, pushVia !== undefined)] };
+              const { appended } = await ctx.call<AppendFanOutsAnswer, AppendFanOutsParams>("inbox.appendFanOuts", params, nodeID === undefined ? undefined : { nodeID });
+              // A part taken on an earlier try was pushed then: a stream holding it answers no sn now.
+              if (pushVia && appended[0].sns.length > 0) void pushVia.send(sequencedPush(fanOut, appended[0]));
+            }),
           );
           break;
         } catch (err) {

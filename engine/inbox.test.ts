@@ -9,8 +9,8 @@ import type { EngineDeps } from "./deps.js";
 import { MemoryEphemeralState } from "./ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";
-import type { FanOutAppend } from "./fan-out-contracts.js";
-import { Inbox, InboxPolicy } from "./inbox.js";
+import { sequencedPush, type FanOutAppend } from "./fan-out-contracts.js";
+import { Inbox } from "./inbox.js";
 import { encodeEntry, snUpdateOf } from "./stream-entry.js";
 import { Ownership } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
@@ -18,13 +18,6 @@ import type { Store } from "./store/store.js";
 import { MemoryPresenceRegistry } from "./presence/memory-presence-registry.js";
 import { finishAcrossLeaseMove, nicknamesIn } from "../test/support/fan-out-races.js";
 import { nextTestFanOutId } from "../test/support/fan-outs.js";
-
-async function eventuallyTrue(condition: () => boolean): Promise<void> {
-  for (let waited = 0; !condition(); waited += 5) {
-    if (waited > 5000) throw new Error("the condition never held");
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 describe("Inbox actor", () => {
   let dir: string;
@@ -69,7 +62,7 @@ describe("Inbox actor", () => {
     const inbox = new Inbox({ ...deps, store: counting }, (event) => void published.push(event));
     const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => inbox.appendFanOuts([fanOut(i % 2 ? [501, 502] : [501], `n${i}`)])));
     expect(writes).to.equal(1);
-    expect(answers.map(([sns]) => sns.find(([userId]) => userId === 501)![1])).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect(answers.map(([{ sns }]) => sns.find(([userId]) => userId === 501)![1])).to.deep.equal(Array.from({ length: 25 }, (_, i) => i + 1));
     expect((await nicknames(501)).map(([, nickname]) => nickname)).to.deep.equal(Array.from({ length: 25 }, (_, i) => `n${i}`));
     expect((await nicknames(502)).map(([sn]) => sn)).to.deep.equal(Array.from({ length: 12 }, (_, i) => i + 1));
     // One push per fan-out, the entry once (without sn) and each recipient's sn beside it.
@@ -78,27 +71,24 @@ describe("Inbox actor", () => {
     expect(published[1].update.snUpdate).to.deep.equal({ userProfileUpdated: { userId: 1, newNickname: "n1" } });
   });
 
-  it("answers an append once its live push was delivered, and meanwhile takes the next write", async () => {
+  it("answers an append once it is stored, its push still under way, and meanwhile takes the next write", async () => {
     const deliveries: (() => void)[] = [];
     const inbox = new Inbox(deps, () => new Promise<void>((delivered) => deliveries.push(delivered)));
-    let firstAnswered = false;
-    const first = inbox.appendFanOuts([fanOut([531], "pushed first")]).then(() => (firstAnswered = true));
-    await eventuallyTrue(() => deliveries.length === 1);
-    // The write is stored and its push under way: the answer waits for the push, the next write does not.
-    const second = inbox.appendFanOuts([fanOut([532], "next write")]);
-    await eventuallyTrue(() => deliveries.length === 2);
-    expect(firstAnswered).to.equal(false);
-    deliveries[0]();
-    await first;
-    deliveries[1]();
-    expect((await second)[0]).to.deep.equal([[532, 1]]);
+    expect(await inbox.appendFanOuts([fanOut([531], "push under way")])).to.deep.equal([{ sns: [[531, 1]] }]);
+    expect(await inbox.appendFanOuts([fanOut([532], "next write")])).to.deep.equal([{ sns: [[532, 1]] }]);
+    // Neither push was ever answered.
+    expect(deliveries).to.have.length(2);
   });
 
-  it("answers an append whose push a gateway never answers after InboxPolicy.pushWaitMs", async () => {
-    const inbox = new Inbox(deps, () => new Promise<void>(() => {}));
-    const started = performance.now();
-    expect((await inbox.appendFanOuts([fanOut([533], "push lost")]))[0]).to.deep.equal([[533, 1]]);
-    expect(performance.now() - started).to.be.at.least(InboxPolicy.pushWaitMs - 50);
+  it("leaves a fan-out its deliverer pushes itself unpushed, and answers what that push needs: the sns and the webhook's recipients", async () => {
+    const published: PushEvent[] = [];
+    const inbox = new Inbox(deps, (event) => void published.push(event));
+    const mine = { ...fanOut([534, 535], "pushed by its deliverer"), pushedByDeliverer: true };
+    const [appended] = await inbox.appendFanOuts([mine, fanOut([534], "pushed by the inbox")]);
+    expect(appended).to.deep.equal({ sns: [[534, 1], [535, 1]] });
+    expect(published.map((event) => "recipients" in event && event.recipients)).to.deep.equal([[[534, 2]]]);
+    // The push its deliverer builds from the answer is the one the inbox would have sent.
+    expect(sequencedPush(mine, appended)).to.deep.equal({ update: { snUpdate: mine.entry.wire }, recipients: [[534, 1], [535, 1]] });
   });
 
   it("never forks a stream when two owners write it (a reshard): the stale one reloads and retries", async () => {
@@ -107,7 +97,7 @@ describe("Inbox actor", () => {
     await first.appendFanOuts([fanOut([505, 506], "a")]);
     await second.appendFanOuts([fanOut([506], "b")]);
     // `first` still believes 506's latest sn is 1; the store refuses sn 2 and it must move on to 3.
-    const [sns] = await first.appendFanOuts([fanOut([505, 506], "c")]);
+    const [{ sns }] = await first.appendFanOuts([fanOut([505, 506], "c")]);
     expect(sns).to.deep.equal([
       [505, 2],
       [506, 3],
@@ -142,7 +132,7 @@ describe("Inbox actor", () => {
     await nodeB.place({ isMine: () => false, isGone: () => false });
     await nodeA.place({ isMine: () => true, isGone: () => false });
     writes = 0;
-    const [sns] = await a.appendFanOuts([fanOut([521], "a4")]);
+    const [{ sns }] = await a.appendFanOuts([fanOut([521], "a4")]);
     expect(sns).to.deep.equal([[521, 4]]);
     expect(writes).to.equal(1);
     await Promise.all([nodeA.stop(), nodeB.stop()]);
@@ -152,7 +142,7 @@ describe("Inbox actor", () => {
     const inbox = new Inbox(deps, () => {});
     const first = fanOut([507], "once");
     await inbox.appendFanOuts([first]);
-    const [sns] = await inbox.appendFanOuts([{ ...first, recipients: [507, 508], again: true }]);
+    const [{ sns }] = await inbox.appendFanOuts([{ ...first, recipients: [507, 508], again: true }]);
     expect(sns).to.deep.equal([[508, 1]]);
     expect(await nicknames(507)).to.deep.equal([[1, "once"]]);
     expect(await nicknames(508)).to.deep.equal([[1, "once"]]);
@@ -163,7 +153,7 @@ describe("Inbox actor", () => {
     const recorded = { ...fanOut([511, 512], "twice"), again: true };
     // Two callers in one turn: both fan-outs join one write.
     const [fromA, fromB] = await Promise.all([inbox.appendFanOuts([recorded]), inbox.appendFanOuts([recorded])]);
-    expect([...fromA, ...fromB].flat().sort()).to.deep.equal([
+    expect([...fromA, ...fromB].flatMap(({ sns }) => sns).sort()).to.deep.equal([
       [511, 1],
       [512, 1],
     ]);
@@ -219,6 +209,6 @@ describe("Inbox actor", () => {
     expect(outcomes).to.deep.equal(["failed", "failed"]);
     expect(await nicknames(509)).to.deep.equal([]);
     fail = false;
-    expect(await inbox.appendFanOuts([fanOut([509], "z")])).to.deep.equal([[[509, 1]]]);
+    expect(await inbox.appendFanOuts([fanOut([509], "z")])).to.deep.equal([{ sns: [[509, 1]] }]);
   });
 });

@@ -46,7 +46,7 @@ import { routeToOwner } from "./shard-owners.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
 import { snUpdateOf } from "./stream-entry.js";
-import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
+import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "./fan-out-contracts.js";
 
 export const InboxPolicy = {
   /** Entries kept per user; older ones are pruned and answer updateTooLong. */
@@ -57,18 +57,10 @@ export const InboxPolicy = {
   pruneEvery: 500,
   /** Users whose latest sn is cached in memory. */
   cachedUsers: 100_000,
-  /**
-   * How long an append's answer waits for its live pushes. The answer acknowledges the event (a
-   * SendMessage, a stream's START), and what its sender does next (a stream's deltas, pushed
-   * straight from the conversation's engine) must not reach a socket before it; in a cluster the
-   * push goes through this engine, the presence registry and the gateway. A gateway that does not
-   * answer in time does not hold the sender back longer: its clients catch up by sn.
-   */
-  pushWaitMs: 1000,
 } as const;
 
 /** Per fan-out, each recipient that took it with its sn (a stream that already held it is absent). */
-export type AppendedSns = [userId: number, sn: number][][];
+type AppendedSns = AppendedFanOut["sns"][];
 
 export interface CardActionParams {
   /** The agent that sent the card. */
@@ -79,17 +71,9 @@ export interface CardActionParams {
   users?: WireMessage[];
 }
 
-/** The `users` and `groups` fields of an Update's wire form (omitted when empty, as proto3 JSON does). */
-function relatedParts(params: { users?: WireMessage[]; groups?: WireMessage[] }): WireMessage {
-  return {
-    ...(params.users?.length ? { users: params.users } : {}),
-    ...(params.groups?.length ? { groups: params.groups } : {}),
-  };
-}
-
 interface WaitingAppend {
   fanOuts: FanOutAppend[];
-  resolve(sns: AppendedSns): void;
+  resolve(appended: AppendedFanOut[]): void;
   reject(err: unknown): void;
 }
 
@@ -161,9 +145,11 @@ export class Inbox {
 
   /**
    * Appends the fan-outs to their recipients' streams, in order, together with every fan-out that
-   * arrives before the next write starts; pushes each once it is stored. Answers the sn values.
+   * arrives before the next write starts; once they are stored, pushes each whose deliverer does
+   * not push it itself. Answers once stored: the pushes are under way, and what a client misses
+   * of them it finds by sn.
    */
-  appendFanOuts(fanOuts: FanOutAppend[]): Promise<AppendedSns> {
+  appendFanOuts(fanOuts: FanOutAppend[]): Promise<AppendedFanOut[]> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ fanOuts, resolve, reject });
       if (this.appendQueued) return;
@@ -177,23 +163,20 @@ export class Inbox {
     this.appendQueued = false;
     const taken = this.waiting.splice(0);
     try {
-      const { sns, pushed } = await this.append(taken.flatMap((waiting) => waiting.fanOuts));
-      // The answers wait for the pushes (InboxPolicy.pushWaitMs), the next write does not.
-      void settledWithin(pushed, InboxPolicy.pushWaitMs).then(() => {
-        let at = 0;
-        for (const waiting of taken) {
-          waiting.resolve(sns.slice(at, at + waiting.fanOuts.length));
-          at += waiting.fanOuts.length;
-        }
-      });
+      const appended = await this.append(taken.flatMap((waiting) => waiting.fanOuts));
+      let at = 0;
+      for (const waiting of taken) {
+        waiting.resolve(appended.slice(at, at + waiting.fanOuts.length));
+        at += waiting.fanOuts.length;
+      }
     } catch (err) {
       // Nothing of the write was stored: every fan-out in it stays recorded, to be finished again.
       for (const waiting of taken) waiting.reject(err);
     }
   }
 
-  /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes (`pushed` settles with them) and any pruning. */
-  private async append(fanOuts: readonly FanOutAppend[]): Promise<{ sns: AppendedSns; pushed: Promise<unknown> }> {
+  /** One write for all the fan-outs: entries, webhook hand-offs, then the pushes and any pruning. */
+  private async append(fanOuts: readonly FanOutAppend[]): Promise<AppendedFanOut[]> {
     let recipients = await this.recipientsLacking(fanOuts);
     // Retries only ever drop recipients, so these cover every attempt.
     const users = [...new Set(recipients.flat())];
@@ -225,12 +208,13 @@ export class Inbox {
         continue;
       }
       for (const [userId, sn] of next) this.remember(userId, sn, fenceOfUser.get(userId));
-      const pushes = fanOuts.flatMap((fanOut, index) => {
-        if (sns[index].length === 0) return [];
+      const appended = sns.map((pairs): AppendedFanOut => {
         // A WEBHOOK-mode agent's entry went to its webhook route: its sockets are told not to carry it.
-        const toWebhook = byWebhook.size > 0 ? sns[index].flatMap(([userId]) => (byWebhook.has(userId) ? [userId] : [])) : [];
-        const update = { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as UpdateJson;
-        return [Promise.resolve(this.publish({ update, recipients: sns[index], ...(toWebhook.length > 0 ? { toWebhook } : {}) }))];
+        const toWebhook = byWebhook.size > 0 ? pairs.flatMap(([userId]) => (byWebhook.has(userId) ? [userId] : [])) : [];
+        return toWebhook.length > 0 ? { sns: pairs, toWebhook } : { sns: pairs };
+      });
+      fanOuts.forEach((fanOut, index) => {
+        if (appended[index].sns.length > 0 && !fanOut.pushedByDeliverer) void this.publish(sequencedPush(fanOut, appended[index]));
       });
       for (const handoff of handoffs) if (handoff.bodies.length > 0) this.webhookQueued(handoff.agentUserId);
       for (const [userId, latest] of next) {
@@ -239,7 +223,7 @@ export class Inbox {
           await this.deps.store.updates.pruneUpdates(userId, latest - InboxPolicy.retainedUpdates);
         }
       }
-      return { sns, pushed: Promise.all(pushes) };
+      return appended;
     }
     throw new ParleyError(Errors.unavailable, { reason: "update stream contention" });
   }
@@ -369,17 +353,6 @@ export function pushEphemeral(
   void pushes.send({ update, userIds: [...userIds] } satisfies PushEvent);
 }
 
-/** Resolves when `work` settles or `ms` passes, whichever is first; never rejects. */
-function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    void work.finally(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
-}
-
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
 export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId: number, cardAction: CardActionPayload, submitter: UserInfo | undefined): Promise<void> {
   const params: CardActionParams = {
@@ -416,7 +389,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
     actions: {
       // Not sharded by user: a fan-out's recipients come in groups by owning node (recipientsByOwner
       // in fan-out.ts), each group to its node; embedded, this node owns them all.
-      appendFanOuts: { handler: async (ctx: Context<AppendFanOutsParams>) => ({ sns: await inbox.appendFanOuts(ctx.params.fanOuts) }) },
+      appendFanOuts: { handler: async (ctx: Context<AppendFanOutsParams>): Promise<AppendFanOutsAnswer> => ({ appended: await inbox.appendFanOuts(ctx.params.fanOuts) }) },
       deliverCardAction: {
         ...shardByUser,
         handler: async (ctx: Context<CardActionParams>) => {

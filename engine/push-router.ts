@@ -5,6 +5,12 @@
 //
 // Pushes are best effort by design: a connection that misses one (its gateway died, a lookup
 // raced its connect) finds the gap in its sn sequence and catches up with GetDifference.
+//
+// They leave in the order they were sent: each gateway's calls are issued in that order, over this
+// node's one connection to it, and the gateway writes each to its sockets as it arrives. So a
+// stream's deltas, sent after its START was, never reach a socket before it, without anybody
+// waiting for the START to arrive (the lookups of later pushes run meanwhile; only the issuing
+// keeps its turn).
 import type { ServiceBroker } from "moleculer";
 import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
 import { GatewayActions, type PushEvent } from "../shared/bus.js";
@@ -13,8 +19,9 @@ import { pushGatewayCalls } from "../shared/metrics.js";
 
 export interface Pushes {
   /**
-   * Sends the update live to the recipients' connections. Resolves once every gateway concerned
-   * answered (it wrote the frames) or failed; never rejects (see above).
+   * Sends the update live to the recipients' connections, after every update sent before it.
+   * Resolves once every gateway concerned answered (it wrote the frames) or failed; never
+   * rejects (see above).
    */
   send(event: PushEvent): Promise<void>;
   /**
@@ -37,6 +44,11 @@ const gatewayCallsOk = pushGatewayCalls.bind({ result: "ok" });
 const gatewayCallsFailed = pushGatewayCalls.bind({ result: "error" });
 
 export class PushRouter implements Pushes {
+  /** Settles once every push sent so far was issued to its gateways. */
+  private issued: Promise<void> = Promise.resolve();
+  /** Gateways not discovered yet, each with the issuing of the calls waiting for it to be. */
+  private readonly undiscovered = new Map<string, Promise<void>>();
+
   constructor(
     private readonly broker: ServiceBroker,
     private readonly presence: PresenceRegistry,
@@ -101,31 +113,55 @@ export class PushRouter implements Pushes {
   }
 
   send(event: PushEvent): Promise<void> {
-    return this.route(event).catch((err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`));
+    const userIds = "recipients" in event ? event.recipients.map(([userId]) => userId) : event.userIds;
+    const lookup = this.presence.gatewaysOf(userIds);
+    // A failed lookup is reported in this push's turn; until then it must not count as unhandled.
+    lookup.catch(() => undefined);
+    const calls = this.issued.then(() => lookup).then((gateways) => this.issue(event, gateways));
+    this.issued = calls.then(
+      () => undefined,
+      () => undefined,
+    );
+    return calls
+      .then((answers) => Promise.all(answers))
+      .then(
+        () => undefined,
+        (err: unknown) => this.broker.logger.warn(`a live push was not delivered: ${String(err)}`),
+      );
   }
 
-  private async route(event: PushEvent): Promise<void> {
-    const userIds = "recipients" in event ? event.recipients.map(([userId]) => userId) : event.userIds;
+  /** Issues the push's call to each gateway holding some of its users, now or, for one not discovered yet, in its turn once it is. */
+  private issue(event: PushEvent, gateways: Map<number, Iterable<string>>): Promise<void>[] {
     const byGateway = new Map<string, Set<number>>();
-    for (const [userId, nodes] of await this.presence.gatewaysOf(userIds)) {
+    for (const [userId, nodes] of gateways) {
       for (const node of nodes) {
         let users = byGateway.get(node);
         if (!users) byGateway.set(node, (users = new Set()));
         users.add(userId);
       }
     }
-    const sends = [...byGateway].map(async ([nodeID, users]) => {
+    return [...byGateway].map(([nodeID, users]) => {
       const part: PushEvent = "recipients" in event ? sequencedPart(event, users) : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
-      await this.discovered(nodeID);
-      try {
-        await this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
-      } catch (err) {
-        gatewayCallsFailed.inc();
-        throw err;
-      }
-      gatewayCallsOk.inc();
+      const waiting = this.undiscovered.get(nodeID) ?? this.discovered(nodeID);
+      if (!waiting) return this.deliver(nodeID, part);
+      let answer: Promise<void> | undefined;
+      const issued = waiting.then(() => void (answer = this.deliver(nodeID, part)));
+      this.undiscovered.set(nodeID, issued);
+      void issued.then(() => {
+        if (this.undiscovered.get(nodeID) === issued) this.undiscovered.delete(nodeID);
+      });
+      return issued.then(() => answer);
     });
-    await Promise.all(sends);
+  }
+
+  private async deliver(nodeID: string, part: PushEvent): Promise<void> {
+    try {
+      await this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
+    } catch (err) {
+      gatewayCallsFailed.inc();
+      throw err;
+    }
+    gatewayCallsOk.inc();
   }
 }
 

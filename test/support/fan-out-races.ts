@@ -1,6 +1,7 @@
 import type { Clock } from "../../engine/clock.js";
 import type { FanOutAppend } from "../../engine/fan-out-contracts.js";
-import type { AppendedSns, Inbox } from "../../engine/inbox.js";
+import type { AppendedFanOut } from "../../engine/fan-out-contracts.js";
+import type { Inbox } from "../../engine/inbox.js";
 import { Ownership } from "../../engine/ownership.js";
 import type { Store } from "../../engine/store/store.js";
 import { encodeEntry, snUpdateOf } from "../../engine/stream-entry.js";
@@ -33,7 +34,7 @@ export async function finishAcrossLeaseMove(options: {
   clock: Clock;
   inboxOf: (store: Store, ownership: Ownership) => Inbox;
   recipients: number[];
-}): Promise<{ recovered: AppendedSns[number]; late: AppendedSns[number] }> {
+}): Promise<{ recovered: AppendedFanOut["sns"]; late: AppendedFanOut["sns"] }> {
   const { stores, clock, inboxOf, recipients } = options;
   const oldOwner = new Ownership(stores.old.leases, clock, "race-old-owner");
   const newOwner = new Ownership(stores.new.leases, clock, "race-new-owner");
@@ -60,7 +61,7 @@ export async function finishAcrossLeaseMove(options: {
     const b = inboxOf(racing, newOwner);
     const [recovered] = await b.appendFanOuts([recorded]);
     const [late] = await b.appendFanOuts([{ ...recorded, again: false }]);
-    return { recovered, late };
+    return { recovered: recovered.sns, late: late.sns };
   } finally {
     await Promise.all([oldOwner.stop(), newOwner.stop()]);
   }

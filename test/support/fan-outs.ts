@@ -1,6 +1,5 @@
 import type { ServiceBroker } from "moleculer";
-import type { AppendFanOutsParams, FanOutAppend } from "../../engine/fan-out-contracts.js";
-import type { AppendedSns } from "../../engine/inbox.js";
+import type { AppendedFanOut, AppendFanOutsAnswer, AppendFanOutsParams, FanOutAppend } from "../../engine/fan-out-contracts.js";
 import { userStreamKey } from "../../engine/ownership.js";
 import { engineNodes, keysByOwner } from "../../engine/shard-owners.js";
 
@@ -17,14 +16,14 @@ export const nextTestFanOutId = () => ++lastTestFanOutId;
  * engine that owns its recipient's stream, as engine/fan-out.ts sends them (an inbox refuses a
  * stream placed on another engine); answers the sns in the order given.
  */
-export async function appendThroughInbox(broker: ServiceBroker, fanOuts: FanOutAppend[]): Promise<AppendedSns> {
+export async function appendThroughInbox(broker: ServiceBroker, fanOuts: FanOutAppend[]): Promise<AppendedFanOut["sns"][]> {
   if (fanOuts.some((fanOut) => fanOut.recipients.length !== 1)) throw new Error("appendThroughInbox takes fan-outs of one recipient each");
   const indexed = fanOuts.map((fanOut, index) => ({ fanOut, index }));
-  const sns: AppendedSns = new Array<AppendedSns[number]>(fanOuts.length);
+  const sns = new Array<AppendedFanOut["sns"]>(fanOuts.length);
   for (const [owner, group] of keysByOwner(indexed, ({ fanOut }) => userStreamKey(fanOut.recipients[0]), engineNodes(broker))) {
     const params: AppendFanOutsParams = { fanOuts: group.map(({ fanOut }) => fanOut) };
-    const answer = (await broker.call("inbox.appendFanOuts", params, owner === undefined ? undefined : { nodeID: owner })) as { sns: AppendedSns };
-    group.forEach(({ index }, position) => (sns[index] = answer.sns[position]));
+    const answer = (await broker.call("inbox.appendFanOuts", params, owner === undefined ? undefined : { nodeID: owner })) as AppendFanOutsAnswer;
+    group.forEach(({ index }, position) => (sns[index] = answer.appended[position].sns));
   }
   return sns;
 }
