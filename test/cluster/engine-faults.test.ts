@@ -5,23 +5,14 @@
 // keys failed and for how long; then every stream is read whole: no acknowledged message lost,
 // none twice, no sn or id hole, no process crashed.
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
 import { engineWatchPolicy } from "../../engine/engine-watch.js";
-import { conversationKey, shardOf, userStreamKey } from "../../engine/ownership.js";
+import { shardOf } from "../../engine/ownership.js";
 import { ownerOf } from "../../engine/shard-owners.js";
 import { Cql } from "../../engine/store/cassandra/cql.js";
 import { epochOfStreamWrite } from "../../engine/store/cassandra/stream-head.js";
-import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
-import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
-import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";
-import type { SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
-import { ErrorDetailSchema } from "../../shared/gen/shared/v1/error_pb.js";
-import { retryDelayOf } from "../../sdk/src/retry.js";
-import { signInWithCode, type SignedIn } from "../support/accounts.js";
+import type { SignedIn } from "../support/accounts.js";
 import { clusterPid, testCluster, type TestCluster } from "../support/cluster.js";
-import { client } from "../support/harness.js";
-import { nextClientMessageId, textBody, wholeStream } from "../support/messaging.js";
-import { befriend } from "../support/social.js";
+import { MixedLoad, type Attempt } from "../support/mixed-load.js";
 
 const engines = ["engine-1", "engine-2"];
 const processes = ["api-1", "api-2", ...engines, "gateway-1", "gateway-2", "webhooks-1"];
@@ -29,153 +20,38 @@ const processes = ["api-1", "api-2", ...engines, "gateway-1", "gateway-2", "webh
 const homeOf = (key: string) => ownerOf(shardOf(key), engines)!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-interface Attempt {
-  kind: "send" | "read";
-  /** The engine the key is placed on while both are up. */
-  home: string;
-  startedAt: number;
-  endedAt: number;
-  /** Undefined when it succeeded; else the answer's code and reason. */
-  failure?: string;
+/**
+ * Each stream's entries, by sn, carry their writer's epoch in their write timestamp (DATA-MODEL
+ * §5.4): an owner's entries that landed before the next owner read the stream come first, and
+ * whatever it wrote once the next owner claimed the stream (a paused engine waking up) never
+ * shows. So the epochs never go down along a stream. Read from the cluster's Cassandra itself.
+ */
+async function verifyOwnersInOrder(cluster: TestCluster, users: readonly SignedIn[]): Promise<void> {
+  const cql = await Cql.connect({ contactPoints: [cluster.cassandra.contactPoint], keyspace: cluster.cassandra.keyspace });
+  try {
+    await cql.useKeyspace();
+    let movedStreams = 0;
+    for (const user of users) {
+      const buckets = (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [user.userId])).map((row) => row.first_sn as number).reverse();
+      const entries: { sn: number; epoch: number }[] = [];
+      for (const firstSn of buckets) {
+        const rows = await cql.rows("SELECT sn, WRITETIME(event_id) AS written FROM stream_entries WHERE user_id = ? AND first_sn = ?", [user.userId, firstSn]);
+        for (const row of rows) if (row.sn !== null) entries.push({ sn: row.sn as number, epoch: epochOfStreamWrite(BigInt(String(row.written))) });
+      }
+      if (new Set(entries.map((entry) => entry.epoch)).size > 1) movedStreams++;
+      const descents = entries.filter((entry, i) => i > 0 && entry.epoch < entries[i - 1].epoch);
+      expect(descents, `user ${user.userId}: an older owner's entries after a newer owner's (sn: epoch ${entries.map((e) => `${e.sn}:${e.epoch}`).join(" ")})`).to.deep.equal([]);
+    }
+    console.log(`      measured: ${movedStreams} of ${users.length} streams written by more than one owner, each in epoch order`);
+  } finally {
+    await cql.close();
+  }
 }
 
-function failureOf(err: unknown): string {
-  if (!(err instanceof ConnectError)) return String(err);
-  const reason = err.findDetails(ErrorDetailSchema)[0]?.metadata.reason;
-  return `${err.code}${reason ? ` ${reason}` : ""}: ${err.rawMessage}`;
-}
-
-/** Private pairs and a group sending in closed loops, and readers of update streams, until stopped. */
-class MixedLoad {
-  readonly attempts: Attempt[] = [];
-  readonly acknowledged = new Map<bigint, bigint[]>();
-  readonly users: SignedIn[] = [];
-  private readonly conversations: { id: bigint; members: SignedIn[] }[] = [];
-  private running: Promise<void>[] = [];
-  private stopped = false;
-
-  constructor(private readonly cluster: TestCluster) {}
-
-  async prepare(pairs: number): Promise<void> {
-    for (let i = 0; i < pairs * 2; i++) this.users.push(await signInWithCode(this.cluster));
-    for (let i = 0; i < pairs; i++) {
-      const [a, b] = [this.users[2 * i], this.users[2 * i + 1]];
-      this.conversations.push({ id: await befriend(this.cluster, a, b), members: [a, b] });
-    }
-    const [owner, ...others] = this.users.slice(0, 8);
-    const group = (await client(this.cluster, GroupService, "json", owner.accessToken).createGroup({ name: "faults", memberIds: others.map((u) => u.userId) })).group!;
-    this.conversations.push({ id: BigInt(group.groupId), members: [owner, ...others] });
-    for (const { id } of this.conversations) this.acknowledged.set(id, []);
-  }
-
-  start(): void {
-    this.running = [
-      ...this.conversations.map(async ({ id, members }) => {
-        for (let n = 0; !this.stopped; n++) await this.send(members[n % members.length], id, `m${n}`);
-      }),
-      ...this.users.slice(0, 4).map(async (user) => {
-        while (!this.stopped) {
-          const read = await this.attempt("read", userStreamKey(user.userId), () => client(this.cluster, SyncService, "json", user.accessToken).getDifference({ sn: 0 }));
-          await sleep(read ? 50 : this.retryDelay);
-        }
-      }),
-    ];
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    await Promise.all(this.running);
-  }
-
-  /** One message, sent again with the same clientMessageId until acknowledged. */
-  private async send(sender: SignedIn, conversationId: bigint, text: string): Promise<void> {
-    const clientMessageId = nextClientMessageId();
-    const messages = client(this.cluster, MessageService, "json", sender.accessToken);
-    for (;;) {
-      const sent = await this.attempt("send", conversationKey(conversationId), () => messages.sendMessage({ conversationId, clientMessageId, body: textBody(text) }));
-      if (sent) {
-        this.acknowledged.get(conversationId)!.push(sent.messageId);
-        return;
-      }
-      // After the stop, an unacknowledged message is the client's to give up.
-      if (this.stopped) return;
-      await sleep(this.retryDelay);
-    }
-  }
-
-  /** The wait before the next try after the last failure: what the answer asked for, as the SDK waits. */
-  private retryDelay = 50;
-
-  private async attempt<T>(kind: Attempt["kind"], key: string, call: () => Promise<T>): Promise<T | undefined> {
-    const startedAt = performance.now();
-    try {
-      const result = await call();
-      this.attempts.push({ kind, home: homeOf(key), startedAt, endedAt: performance.now() });
-      return result;
-    } catch (err) {
-      this.attempts.push({ kind, home: homeOf(key), startedAt, endedAt: performance.now(), failure: failureOf(err) });
-      this.retryDelay = retryDelayOf(err) ?? 50;
-      return undefined;
-    }
-  }
-
-  /**
-   * Each stream's entries, by sn, carry their writer's epoch in their write timestamp (DATA-MODEL
-   * §5.4): an owner's entries that landed before the next owner read the stream come first, and
-   * whatever it wrote once the next owner claimed the stream (a paused engine waking up) never
-   * shows. So the epochs never go down along a stream. Read from the cluster's Cassandra itself.
-   */
-  private async verifyOwnersInOrder(): Promise<void> {
-    const cql = await Cql.connect({ contactPoints: [this.cluster.cassandra.contactPoint], keyspace: this.cluster.cassandra.keyspace });
-    try {
-      await cql.useKeyspace();
-      let movedStreams = 0;
-      for (const user of this.users) {
-        const buckets = (await cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [user.userId])).map((row) => row.first_sn as number).reverse();
-        const entries: { sn: number; epoch: number }[] = [];
-        for (const firstSn of buckets) {
-          const rows = await cql.rows("SELECT sn, WRITETIME(event_id) AS written FROM stream_entries WHERE user_id = ? AND first_sn = ?", [user.userId, firstSn]);
-          for (const row of rows) if (row.sn !== null) entries.push({ sn: row.sn as number, epoch: epochOfStreamWrite(BigInt(String(row.written))) });
-        }
-        if (new Set(entries.map((entry) => entry.epoch)).size > 1) movedStreams++;
-        const descents = entries.filter((entry, i) => i > 0 && entry.epoch < entries[i - 1].epoch);
-        expect(descents, `user ${user.userId}: an older owner's entries after a newer owner's (sn: epoch ${entries.map((e) => `${e.sn}:${e.epoch}`).join(" ")})`).to.deep.equal([]);
-      }
-      console.log(`      measured: ${movedStreams} of ${this.users.length} streams written by more than one owner, each in epoch order`);
-    } finally {
-      await cql.close();
-    }
-  }
-
-  failuresOf(home: string, after: number): Attempt[] {
-    return this.attempts.filter((a) => a.failure !== undefined && a.home === home && a.endedAt >= after);
-  }
-
-  succeededAfter(at: number): number {
-    return this.attempts.filter((a) => a.failure === undefined && a.kind === "send" && a.startedAt > at).length;
-  }
-
-  /**
-   * Every user's stream whole: sns dense from 1; each acknowledged message once in each member's
-   * stream; message ids dense; and, as stored, no entry of an older owner after a newer owner's.
-   */
-  async verifyStreams(): Promise<void> {
-    await this.verifyOwnersInOrder();
-    const streams = new Map<number, SnUpdate[]>();
-    for (const user of this.users) streams.set(user.userId, await wholeStream(this.cluster, user));
-    for (const [userId, stream] of streams) expect(stream.map((u) => u.sn), `user ${userId}: sns dense`).to.deep.equal(stream.map((_u, i) => i + 1));
-    for (const { id, members } of this.conversations) {
-      const acknowledged = this.acknowledged.get(id)!;
-      expect(new Set(acknowledged).size, `conversation ${id}: no id answered twice`).to.equal(acknowledged.length);
-      for (const member of members) {
-        const held = streams.get(member.userId)!.flatMap((u) => (u.update.case === "messageEnvelope" && u.update.value.conversationId === id ? [u.update.value.messageId] : []));
-        expect(new Set(held).size, `conversation ${id} in the stream of ${member.userId}: each message once`).to.equal(held.length);
-        for (const messageId of acknowledged) expect(held, `conversation ${id}, user ${member.userId}: acknowledged ${messageId} kept`).to.include(messageId);
-        const sorted = [...held].sort((x, y) => (x < y ? -1 : 1));
-        expect(sorted.every((messageId, i) => messageId - sorted[0] === BigInt(i)), `conversation ${id}: ids dense`).to.equal(true);
-      }
-    }
-  }
+/** The load's streams whole, and as stored no entry of an older owner after a newer owner's. */
+async function verifyStreams(cluster: TestCluster, load: MixedLoad): Promise<void> {
+  await verifyOwnersInOrder(cluster, load.users);
+  await load.verifyStreams();
 }
 
 /** Resolves with the time (performance.now()) the launcher had started the node again: its pid file names another process. */
@@ -242,7 +118,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
 
   beforeEach(async () => {
     await untilWhole(cluster);
-    load = new MixedLoad(cluster);
+    load = new MixedLoad(cluster, homeOf);
     await load.prepare(6);
     load.start();
     await sleep(1_500);
@@ -267,7 +143,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
     console.log(`      measured: the dead engine's keys failed until +${Math.round(lastFailure - killedAt)} ms (${deadKeyFailures.length} failed calls: ${failureKinds(deadKeyFailures, killedAt)}); restarted at +${Math.round(restartedAt - killedAt)} ms`);
     expect(lastFailure - killedAt, `the dead engine's keys failing until: ${describeFailures(deadKeyFailures, killedAt)} (restarted at +${Math.round(restartedAt - killedAt)} ms)`).to.be.at.most(3_000);
     expect(load.succeededAfter(killedAt + 3_000)).to.be.above(20);
-    await load.verifyStreams();
+    await verifyStreams(cluster, load);
     for (const node of processes.filter((n) => n !== dead)) expect(clusterPid(cluster, node), `${node} still the same process`).to.equal(pidsBefore.get(node));
     expect(clusterPid(cluster, dead), "the restarted engine still runs").to.not.equal(pidsBefore.get(dead));
   });
@@ -310,7 +186,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
     expect(failedAfterHealthy, `calls failing after /healthz said 200 (+${Math.round(healthyAgainAt! - firstRestartedAt)} ms after the first restart): ${describeFailures(failedAfterHealthy, healthyAgainAt!)}`).to.deep.equal([]);
     expect(lastFailure - firstRestartedAt, `failing until: ${describeFailures(failures.filter((f) => f.endedAt > firstRestartedAt + 5_000), firstRestartedAt)}`).to.be.at.most(5_000);
     expect(load.succeededAfter(firstRestartedAt + 5_000)).to.be.above(20);
-    await load.verifyStreams();
+    await verifyStreams(cluster, load);
     for (const node of engines) expect(clusterPid(cluster, node), `${node} restarted once and still runs`).to.equal(pidsAfter.get(node));
     for (const node of processes.filter((n) => !engines.includes(n))) expect(clusterPid(cluster, node), `${node} still the same process`).to.equal(pidsBefore.get(node));
   });
@@ -340,7 +216,7 @@ describe("engines lost under a mixed load, through the cluster's front", functio
     const lastAfterResume = Math.max(resumedAt, ...afterResume.map((f) => f.endedAt));
     console.log(`      measured: the paused engine's keys failed until +${Math.round(lastWhilePaused - pausedAt)} ms of the pause, and until +${Math.round(lastAfterResume - resumedAt)} ms of the resume`);
     expect(lastAfterResume - resumedAt, `failing after the resume until: ${describeFailures(afterResume, resumedAt)}`).to.be.at.most(3_000);
-    await load.verifyStreams();
+    await verifyStreams(cluster, load);
     for (const node of processes) expect(clusterPid(cluster, node), `${node} still the same process`).to.equal(pidsBefore.get(node));
   });
 });
