@@ -9,7 +9,7 @@ import { snUpdateOf } from "../../stream-entry.js";
 import { describeStoreConformance } from "../store-conformance.js";
 import type { Store } from "../store.js";
 import { migrate, migrations } from "./migrations.js";
-import { openSqliteStore } from "./sqlite-store.js";
+import { beginTransactionsImmediately, openSqliteStore } from "./sqlite-store.js";
 
 describeStoreConformance("sqlite", async () => {
   const dir = mkdtempSync(join(tmpdir(), "parley-store-"));
@@ -49,6 +49,32 @@ describe("sqlite store migrations", () => {
       await openSqliteStore(dir).catch((err: unknown) => (refused = err));
       expect(String(refused)).to.match(/newer than this build/);
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("sqlite transactions on a file other connections write (engine processes sharing it)", () => {
+  it("take the write lock as they begin: no other connection commits between a transaction's read and its write", () => {
+    const dir = mkdtempSync(join(tmpdir(), "parley-store-"));
+    const [mine, another] = [new Database(join(dir, "shared.db")), new Database(join(dir, "shared.db"))];
+    try {
+      mine.pragma("journal_mode = WAL");
+      another.pragma("busy_timeout = 0");
+      mine.exec("CREATE TABLE counter (n INTEGER NOT NULL)");
+      mine.exec("INSERT INTO counter VALUES (1)");
+      beginTransactionsImmediately(mine);
+      const next = mine.transaction(() => {
+        const { n } = mine.prepare<[], { n: number }>("SELECT max(n) AS n FROM counter").get()!;
+        // Begun deferred, the other's write would commit here and this one's fail (SQLITE_BUSY_SNAPSHOT).
+        expect(() => another.prepare("INSERT INTO counter VALUES (100)").run()).to.throw(/database is locked/);
+        mine.prepare("INSERT INTO counter VALUES (?)").run(n + 1);
+      });
+      next();
+      expect(mine.prepare("SELECT n FROM counter ORDER BY n").pluck().all()).to.deep.equal([1, 2]);
+    } finally {
+      another.close();
+      mine.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

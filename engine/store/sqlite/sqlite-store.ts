@@ -307,6 +307,26 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
   };
 }
 
+/**
+ * Makes the connection's transactions begin IMMEDIATE (taking the write lock as they begin) when
+ * called plainly. Every transaction of this store writes; a deferred one that read first would
+ * fail at its first write with SQLITE_BUSY_SNAPSHOT whenever another connection to the file
+ * committed meanwhile (engine processes sharing it), and busy_timeout cannot wait that out: it
+ * waits only for a lock taken before the transaction read anything.
+ */
+export function beginTransactionsImmediately(db: Database.Database): void {
+  const transaction = db.transaction.bind(db);
+  db.transaction = (<F extends (...args: never[]) => unknown>(fn: F) => {
+    const made = transaction(fn);
+    const { immediate } = made;
+    // A function of its own: better-sqlite3's come with read-only properties.
+    const begunImmediately = function (this: unknown, ...args: unknown[]) {
+      return (immediate as (...args: unknown[]) => unknown).apply(this, args);
+    };
+    return Object.assign(begunImmediately, { default: immediate, deferred: made.deferred, immediate, exclusive: made.exclusive }) as unknown as typeof made;
+  }) as Database.Database["transaction"];
+}
+
 /** Opens (creating if needed) the database under dataDir and brings its schema up to date. */
 export async function openSqliteStore(dataDir: string): Promise<Store> {
   mkdirSync(dataDir, { recursive: true });
@@ -316,6 +336,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     db.pragma("synchronous = NORMAL");
     db.pragma("foreign_keys = ON");
     db.pragma("busy_timeout = 5000");
+    beginTransactionsImmediately(db);
     migrate(db);
   } catch (err) {
     db.close();
