@@ -32,7 +32,7 @@ import { webhookTarget } from "./engine/agent-delivery.js";
 import { FanOuts } from "./engine/fan-out.js";
 import { FanOutIds } from "./engine/fan-out-ids.js";
 import { watchEngines } from "./engine/engine-watch.js";
-import { newLeaseHolder, Ownership, userStreamKey } from "./engine/ownership.js";
+import { leaseTimings, newLeaseHolder, Ownership, OwnershipPolicy, userStreamKey } from "./engine/ownership.js";
 import { announceToMesh, ClusterPlacement, coalescedMeshWrites, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
 import { inboxService } from "./engine/inbox.js";
 import { LogPushNotifier } from "./engine/push-notifier/log-push-notifier.js";
@@ -233,10 +233,11 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     const placement = new ClusterPlacement(broker, discoveryMs);
     // Before the engine's services are created: their sharded actions are wrapped as they are.
     if (brokerSettings.transporter) broker.middlewares.add(ownerForwarding(broker));
-    const engineOwnership = new Ownership(store.leases, clock, leaseHolder);
+    const engineOwnership = new Ownership(store.leases, clock, leaseHolder, { ...OwnershipPolicy, ...leaseTimings(config.shardLeaseMs) });
     ownership = engineOwnership;
     timings.next("fan-out id slot");
     const fanOutIds = await FanOutIds.claim(store.leases, clock, engineOwnership.holder, {
+      policy: leaseTimings(config.shardLeaseMs),
       onRenewalError: (err) => backgroundFailed("fanout_id_renewal", err, logger, "renewing the fan-out id slot"),
     });
     cleanups.push(() => fanOutIds.stop());

@@ -12,7 +12,7 @@
 // count borrows the next millisecond when it runs out).
 import { Errors, ParleyError } from "../shared/errors.js";
 import type { Clock } from "./clock.js";
-import { OwnershipPolicy } from "./ownership.js";
+import { OwnershipPolicy, type LeaseTimings } from "./ownership.js";
 import type { Fence, LeaseHolder, LeaseStore } from "./store/store.js";
 
 const idEpochMs = Date.UTC(2026, 0, 1);
@@ -35,13 +35,9 @@ function firstSlotFor(node: string): number {
   return hash % slots;
 }
 
-export interface FanOutIdPolicy {
-  leaseMs: number;
-  renewEveryMs: number;
-  safetyMarginMs: number;
-}
-
 /** The slot lease is kept like an ownership lease: the same length, renewal and margin. */
+export type FanOutIdPolicy = LeaseTimings;
+
 const defaultPolicy: FanOutIdPolicy = { leaseMs: OwnershipPolicy.leaseMs, renewEveryMs: OwnershipPolicy.renewEveryMs, safetyMarginMs: OwnershipPolicy.safetyMarginMs };
 
 export class FanOutIds {

@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { AdjustableClock } from "./clock.js";
-import { Ownership, OwnershipPolicy, conversationKey, shardOf, userStreamKey, type Placement } from "./ownership.js";
+import { loadConfig } from "../shared/config.js";
+import { Ownership, OwnershipPolicy, conversationKey, leaseTimings, shardOf, userStreamKey, type Placement } from "./ownership.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { Store } from "./store/store.js";
 
@@ -51,6 +52,20 @@ describe("Ownership", () => {
     // Past its trust, the holder renews its own lease with the same epoch (nobody held it since).
     clock.advance(OwnershipPolicy.leaseMs * 10);
     expect(await a.fence("c:1")).to.deep.equal(first);
+  });
+
+  it("SHARD_LEASE_MS sets the lease (30 s by default, 3000..600000): a node's lease runs out after it, and another node takes the shard with the next epoch", async () => {
+    expect(loadConfig({}).shardLeaseMs).to.equal(OwnershipPolicy.leaseMs);
+    expect(leaseTimings(OwnershipPolicy.leaseMs)).to.deep.equal({ leaseMs: OwnershipPolicy.leaseMs, renewEveryMs: OwnershipPolicy.renewEveryMs, safetyMarginMs: OwnershipPolicy.safetyMarginMs });
+    for (const raw of ["2999", "600001", "1.5", "8s"]) expect(() => loadConfig({ SHARD_LEASE_MS: raw }), raw).to.throw(/SHARD_LEASE_MS must be 3000\.\.600000/);
+    const policy = { ...OwnershipPolicy, ...leaseTimings(loadConfig({ SHARD_LEASE_MS: "8000" }).shardLeaseMs) };
+    const a = new Ownership(store.leases, clock, "a", policy);
+    const b = new Ownership(store.leases, clock, "b", policy);
+    const first = await a.fence("c:1");
+    clock.advance(7_999);
+    expect((await refusal(b.fence("c:1")))?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
+    clock.advance(2);
+    expect((await b.fence("c:1")).epoch).to.equal(first.epoch + 1);
   });
 
   it("a lease lost to another node (renewal, a refused write) is forgotten and its listeners told", async () => {

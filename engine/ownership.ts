@@ -42,6 +42,21 @@ export const OwnershipPolicy = {
   safetyMarginMs: 5_000,
 } as const;
 
+/** How long leases last and when they are renewed and stop being trusted. */
+export interface LeaseTimings {
+  leaseMs: number;
+  renewEveryMs: number;
+  safetyMarginMs: number;
+}
+
+/**
+ * The timings of a lease of `leaseMs` (SHARD_LEASE_MS) in OwnershipPolicy's proportions: renewed
+ * three times per lease, trusted until a sixth of it is left.
+ */
+export function leaseTimings(leaseMs: number): LeaseTimings {
+  return { leaseMs, renewEveryMs: Math.round(leaseMs / 3), safetyMarginMs: Math.round(leaseMs / 6) };
+}
+
 export const conversationKey = (conversationId: bigint) => `c:${conversationId}`;
 export const userStreamKey = (userId: number) => `u:${userId}`;
 
@@ -102,7 +117,7 @@ export class Ownership {
     private readonly clock: Clock,
     /** The node's name, or the holder this process announces to its peers (newLeaseHolder). */
     holder: string | LeaseHolder,
-    private readonly policy: typeof OwnershipPolicy = OwnershipPolicy,
+    private readonly policy: LeaseTimings & { shards: number } = OwnershipPolicy,
   ) {
     this.holder = typeof holder === "string" ? newLeaseHolder(holder) : holder;
     // One object for the life of the process: every append carries it.

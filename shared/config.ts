@@ -35,6 +35,12 @@ export interface ParleyConfig {
   abuseLimits: AbuseLimitsConfig;
   /** On SIGTERM/SIGINT, how long requests already in flight may take to finish before they are cut. */
   drainTimeoutMs: number;
+  /**
+   * How long an engine's lease on a shard (and on its fan-out id slot) lasts unless renewed; renewed
+   * every third of it. What it bounds: how long a stalled engine that its peers do not take for gone
+   * keeps its keys, and the lease writes per second (shorter, more).
+   */
+  shardLeaseMs: number;
   /** Which WebSocket implementation serves the edge's port (see gateway/socket.ts). */
   socketDriver: SocketDriver;
   /** Where the engine keeps its data: the embedded SQLite file under dataDir, or a Cassandra/ScyllaDB cluster. */
@@ -287,6 +293,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
       signInAttemptsPerAddress: perMinute(env, "SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", 30),
     },
     drainTimeoutMs: integerSetting(env, "DRAIN_TIMEOUT_MS", 10_000, 0, 600_000),
+    shardLeaseMs: integerSetting(env, "SHARD_LEASE_MS", 30_000, 3_000, 600_000),
     socketDriver: choiceSetting(env, "SOCKET_DRIVER", socketDrivers, defaultSocketDriver),
     store: storeConfig(env),
     logLevel,

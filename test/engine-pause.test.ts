@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect } from "chai";
 import { engineWatchPolicy } from "../engine/engine-watch.js";
-import { OwnershipPolicy, shardOf } from "../engine/ownership.js";
+import { shardOf } from "../engine/ownership.js";
 import { ownerOf } from "../engine/shard-owners.js";
 import { freePort, generousAbuseLimits, testStore, type TestServer } from "./support/harness.js";
 import { MixedLoad } from "./support/mixed-load.js";
@@ -20,6 +20,8 @@ import { testRedis } from "./support/redis.js";
 
 const root = resolve(import.meta.dirname, "..");
 const engines = ["engine-1", "engine-2"];
+/** The engines' shard leases (SHARD_LEASE_MS): shorter than the 30-s default, so the pause past them is too. */
+const leaseMs = 8_000;
 const homeOf = (key: string) => ownerOf(shardOf(key), engines)!;
 
 interface NodeProcess {
@@ -68,6 +70,7 @@ describe("an engine paused past its lease on the embedded store (SQLite shared b
           PORT: String(port),
           GRPC_PORT: "off",
           CODE_DELIVERY: `file:${codesFile}`,
+          SHARD_LEASE_MS: String(leaseMs),
           LOG_LEVEL: "error",
         },
         stdio: ["ignore", "ignore", "inherit"],
@@ -107,7 +110,7 @@ describe("an engine paused past its lease on the embedded store (SQLite shared b
     pausedProcess.kill("SIGSTOP");
     try {
       // Past the lease: whatever it held has run out, and been taken, when it wakes.
-      await sleep(OwnershipPolicy.leaseMs + 3_000);
+      await sleep(leaseMs + 3_000);
     } finally {
       pausedProcess.kill("SIGCONT");
     }
