@@ -13,14 +13,14 @@ import { signInWithCode } from "./support/accounts.js";
 import { client, startTestServer, testTopology, type TestServer } from "./support/harness.js";
 import { eventually, nextClientMessageId, pushedEnvelopes, textBody, textOf } from "./support/messaging.js";
 import { befriend } from "./support/social.js";
-import { GatewayClient } from "./support/ws-client.js";
+import { OpenSockets } from "./support/ws-client.js";
 
 const askedRedis = presenceLookups.bind({ answered: "registry" });
 const answeredFromCopy = presenceLookups.bind({ answered: "cache" });
 
 describe("presence answers kept by the engines", () => {
   let server: TestServer;
-  const sockets: GatewayClient[] = [];
+  const sockets = new OpenSockets(() => server);
   const notified: { tokens: readonly PushTokenRecord[]; notification: PushNotification }[] = [];
   const recordingNotifier: PushNotifier = {
     async send(tokens, notification) {
@@ -32,16 +32,11 @@ describe("presence answers kept by the engines", () => {
     server = await startTestServer({ adapters: { pushNotifier: recordingNotifier } });
   });
   after(async () => {
-    for (const socket of sockets) socket.close();
+    sockets.closeAll();
     await server?.dispose();
   });
 
-  async function connected(token: string): Promise<GatewayClient> {
-    const socket = await GatewayClient.connect(server.url, "binary");
-    sockets.push(socket);
-    await socket.authenticate(token);
-    return socket;
-  }
+  const connected = (token: string) => sockets.authenticated(token);
 
   it("private messages to a connected user, once warm: every push answered from the engines' copy, none from Redis", async () => {
     const [alice, bob] = [await signInWithCode(server), await signInWithCode(server)];

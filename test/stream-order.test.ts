@@ -15,7 +15,7 @@ import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/ac
 import { client, startTestServer, type TestServer } from "./support/harness.js";
 import { eventually, nextClientMessageId, streamOf, streamStartBody, updateOf } from "./support/messaging.js";
 import { createAgent, type TestAgent } from "./support/social.js";
-import { GatewayClient } from "./support/ws-client.js";
+import { OpenSockets, type GatewayClient } from "./support/ws-client.js";
 
 const deltasPerStream = 12;
 
@@ -55,7 +55,7 @@ describe("stream frames in order on every socket, nobody waiting for them", () =
   let server: TestServer;
   let owner: SignedIn;
   const agents: TestAgent[] = [];
-  const sockets: GatewayClient[] = [];
+  const sockets = new OpenSockets(() => server);
   before(async () => {
     server = await startTestServer({ adapters: { presence: new UnevenPresence() } });
     owner = await signInWithCode(server, "binary");
@@ -64,16 +64,11 @@ describe("stream frames in order on every socket, nobody waiting for them", () =
     for (let i = 0; i < 6; i++) agents.push(await createAgent(server, owner, "binary"));
   });
   after(async () => {
-    for (const socket of sockets) socket.close();
+    sockets.closeAll();
     await server?.dispose();
   });
 
-  async function connected(token: string): Promise<GatewayClient> {
-    const socket = await GatewayClient.connect(server.url, "binary");
-    sockets.push(socket);
-    await socket.authenticate(token);
-    return socket;
-  }
+  const connected = (token: string) => sockets.authenticated(token);
 
   it("START before every delta and END after them, on the owner's devices and on the agents' own sockets", async () => {
     // Two devices of the owner, which the front spreads over the gateways.

@@ -85,3 +85,25 @@ export class GatewayClient {
     this.socket.terminate();
   }
 }
+
+/** The authenticated sockets a suite opened, closed together when it ends. */
+export class OpenSockets {
+  private readonly sockets: GatewayClient[] = [];
+
+  constructor(
+    private readonly server: () => { url: string },
+    private readonly mode: WireMode = "binary",
+  ) {}
+
+  /** A socket authenticated with the token (a user's or an agent's). */
+  async authenticated(token: string): Promise<GatewayClient> {
+    const socket = await GatewayClient.connect(this.server().url, this.mode);
+    this.sockets.push(socket);
+    await socket.authenticate(token);
+    return socket;
+  }
+
+  closeAll(): void {
+    for (const socket of this.sockets.splice(0)) socket.close();
+  }
+}
