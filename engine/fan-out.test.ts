@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
 import { AdjustableClock } from "./clock.js";
-import { FanOuts, accountScope } from "./fan-out.js";
+import { FanOutPolicy, FanOuts, accountScope } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";
 import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
 import type { FanOutRecord, Store } from "./store/store.js";
@@ -12,6 +12,8 @@ import type { FanOutRecord, Store } from "./store/store.js";
 /** Records the appends a fan-out asks for; `hold` keeps them unanswered until released; `failing` refuses them. */
 class Inboxes {
   calls: FanOutAppend[] = [];
+  /** The fan-outs of each call, by their notes: which went to the inbox together. */
+  batches: string[][] = [];
   private held: (() => void)[] = [];
   hold = false;
   failing = false;
@@ -21,6 +23,7 @@ class Inboxes {
       expect(action).to.equal("inbox.appendFanOuts");
       if (this.failing) throw new Error("inbox down");
       this.calls.push(...params.fanOuts);
+      this.batches.push(params.fanOuts.map((fanOut) => fanOut.fanOutId));
       if (this.hold) await new Promise<void>((resolve) => this.held.push(resolve));
       return { appended: params.fanOuts.map(() => ({ sns: [] })) };
     },
@@ -141,7 +144,9 @@ describe("FanOuts", () => {
     const other = fanOuts.prepare("7", [3], update("other scope"));
     await recordWithAChange([first.record, second.record, other.record]);
     inboxes.hold = true;
-    const deliveries = [fanOuts.deliver(inboxes.ctx, first), fanOuts.deliver(inboxes.ctx, second), fanOuts.deliver(inboxes.ctx, other)];
+    const deliveries = [fanOuts.deliver(inboxes.ctx, first)];
+    await new Promise((resolve) => setImmediate(resolve));
+    deliveries.push(fanOuts.deliver(inboxes.ctx, second), fanOuts.deliver(inboxes.ctx, other));
     await new Promise((resolve) => setImmediate(resolve));
     // The other scope does not wait; the second event of scope 6 does.
     expect(inboxes.calls.map((call) => call.recipients)).to.deep.equal([[1], [3]]);
@@ -150,6 +155,56 @@ describe("FanOuts", () => {
     await Promise.all(deliveries);
     expect(inboxes.calls.map((call) => call.recipients)).to.deep.equal([[1], [3], [2]]);
     expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
+  it("delivers a scope's fan-outs that queued behind the delivery under way in one call, in order; one its deliverer pushes goes alone", async () => {
+    const made = ["under way", "a", "b", "streamStart", "c", "d"].map((nickname) => fanOuts.prepare("11", [1, 2], update(nickname)));
+    await recordWithAChange(made.map((fanOut) => fanOut.record));
+    const pushVia = { send: async () => {} } as never;
+    inboxes.hold = true;
+    const deliveries = [fanOuts.deliver(inboxes.ctx, made[0])];
+    await new Promise((resolve) => setImmediate(resolve));
+    deliveries.push(...made.slice(1).map((fanOut, index) => fanOuts.deliver(inboxes.ctx, fanOut, index === 2 ? pushVia : undefined)));
+    for (let released = 0; released < 4; released++) {
+      await new Promise((resolve) => setImmediate(resolve));
+      inboxes.release();
+    }
+    await Promise.all(deliveries);
+    const idsOf = (...indexes: number[]) => indexes.map((index) => String(made[index].record.fanOutId));
+    expect(inboxes.batches).to.deep.equal([idsOf(0), idsOf(1, 2), idsOf(3), idsOf(4, 5)]);
+    expect(inboxes.calls.map((call) => call.pushedByDeliverer ?? false)).to.deep.equal([false, false, false, true, false, false]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
+  it("starts another delivery of the scope once the queued one holds as many stream entries as one may", async () => {
+    const recipients = Array.from({ length: FanOutPolicy.entriesPerDelivery / 2 }, (_, index) => index + 1);
+    const made = ["under way", "a", "b", "c"].map((nickname) => fanOuts.prepare("12", recipients, update(nickname)));
+    await recordWithAChange(made.map((fanOut) => fanOut.record));
+    inboxes.hold = true;
+    const deliveries = [fanOuts.deliver(inboxes.ctx, made[0])];
+    await new Promise((resolve) => setImmediate(resolve));
+    deliveries.push(...made.slice(1).map((fanOut) => fanOuts.deliver(inboxes.ctx, fanOut)));
+    for (let released = 0; released < 3; released++) {
+      await new Promise((resolve) => setImmediate(resolve));
+      inboxes.release();
+    }
+    await Promise.all(deliveries);
+    expect(inboxes.batches.map((batch) => batch.length)).to.deep.equal([1, 2, 1]);
+  });
+
+  it("a failed delivery of queued fan-outs fails each of them and leaves them all recorded, in order", async () => {
+    const made = ["under way", "a", "b"].map((nickname) => fanOuts.prepare("13", [1], update(nickname)));
+    await recordWithAChange(made.map((fanOut) => fanOut.record));
+    inboxes.hold = true;
+    const deliveries = [fanOuts.deliver(inboxes.ctx, made[0])];
+    await new Promise((resolve) => setImmediate(resolve));
+    deliveries.push(...made.slice(1).map((fanOut) => fanOuts.deliver(inboxes.ctx, fanOut)));
+    inboxes.hold = false;
+    inboxes.failing = true;
+    inboxes.release();
+    const outcomes = await Promise.all(deliveries.map((delivery) => delivery.then(() => "ok", () => "failed")));
+    expect(outcomes).to.deep.equal(["ok", "failed", "failed"]);
+    expect((await store.outbox.pending(10)).map((record) => record.fanOutId)).to.deep.equal([made[1].record.fanOutId, made[2].record.fanOutId]);
   });
 
   it("after a failed delivery, the scope's next one first finishes it, then itself; each once", async () => {
