@@ -36,12 +36,15 @@ probe.close();
 const databasePrototype = Database.prototype as unknown as { transaction: (fn: (...args: unknown[]) => unknown) => (...args: unknown[]) => unknown };
 const transaction = databasePrototype.transaction;
 databasePrototype.transaction = function (this: Database.Database, fn) {
-  const run = transaction.call(this, fn);
+  const made = transaction.call(this, fn) as ((...args: unknown[]) => unknown) & Record<"deferred" | "immediate" | "exclusive", (...args: unknown[]) => unknown>;
   const inTransaction = () => this.inTransaction;
-  return function (this: unknown, ...args: unknown[]) {
-    if (!inTransaction()) counts.transactions += 1;
-    return run.apply(this, args);
-  };
+  const counted = (run: (...args: unknown[]) => unknown) =>
+    function (this: unknown, ...args: unknown[]) {
+      if (!inTransaction()) counts.transactions += 1;
+      return run.apply(this, args);
+    };
+  // The store begins its transactions through the variants (IMMEDIATE): each is counted too.
+  return Object.assign(counted(made), { default: counted(made), deferred: counted(made.deferred), immediate: counted(made.immediate), exclusive: counted(made.exclusive) });
 };
 
 // Frames: a full encoding of an update, or (the batched build) an sn put into one.
