@@ -2,8 +2,9 @@
 // (edge/uws-front.ts). It keeps the promises the `ws` driver keeps: 64 KiB client frames at most,
 // no per-message deflate, upgrades refused with 404 elsewhere, 400 for a bad Host or a broken
 // handshake, 431 for a head over the limit, 503 while the server drains; a frame's `onWritten`
-// runs once its bytes left uWS's backpressure buffer. A uWS socket may not be touched after its close handler ran (the native
-// side has freed it), so every call goes through a guard.
+// runs once its bytes left uWS's backpressure buffer; the frames sent in one turn leave in that
+// order, ahead of a ping or close sent after them. A uWS socket may not be touched after its close
+// handler ran (the native side has freed it), so every call goes through a guard.
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
 import type { UwsModule } from "../edge/uws-native.js";
 import { maxHeaderBytes, requestHeadBytes } from "../shared/http-limits.js";
@@ -46,7 +47,28 @@ interface SocketState {
   socket: UwsGatewaySocket;
 }
 
-class UwsGatewaySocket implements GatewaySocket {
+/**
+ * Sockets with frames queued this turn of the event loop. A socket's frames are written together
+ * once the turn's work is done, corked: one system call for all of them. A busy group's pushes
+ * reach a socket several to a turn (a delivery appends every message queued behind the one
+ * before), and a write each was most of the gateway's time; a frame alone is written as before.
+ */
+const socketsWithQueuedFrames = new Set<UwsGatewaySocket>();
+let queuedFramesWrite: NodeJS.Immediate | undefined;
+
+function writeQueuedFrames(): void {
+  queuedFramesWrite = undefined;
+  const sockets = [...socketsWithQueuedFrames];
+  socketsWithQueuedFrames.clear();
+  for (const socket of sockets) socket.writeQueued();
+}
+
+interface QueuedFrame {
+  data: string | Uint8Array;
+  onWritten?: (err?: Error) => void;
+}
+
+export class UwsGatewaySocket implements GatewaySocket {
   handlers: SocketHandlers | undefined;
   closed = false;
   /** Bytes that have entered uWS's backpressure buffer since the socket opened. */
@@ -60,11 +82,46 @@ class UwsGatewaySocket implements GatewaySocket {
     readonly forwardedFor: string | undefined,
   ) {}
 
+  /** Frames sent this turn and not yet handed to uWS, and their size (a string's in UTF-16 units: close enough for the slow-consumer limit). */
+  private queued: QueuedFrame[] = [];
+  private queuedBytes = 0;
+
   send(data: string | Uint8Array, onWritten?: (err?: Error) => void): void {
     if (this.closed) {
       if (onWritten) queueMicrotask(() => onWritten(new Error("the socket is closed")));
       return;
     }
+    this.queued.push({ data, onWritten });
+    this.queuedBytes += typeof data === "string" ? data.length : data.byteLength;
+    if (this.queued.length > 1) return;
+    socketsWithQueuedFrames.add(this);
+    queuedFramesWrite ??= setImmediate(writeQueuedFrames);
+  }
+
+  /** Hands this turn's frames to uWS, in order: several at once in one corked write. */
+  writeQueued(): void {
+    const frames = this.queued;
+    if (frames.length === 0) return;
+    this.queued = [];
+    this.queuedBytes = 0;
+    if (this.closed) {
+      this.failUnwritten(frames.flatMap(({ onWritten }) => (onWritten ? [onWritten] : [])), "the socket closed before the frame was written");
+      return;
+    }
+    // A frame whose writing someone waits for is counted into uWS's buffer by itself (write()).
+    if (frames.length === 1 || frames.some(({ onWritten }) => onWritten)) {
+      for (const { data, onWritten } of frames) this.write(data, onWritten);
+      return;
+    }
+    const before = this.ws.getBufferedAmount();
+    this.ws.cork(() => {
+      for (const { data } of frames) this.ws.send(data, typeof data !== "string");
+    });
+    this.bufferedTotal += Math.max(0, this.ws.getBufferedAmount() - before);
+    this.written();
+  }
+
+  private write(data: string | Uint8Array, onWritten?: (err?: Error) => void): void {
     const before = this.ws.getBufferedAmount();
     const status = this.ws.send(data, typeof data !== "string");
     if (status === 2) {
@@ -93,14 +150,18 @@ class UwsGatewaySocket implements GatewaySocket {
   }
 
   get bufferedAmount(): number {
-    return this.closed ? 0 : this.ws.getBufferedAmount();
+    return this.closed ? 0 : this.ws.getBufferedAmount() + this.queuedBytes;
   }
 
   ping(): void {
+    // After the frames sent before it: its pong is the client's receipt for them.
+    this.writeQueued();
     if (!this.closed) this.ws.ping();
   }
 
   close(code: number, reason: string): void {
+    // The frames sent before it (a fatal error, say) go out ahead of the close frame.
+    this.writeQueued();
     if (!this.closed) this.ws.end(code, reason);
   }
 
@@ -111,13 +172,19 @@ class UwsGatewaySocket implements GatewaySocket {
   /** uWS's close handler ran: the socket may not be used any more. */
   onClosed(): void {
     this.closed = true;
-    const unsent = this.pending.splice(0);
-    if (unsent.length > 0) {
-      queueMicrotask(() => {
-        for (const { onWritten } of unsent) onWritten(new Error("the socket closed before the frame was written"));
-      });
-    }
+    this.writeQueued();
+    this.failUnwritten(
+      this.pending.splice(0).map(({ onWritten }) => onWritten),
+      "the socket closed before the frame was written",
+    );
     this.handlers?.onClose();
+  }
+
+  private failUnwritten(callbacks: ((err?: Error) => void)[], reason: string): void {
+    if (callbacks.length === 0) return;
+    queueMicrotask(() => {
+      for (const onWritten of callbacks) onWritten(new Error(reason));
+    });
   }
 }
 
