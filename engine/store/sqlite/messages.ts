@@ -1,6 +1,7 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
+import type { GroupCommit } from "./group-commit.js";
 import type { FenceCheck } from "./leases.js";
 import type { OutboxWriter, Recorder } from "./outbox.js";
 
@@ -34,7 +35,14 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, outbox: OutboxWriter, record: Recorder, requireFence: FenceCheck): MessageStore {
+export function messageStore(
+  db: Database.Database,
+  commits: GroupCommit,
+  recordAsLast: LastMessageWriter,
+  outbox: OutboxWriter,
+  record: Recorder,
+  requireFence: FenceCheck,
+): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -56,7 +64,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
     if (options?.fanOut) outbox.write(options.fanOut);
     if (options?.postsSystemMessage !== undefined) outbox.systemMessagePosted(options.postsSystemMessage);
   };
-  const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
+  const insertWithStream = commits.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
     requireFence(options?.fence);
     insert.run(
       m.conversationId,
@@ -73,7 +81,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
     if (options?.opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
     alongside(m.conversationId, m.messageId, m.createdAt, options);
   });
-  const updateWithStream = db.transaction(
+  const updateWithStream = commits.transaction(
     (
       conversationId: bigint,
       messageId: bigint,
@@ -117,7 +125,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
   return {
     async insertMessage(m, options) {
       try {
-        insertWithStream(m, options);
+        await insertWithStream(m, options);
         return { outcome: "ok" };
       } catch (err) {
         const code = constraintCode(err);
@@ -141,7 +149,7 @@ export function messageStore(db: Database.Database, recordAsLast: LastMessageWri
       return row && toMessage(row);
     },
     async updateMessage(conversationId, messageId, change, options) {
-      updateWithStream(conversationId, messageId, change, options);
+      await updateWithStream(conversationId, messageId, change, options);
     },
     async listOpenStreams(startedBefore, limit) {
       return openStreams.all(startedBefore, limit).map((row) => ({
