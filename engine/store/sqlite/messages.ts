@@ -1,7 +1,6 @@
 import type Database from "better-sqlite3";
 import type { MessageRecord, MessageStore, MessageWriteOptions } from "../store.js";
 import type { LastMessageWriter } from "./conversations.js";
-import type { GroupCommit } from "./group-commit.js";
 import type { FenceCheck } from "./leases.js";
 import type { OutboxWriter, Recorder } from "./outbox.js";
 
@@ -35,14 +34,7 @@ function constraintCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null ? (err as { code?: string }).code : undefined;
 }
 
-export function messageStore(
-  db: Database.Database,
-  commits: GroupCommit,
-  recordAsLast: LastMessageWriter,
-  outbox: OutboxWriter,
-  record: Recorder,
-  requireFence: FenceCheck,
-): MessageStore {
+export function messageStore(db: Database.Database, recordAsLast: LastMessageWriter, outbox: OutboxWriter, record: Recorder, requireFence: FenceCheck): MessageStore {
   const insert = db.prepare(`INSERT INTO messages (conversation_id, message_id, sender_id, client_message_id, body, reply_to, metadata, created_at, updated_at, edited)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const latest = db.prepare<[bigint], { id: bigint | null }>("SELECT MAX(message_id) AS id FROM messages WHERE conversation_id = ?").safeIntegers(true);
@@ -64,7 +56,7 @@ export function messageStore(
     if (options?.fanOut) outbox.write(options.fanOut);
     if (options?.postsSystemMessage !== undefined) outbox.systemMessagePosted(options.postsSystemMessage);
   };
-  const insertWithStream = commits.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
+  const insertWithStream = db.transaction((m: MessageRecord, options: (MessageWriteOptions & { opensStream?: boolean }) | undefined) => {
     requireFence(options?.fence);
     insert.run(
       m.conversationId,
@@ -81,7 +73,7 @@ export function messageStore(
     if (options?.opensStream) openStream.run(m.conversationId, m.messageId, m.senderId, m.createdAt);
     alongside(m.conversationId, m.messageId, m.createdAt, options);
   });
-  const updateWithStream = commits.transaction(
+  const updateWithStream = db.transaction(
     (
       conversationId: bigint,
       messageId: bigint,
@@ -125,7 +117,7 @@ export function messageStore(
   return {
     async insertMessage(m, options) {
       try {
-        await insertWithStream(m, options);
+        insertWithStream(m, options);
         return { outcome: "ok" };
       } catch (err) {
         const code = constraintCode(err);
@@ -149,7 +141,7 @@ export function messageStore(
       return row && toMessage(row);
     },
     async updateMessage(conversationId, messageId, change, options) {
-      await updateWithStream(conversationId, messageId, change, options);
+      updateWithStream(conversationId, messageId, change, options);
     },
     async listOpenStreams(startedBefore, limit) {
       return openStreams.all(startedBefore, limit).map((row) => ({

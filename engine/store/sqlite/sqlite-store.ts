@@ -25,7 +25,6 @@ import { agentDeliveryWriters, webhookJobStore } from "./webhook-jobs.js";
 import { messageStore } from "./messages.js";
 import { outboxStore, outboxWriter, recorder, type Recorder } from "./outbox.js";
 import { mediaStore } from "./media.js";
-import { GroupCommit } from "./group-commit.js";
 import { measureQueries } from "./measured-queries.js";
 import { migrate } from "./migrations.js";
 import { socialStore } from "./social.js";
@@ -352,7 +351,6 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   const users = userStore(db, record);
   const outbox = outboxStore(db);
   const requireFence = fenceCheck(db);
-  const commits = new GroupCommit(db);
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
@@ -360,7 +358,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     groups: groupStore(db, record, requireFence),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),
-    messages: messageStore(db, commits, recordAsLast, outboxWrites, record, requireFence),
+    messages: messageStore(db, recordAsLast, outboxWrites, record, requireFence),
     outbox,
     media: mediaStore(db),
     sessions: sessionStore(db),
@@ -369,7 +367,6 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
     leases: leaseStore(db),
     async close() {
       if (!db.open) return;
-      commits.commit();
       outbox.close();
       // Folds the write-ahead log into the database file and empties it, so a stopped server
       // leaves parley.db whole (closing the last connection then removes the -wal file).
