@@ -146,6 +146,24 @@ export class Cql {
   }
 
   /**
+   * Several partitions' unlogged batches in one request, for partitions the same replicas hold
+   * (replicasOf): each partition's statements still apply as one mutation, atomic and isolated;
+   * the partitions land independently of each other, as separate batches would.
+   */
+  async partitionsBatch(statements: readonly Statement[]): Promise<void> {
+    await this.partitionBatch(statements);
+  }
+
+  /**
+   * The nodes holding the partition whose serialized key this is, as one string to group by;
+   * empty while the driver does not know the ring (every partition then groups together).
+   */
+  replicasOf(partitionKey: Buffer): string {
+    const replicas = this.client.getReplicas(this.keyspace, partitionKey) as cassandra.Host[] | null;
+    return replicas ? replicas.map((host) => host.address).sort().join(",") : "";
+  }
+
+  /**
    * A write timestamp (µs) after every one this handle used so far, for a batch written again
    * later with the same timestamp (batch's `timestamp`): the repeat then never overrides a newer write.
    */

@@ -12,7 +12,7 @@ import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
 import { leaseStore } from "./leases.js";
 import { streamWriteTimestamp } from "./stream-head.js";
-import { updateLogStore } from "./updates.js";
+import { streamPartitionKey, updateLogStore } from "./updates.js";
 import { hourOf, slotOf } from "./sweep-index.js";
 import { encodePendingHandoff, webhookJobStore } from "./webhook-jobs.js";
 import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
@@ -111,6 +111,27 @@ describe("cassandra update streams and webhook queue", () => {
     expect(await append(updates, [[7, 11, 200]])).to.deep.equal({ ok: false, conflicts: [7] });
     expect(await append(updates, [[7, 12, 200]])).to.deep.equal({ ok: true });
     expect(await sns(updates, 7)).to.deep.equal([12]);
+  });
+
+  it("writes an append's streams ten partitions to a request, each stream whole, and groups them by the key Cassandra hashes", async () => {
+    const { updates, handle } = await parts();
+    const users = Array.from({ length: 25 }, (_, index) => 300 + index);
+    // Each stream's first append lists its bucket: the second append is the steady state.
+    expect(await append(updates, users.map((userId) => [userId, 1, 401]))).to.deep.equal({ ok: true });
+    const client = handle.cql.client as unknown as { batch: (...args: unknown[]) => Promise<unknown> };
+    const batch = client.batch.bind(client);
+    const batched: number[] = [];
+    client.batch = (queries: unknown, ...rest: unknown[]) => {
+      batched.push((queries as unknown[]).length);
+      return batch(queries, ...rest);
+    };
+    expect(await append(updates, users.flatMap((userId) => [[userId, 2, 402] as [number, number, number], [userId, 3, 403] as [number, number, number]]))).to.deep.equal({ ok: true });
+    // Three statements a stream (its head, two entries): 10, 10 and 5 streams.
+    expect(batched.sort((a, b) => b - a)).to.deep.equal([30, 30, 15]);
+    for (const userId of users) expect(await sns(updates, userId)).to.deep.equal([1, 2, 3]);
+    const row = await handle.cql.row("SELECT token(user_id, first_sn) AS hashed FROM stream_entries WHERE user_id = ? AND first_sn = ? LIMIT 1", [300, 1]);
+    const hashed = (handle.cql.client.metadata as unknown as { tokenizer: { hash(key: Buffer): { getValue(): unknown } } }).tokenizer.hash(streamPartitionKey(300, 1));
+    expect(String(hashed.getValue())).to.equal(String(row!.hashed));
   });
 
   it("hides what an older owner writes after the new owner claimed the stream, in its bucket, a bucket it opens, or one it listed before pausing", async () => {

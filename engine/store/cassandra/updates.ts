@@ -50,6 +50,33 @@ interface UserWrite {
   handoff?: PendingHandoff;
 }
 
+/** One user's batch, ready to write (prepareAppend). */
+interface PreparedAppend {
+  userId: number;
+  /** The bucket partition's key, as the driver hashes it to find its replicas. */
+  partition: Buffer;
+  statements: Statement[];
+  /** The stream's head once the batch landed. */
+  head: KnownHead;
+}
+
+/**
+ * Stream partitions written by one request. A request per recipient's stream was most of a group
+ * message's driver work; Cassandra warns about an unlogged batch across more than 10 partitions
+ * (unlogged_batch_across_partitions_warn_threshold), so that is the most one request carries.
+ */
+const streamPartitionsPerBatch = 10;
+
+/** The serialized key of a stream_entries partition ((user_id int, first_sn int)): each component length-prefixed and followed by a zero byte. */
+export function streamPartitionKey(userId: number, firstSn: number): Buffer {
+  const key = Buffer.alloc(14);
+  key.writeUInt16BE(4, 0);
+  key.writeInt32BE(userId, 2);
+  key.writeUInt16BE(4, 7);
+  key.writeInt32BE(firstSn, 9);
+  return key;
+}
+
 /** Heads a handle remembers; past it the oldest are read again. */
 const rememberedHeads = 100_000;
 
@@ -107,13 +134,15 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
   }
 
   /**
-   * One user's write: a single-partition batch on the bucket it goes to (the next one, listed
-   * first, when the newest is full). The first write of the stream in an epoch claims it: a range
-   * tombstone past the head in each bucket an older owner may write, the head restated, and the
-   * listings past the newest bucket dropped, all just below the epoch's own timestamps, so that what
-   * an older owner lands after the head was read is never visible, whenever it lands.
+   * One user's write, made ready: the statements of its batch on the bucket it goes to (the next
+   * one, listed first, when the newest is full), and the head once they landed. The first write of
+   * the stream in an epoch claims it: a range tombstone past the head in each bucket an older owner
+   * may write, the head restated, and the listings past the newest bucket dropped, all just below
+   * the epoch's own timestamps, so that what an older owner lands after the head was read is never
+   * visible, whenever it lands. Claims of other buckets and a new listing are written here, before
+   * the batch.
    */
-  async function appendFor(write: UserWrite, head: KnownHead): Promise<void> {
+  async function prepareAppend(write: UserWrite, head: KnownHead): Promise<PreparedAppend> {
     const { userId, sns, eventIds, epoch } = write;
     const latestSn = sns[sns.length - 1];
     const at = streamWriteTimestamp(epoch, latestSn);
@@ -136,15 +165,36 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
     await Promise.all(claiming);
     // Listed before its entries land, so a reader never misses them.
     if (full || !head.listed) await cql.write("INSERT INTO stream_buckets (user_id, first_sn) VALUES (?, ?) USING TIMESTAMP ?", [userId, firstSn, at]);
-    await cql.partitionBatch([
-      ...(claimed.has(firstSn) ? claims(firstSn) : []),
-      {
-        query: "UPDATE stream_entries USING TIMESTAMP ? SET latest_sn = ?, pending_handoffs = ? WHERE user_id = ? AND first_sn = ?",
-        params: [at, latestSn, write.handoff ? encodePendingHandoff(write.handoff) : null, userId, firstSn],
-      },
-      ...sns.map((sn, index) => ({ query: "INSERT INTO stream_entries (user_id, first_sn, sn, event_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?", params: [userId, firstSn, sn, eventIds[index], at] })),
-    ]);
-    rememberHead(userId, { firstSn, latestSn, listed: true, epoch, unclaimed: [] });
+    return {
+      userId,
+      partition: streamPartitionKey(userId, firstSn),
+      statements: [
+        ...(claimed.has(firstSn) ? claims(firstSn) : []),
+        {
+          query: "UPDATE stream_entries USING TIMESTAMP ? SET latest_sn = ?, pending_handoffs = ? WHERE user_id = ? AND first_sn = ?",
+          params: [at, latestSn, write.handoff ? encodePendingHandoff(write.handoff) : null, userId, firstSn],
+        },
+        ...sns.map((sn, index) => ({ query: "INSERT INTO stream_entries (user_id, first_sn, sn, event_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?", params: [userId, firstSn, sn, eventIds[index], at] })),
+      ],
+      head: { firstSn, latestSn, listed: true, epoch, unclaimed: [] },
+    };
+  }
+
+  /**
+   * Writes the users' batches, several partitions to a request where the same replicas hold them
+   * (see streamPartitionsPerBatch); each partition's statements still land as one mutation.
+   */
+  async function writeAppends(prepared: readonly PreparedAppend[]): Promise<PromiseSettledResult<void>[]> {
+    const byReplicas = new Map<string, PreparedAppend[][]>();
+    for (const one of prepared) {
+      const replicas = cql.replicasOf(one.partition);
+      const groups = byReplicas.get(replicas) ?? [[]];
+      byReplicas.set(replicas, groups);
+      if (groups[groups.length - 1].length >= streamPartitionsPerBatch) groups.push([]);
+      groups[groups.length - 1].push(one);
+    }
+    const batches = [...byReplicas.values()].flat();
+    return Promise.allSettled(batches.map((batch) => cql.partitionsBatch(batch.flatMap((one) => one.statements))));
   }
 
   /**
@@ -288,7 +338,9 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
               },
         ),
       );
-      const settled = await Promise.allSettled(writes.map((userWrite) => appendFor(userWrite, headOf.get(userWrite.userId)!)));
+      const readied = await Promise.allSettled(writes.map((userWrite) => prepareAppend(userWrite, headOf.get(userWrite.userId)!)));
+      const prepared = readied.flatMap((outcome) => (outcome.status === "fulfilled" ? [outcome.value] : []));
+      const settled = prepared.length === writes.length ? await writeAppends(prepared) : readied;
       const failure = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === "rejected");
       if (failure) {
         // Some batches may have landed: the caller learns the append failed and finishes the
@@ -296,6 +348,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
         for (const { userId } of writes) heads.delete(userId);
         throw failure.reason;
       }
+      for (const { userId, head } of prepared) rememberHead(userId, head);
       if (write.holder && write.fences && write.fences.length > 0) {
         await confirm(write.fences, write.holder).catch((err: unknown) => {
           for (const { userId } of writes) heads.delete(userId);
