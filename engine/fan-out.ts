@@ -16,8 +16,10 @@
 // Delivery runs after the change's writer moved on (a conversation's mailbox is released once the
 // message is durable), one scope's fan-outs one after another in the order they were recorded:
 // the next event of a scope never overtakes the previous one, and after a failure it waits until
-// the failed one is finished. A fan-out is one call to the inbox of each node owning some of its
-// recipients (recipientsByOwner), which appends it with other fan-outs in one write.
+// the failed one is finished. A delivery takes every fan-out of its scope that queued behind the
+// one before it (a busy group's messages share one write) and is one call to the inbox of each node
+// owning some of their recipients (recipientsByOwner), which appends them with other fan-outs in
+// one write.
 //
 // The outbox has a second kind: a GROUP system message a group change calls for, recorded with the
 // change and posted by the conversation actor (which owns message ids), whose message write
