@@ -136,22 +136,15 @@ export class Cql {
   }
 
   /**
-   * An unlogged batch of idempotent writes on one partition: applied as one mutation, so atomic and
-   * isolated without the batch log's extra writes. Statements carry their own USING TIMESTAMP, if any.
+   * An unlogged batch of idempotent writes: each partition's statements apply as one mutation, so
+   * atomic and isolated without the batch log's extra writes; several partitions (ones the same
+   * replicas hold, replicasOf) land independently of each other, as separate batches would.
+   * Statements carry their own USING TIMESTAMP, if any.
    */
   async partitionBatch(statements: readonly Statement[]): Promise<void> {
     if (statements.length === 1) return this.write(statements[0].query, statements[0].params);
     for (const statement of statements) this.noteWrite(statement.query);
     await measured(this.measures.batch, () => this.client.batch(statements.map(asQuery), { prepare: true, isIdempotent: true, logged: false }));
-  }
-
-  /**
-   * Several partitions' unlogged batches in one request, for partitions the same replicas hold
-   * (replicasOf): each partition's statements still apply as one mutation, atomic and isolated;
-   * the partitions land independently of each other, as separate batches would.
-   */
-  async partitionsBatch(statements: readonly Statement[]): Promise<void> {
-    await this.partitionBatch(statements);
   }
 
   /**

@@ -194,7 +194,7 @@ export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions 
       groups[groups.length - 1].push(one);
     }
     const batches = [...byReplicas.values()].flat();
-    return Promise.allSettled(batches.map((batch) => cql.partitionsBatch(batch.flatMap((one) => one.statements))));
+    return Promise.allSettled(batches.map((batch) => cql.partitionBatch(batch.flatMap((one) => one.statements))));
   }
 
   /**
