@@ -267,7 +267,13 @@ export interface DeliveredCode {
 /** The most recent code delivered to this identity for this purpose. */
 export function lastCode(server: Pick<TestServer, "codesFile">, identityValue: string, purpose: "login" | "reset" = "login"): string {
   if (!existsSync(server.codesFile)) throw new Error("no code was delivered");
-  const lines = readFileSync(server.codesFile, "utf8").trim().split("\n").map((line) => JSON.parse(line) as DeliveredCode);
+  const text = readFileSync(server.codesFile, "utf8");
+  // A read can overlap the server's append of another code: a last line not ended yet is not read.
+  const lines = text
+    .slice(0, text.lastIndexOf("\n") + 1)
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as DeliveredCode);
   const found = lines.filter((l) => l.identityValue === identityValue && l.purpose === purpose).pop();
   if (!found) throw new Error(`no ${purpose} code for ${identityValue}`);
   return found.code;
