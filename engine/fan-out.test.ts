@@ -176,16 +176,41 @@ describe("FanOuts", () => {
     expect(await store.outbox.pending(10)).to.deep.equal([]);
   });
 
+  it("starts a large scope's delivery at the end of the turn, taking the fan-outs recorded meanwhile; a small scope's at once", async () => {
+    const many = Array.from({ length: FanOutPolicy.turnWaitFromRecipients }, (_, index) => index + 1);
+    const large = ["a", "b", "c"].map((nickname) => fanOuts.prepare("14", many, update(nickname)));
+    const small = ["a", "b"].map((nickname) => fanOuts.prepare("15", [1, 2], update(nickname)));
+    await recordWithAChange([...large, ...small].map((fanOut) => fanOut.record));
+    /** Later in the same turn: what a send answered meanwhile would run in. */
+    const laterThisTurn = async () => {
+      for (let hop = 0; hop < 50; hop++) await Promise.resolve();
+    };
+    const idsOf = (made: typeof large, ...indexes: number[]) => indexes.map((index) => String(made[index].record.fanOutId));
+    const deliveries = [fanOuts.deliver(inboxes.ctx, large[0]), fanOuts.deliver(inboxes.ctx, small[0])];
+    await laterThisTurn();
+    expect(inboxes.batches).to.deep.equal([idsOf(small, 0)]);
+    deliveries.push(fanOuts.deliver(inboxes.ctx, large[1]), fanOuts.deliver(inboxes.ctx, small[1]));
+    await laterThisTurn();
+    deliveries.push(fanOuts.deliver(inboxes.ctx, large[2]));
+    await Promise.all(deliveries);
+    expect(inboxes.batches).to.deep.equal([idsOf(small, 0), idsOf(small, 1), idsOf(large, 0, 1, 2)]);
+    expect(await store.outbox.pending(10)).to.deep.equal([]);
+  });
+
   it("starts another delivery of the scope once the queued one holds as many stream entries as one may", async () => {
     const recipients = Array.from({ length: FanOutPolicy.entriesPerDelivery / 2 }, (_, index) => index + 1);
     const made = ["under way", "a", "b", "c"].map((nickname) => fanOuts.prepare("12", recipients, update(nickname)));
     await recordWithAChange(made.map((fanOut) => fanOut.record));
     inboxes.hold = true;
     const deliveries = [fanOuts.deliver(inboxes.ctx, made[0])];
-    await new Promise((resolve) => setImmediate(resolve));
+    // A scope this large starts each delivery at the turn's end (turnWaitFromRecipients).
+    const untilCalls = async (calls: number) => {
+      while (inboxes.batches.length < calls) await new Promise((resolve) => setImmediate(resolve));
+    };
+    await untilCalls(1);
     deliveries.push(...made.slice(1).map((fanOut) => fanOuts.deliver(inboxes.ctx, fanOut)));
-    for (let released = 0; released < 3; released++) {
-      await new Promise((resolve) => setImmediate(resolve));
+    for (const calls of [1, 2, 3]) {
+      await untilCalls(calls);
       inboxes.release();
     }
     await Promise.all(deliveries);

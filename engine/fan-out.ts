@@ -19,7 +19,8 @@
 // the failed one is finished. A delivery takes every fan-out of its scope that queued behind the
 // one before it (a busy group's messages share one write) and is one call to the inbox of each node
 // owning some of their recipients (recipientsByOwner), which appends them with other fan-outs in
-// one write.
+// one write. A large scope's delivery starts at the end of the turn, so the fan-outs recorded in
+// the same turn share it even when none is under way (turnWaitFromRecipients).
 //
 // The outbox has a second kind: a GROUP system message a group change calls for, recorded with the
 // change and posted by the conversation actor (which owns message ids), whose message write
@@ -68,6 +69,14 @@ export const FanOutPolicy = {
    * all of them, where a write each cost SQLite a third of a busy group's CPU.
    */
   entriesPerDelivery: 5_000,
+  /**
+   * A fan-out to at least this many recipients starts its delivery at the end of the turn, so
+   * that the scope's fan-outs recorded in the same turn go with it: with few sends in flight none
+   * queue behind a delivery under way, and a group of 200 at 8 in flight, each message delivered
+   * alone, cost 15% more CPU per delivery. A small scope's fan-outs rarely share a turn, and
+   * waiting would only delay their pushes: they go at once.
+   */
+  turnWaitFromRecipients: 32,
 } as const;
 
 /**
@@ -293,7 +302,11 @@ export class FanOuts {
       const delivery: OpenDelivery = { queued: [queued], entries: recipients.length };
       if (pushVia) this.openDeliveries.delete(scope);
       else this.openDeliveries.set(scope, delivery);
-      void this.scopes.run(scope, () => this.deliverQueued(ctx, scope, delivery));
+      const waitsForTurnEnd = !pushVia && recipients.length >= FanOutPolicy.turnWaitFromRecipients;
+      void this.scopes.run(scope, async () => {
+        if (waitsForTurnEnd) await new Promise((turnEnded) => setImmediate(turnEnded));
+        await this.deliverQueued(ctx, scope, delivery);
+      });
     });
   }
 
