@@ -25,6 +25,6 @@ export interface EngineDeps {
   presence: PresenceRegistry;
   /** Live pushes to the gateways holding the recipients. */
   pushes: Pushes;
-  /** Tells the webhook fleet that the agent's queue grew (gateway/webhooks/fleet.ts); never throws. */
+  /** Tells the webhook fleet that the agent's queue grew (webhooks/fleet.ts); never throws. */
   webhookQueued(agentUserId: number): void;
 }

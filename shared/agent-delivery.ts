@@ -85,7 +85,7 @@ export type QueuedJobKey = Pick<QueuedWebhook, "agentUserId" | "jobId">;
 /** The part of the durable webhook queue the dispatcher needs (engine/store's WebhookJobStore fits). */
 /**
  * The agents one webhook-fleet node serves: those whose partition of the webhooks topic its
- * consumer holds (see gateway/webhooks/fleet.ts).
+ * consumer holds (see webhooks/fleet.ts).
  */
 export type AgentSlice = (agentUserId: number) => boolean;
 

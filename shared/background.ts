@@ -32,9 +32,9 @@ export const backgroundTasks = [
   "webhook_topic",
   /** Telling the webhook fleet that an agent's queue grew (a record on the update log). */
   "webhook_announce",
-  /** Reading the webhook queue and settling deliveries (gateway/webhooks/dispatcher.ts). */
+  /** Reading the webhook queue and settling deliveries (webhooks/dispatcher.ts). */
   "webhook_queue",
-  /** Joining the webhook fleet's consumer group (gateway/webhooks/fleet.ts). */
+  /** Joining the webhook fleet's consumer group (webhooks/fleet.ts). */
   "webhook_fleet",
   /** The gateway's presence heartbeat (gateway/gateway-service.ts). */
   "presence_heartbeat",

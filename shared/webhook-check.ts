@@ -1,4 +1,4 @@
-// The reachability check of a webhook URL, as the engine asks it of gateway/webhooks without
+// The reachability check of a webhook URL, as the engine asks it of webhooks/ without
 // importing it: the gateway POSTs a signed test request and reports whether it was accepted.
 
 export const WebhookCheckActions = {

@@ -4,7 +4,7 @@
 // the role shows them (in a deployment each process shows only its own work).
 import { expect } from "chai";
 import { MessagePolicy } from "../engine/conversation.js";
-import { webhookFleetGroup } from "../gateway/webhooks/fleet.js";
+import { webhookFleetGroup } from "../webhooks/fleet.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { AgentDeliveryMode } from "../shared/gen/shared/v1/agent_pb.js";

@@ -9,7 +9,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import { MemoryUpdateLog } from "../engine/log/memory-update-log.js";
-import { webhookTopicName } from "../gateway/webhooks/fleet.js";
+import { webhookTopicName } from "../webhooks/fleet.js";
 import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { snUpdateOf } from "../engine/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/store/store.js";

@@ -4,7 +4,7 @@
 import { CreateBucketCommand, HeadBucketCommand, S3Client } from "@aws-sdk/client-s3";
 import { KafkaUpdateLog } from "../../engine/log/kafka-update-log.js";
 import { openCassandraStore } from "../../engine/store/cassandra/cassandra-store.js";
-import { WebhookTopic, webhookTopicName } from "../../gateway/webhooks/fleet.js";
+import { WebhookTopic, webhookTopicName } from "../../webhooks/fleet.js";
 import { cassandraPort } from "../services/cassandra.js";
 import { kafkaPort } from "../services/kafka.js";
 import { defaultRedisPort } from "../services/redis.js";

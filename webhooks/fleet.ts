@@ -16,9 +16,9 @@
 // record lost with a crash delays a delivery until the dispatcher's poll, and a record read twice
 // wakes the dispatcher twice.
 import { randomBytes } from "node:crypto";
-import type { EphemeralState } from "../../engine/ephemeral/ephemeral-state.js";
-import { partitionOf, type LogConsumer, type UpdateLog } from "../../engine/log/update-log.js";
-import type { AgentSlice } from "../../shared/agent-delivery.js";
+import type { EphemeralState } from "../engine/ephemeral/ephemeral-state.js";
+import { partitionOf, type LogConsumer, type UpdateLog } from "../engine/log/update-log.js";
+import type { AgentSlice } from "../shared/agent-delivery.js";
 
 export const WebhookTopic = {
   /** Partitions of the webhooks topic: the most webhooks nodes that can share the agents. */

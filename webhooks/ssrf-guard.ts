@@ -4,8 +4,8 @@
 // time, so a DNS answer that changes after configuration (rebinding) is caught as well.
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { BlockList, isIP } from "node:net";
-import { httpsUrlProblem } from "../../shared/https-url.js";
-import { normalizeAddress } from "../../shared/ip.js";
+import { httpsUrlProblem } from "../shared/https-url.js";
+import { normalizeAddress } from "../shared/ip.js";
 
 const privateRanges = new BlockList();
 for (const [network, prefix] of [

@@ -4,13 +4,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { openSqliteStore } from "../../engine/store/sqlite/sqlite-store.js";
-import type { Store } from "../../engine/store/store.js";
+import { openSqliteStore } from "../engine/store/sqlite/sqlite-store.js";
+import type { Store } from "../engine/store/store.js";
 import type { DeliveryOutcome } from "./delivery.js";
 import { WebhookDispatcher, type DispatcherOptions, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
 import { deliveryLocks } from "./fleet.js";
-import { MemoryEphemeralState } from "../../engine/ephemeral/memory-ephemeral-state.js";
-import { AdjustableClock } from "../../engine/clock.js";
+import { MemoryEphemeralState } from "../engine/ephemeral/memory-ephemeral-state.js";
+import { AdjustableClock } from "../engine/clock.js";
 
 // The SQLite queue answers synchronously, so once a timer fires every step in reach has run.
 const settle = () => new Promise((resolve) => setTimeout(resolve, 20));

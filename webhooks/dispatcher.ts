@@ -22,13 +22,13 @@ import {
   type QueuedWebhook,
   type WebhookQueue,
   type WebhookTargetResolver,
-} from "../../shared/agent-delivery.js";
+} from "../shared/agent-delivery.js";
 import { WebhookClient, webhookTimeoutMs, type DeliveryOutcome } from "./delivery.js";
 import type { WebhookFleetMember } from "./fleet.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
-import { webhookAgents, webhookAttempts, webhookDeliveryDelay, webhookRequestDuration, webhookSlots } from "../../shared/metrics.js";
-import type { CounterSeries } from "../../shared/metric-series.js";
-import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../../shared/background.js";
+import { webhookAgents, webhookAttempts, webhookDeliveryDelay, webhookRequestDuration, webhookSlots } from "../shared/metrics.js";
+import type { CounterSeries } from "../shared/metric-series.js";
+import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../shared/background.js";
 
 export interface DispatcherPolicy {
   /** Deliveries in flight at once, across agents (one per agent at a time). */

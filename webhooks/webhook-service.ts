@@ -3,7 +3,7 @@
 // an empty api.v1.Update (no snUpdate, no nonSnUpdate): receivers recognise it by that and need
 // do nothing but answer 2xx within the time limit.
 import type { Context, ServiceSchema } from "moleculer";
-import type { VerifyEndpointParams, VerifyEndpointResult } from "../../shared/webhook-check.js";
+import type { VerifyEndpointParams, VerifyEndpointResult } from "../shared/webhook-check.js";
 import { WebhookClient, webhookTimeoutMs } from "./delivery.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
 
