@@ -19,7 +19,7 @@ import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_p
 import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../shared/wire.js";
 import type { Clock } from "./clock.js";
-import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "./store/store.js";
+import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "./ports/store/store.js";
 import { snUpdateOf } from "./stream-entry.js";
 import { groupInfoView, userInfoView } from "./views.js";
 

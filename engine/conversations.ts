@@ -28,7 +28,7 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope, type EventBatch } from "./fan-out.js";
 import { requireParticipant, type ConversationAccess } from "./membership.js";
 import { requireCaller, rpcAction } from "./rpc-action.js";
-import { ConversationKind, type UserConversationRecord } from "./store/store.js";
+import { ConversationKind, type UserConversationRecord } from "./ports/store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 export const ConversationPolicy = { listPageDefault: 20 } as const;

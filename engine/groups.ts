@@ -50,7 +50,7 @@ import {
   type GroupRecord,
   type MemberRecord,
   type UserRecord,
-} from "./store/store.js";
+} from "./ports/store/store.js";
 import { groupInfoView, userInfoView } from "./views.js";
 
 const maxMembers = 200;

@@ -44,7 +44,7 @@ import { userStreamKey } from "./ownership.js";
 import type { Pushes } from "./push-router.js";
 import { routeToOwner } from "./shard-owners.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
-import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./store/store.js";
+import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./ports/store/store.js";
 import { snUpdateOf } from "./stream-entry.js";
 import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "./fan-out-contracts.js";
 

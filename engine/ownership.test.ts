@@ -6,8 +6,8 @@ import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { AdjustableClock } from "./clock.js";
 import { loadConfig } from "../shared/config.js";
 import { Ownership, OwnershipPolicy, conversationKey, leaseTimings, shardOf, userStreamKey, type Placement } from "./ownership.js";
-import { openSqliteStore } from "./store/sqlite/sqlite-store.js";
-import type { Store } from "./store/store.js";
+import { openSqliteStore } from "./ports/store/sqlite/sqlite-store.js";
+import type { Store } from "./ports/store/store.js";
 
 describe("Ownership", () => {
   let dir: string;

@@ -26,7 +26,7 @@
 import { randomBytes } from "node:crypto";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import type { Clock } from "./clock.js";
-import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "./store/store.js";
+import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "./ports/store/store.js";
 
 export const OwnershipPolicy = {
   /**

@@ -14,7 +14,7 @@
 import type { ServiceBroker } from "moleculer";
 import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
 import { GatewayActions, type PushEvent } from "../shared/bus.js";
-import type { PresenceRegistry } from "./presence/presence-registry.js";
+import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
 import { pushGatewayCalls } from "../shared/metrics.js";
 
 export interface Pushes {

@@ -16,7 +16,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { PresenceActions, type OnlineAmongParams } from "../shared/presence.js";
 import type { EngineDeps } from "./deps.js";
 import { requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, type PushTokenRecord } from "./store/store.js";
+import { AccountType, type PushTokenRecord } from "./ports/store/store.js";
 
 export const PushEvents = {
   /** A message was sequenced; its offline recipients may need an alert (NewMessagePush). */

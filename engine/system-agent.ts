@@ -17,7 +17,7 @@ import { toWire } from "../shared/wire.js";
 import type { ConfigureWebhookParams } from "./agents.js";
 import { TokenPrefix, newToken } from "./credentials.js";
 import type { EngineDeps } from "./deps.js";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "./store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "./ports/store/store.js";
 
 /** Reserved below the first ordinary user id (10001), so it is the same on every install. */
 export const systemAgentUserId = 10000;

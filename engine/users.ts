@@ -18,7 +18,7 @@ import type { EngineDeps } from "./deps.js";
 import { accountScope } from "./fan-out.js";
 import { tellConversationActors } from "./membership.js";
 import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "./store/store.js";
+import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "./ports/store/store.js";
 import { selfView, userInfoView } from "./views.js";
 
 const usernamePattern = /^[a-z0-9_]{5,32}$/;

@@ -1,8 +1,8 @@
 import { create, createFileRegistry, type DescMessage } from "@bufbuild/protobuf";
 import { FieldDescriptorProto_Label as Label, FieldDescriptorProto_Type as Type, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import { expect } from "chai";
-import { GetMessageResponseSchema, DeleteMessagesRequestSchema, SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
-import { UpdateProfileRequestSchema } from "../shared/gen/api/v1/user_pb.js";
+import { GetMessageResponseSchema, DeleteMessagesRequestSchema, SendMessageRequestSchema } from "./gen/api/v1/message_pb.js";
+import { UpdateProfileRequestSchema } from "./gen/api/v1/user_pb.js";
 import { containsInt64, isStrictInt64Json, lenientInt64, strictJsonDecoder } from "./strict-json.js";
 
 /** A message with an int64-keyed map and an int64-valued map, which our protocol does not have (yet). */

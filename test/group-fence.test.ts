@@ -12,7 +12,7 @@ import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors } from "../shared/errors.js";
 import { AdjustableClock } from "../engine/clock.js";
 import { Ownership, OwnershipPolicy, conversationKey, shardOf } from "../engine/ownership.js";
-import type { Store } from "../engine/store/store.js";
+import type { Store } from "../engine/ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, openServerStore, startTestServer, type TestServer } from "./support/harness.js";
