@@ -1,5 +1,5 @@
 // The WebSocket gateway: holds the connections of this node, tells the presence registry whose they
-// are, and delivers to them what the engine sends this node (engine/push-router.ts) or broadcasts
+// are, and delivers to them what the engine sends this node (engine/delivery/push-router.ts) or broadcasts
 // (revoked sessions and tokens).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";

@@ -1,5 +1,5 @@
 // What crosses from the engine to the gateways and the webhook fleet. Live pushes are calls to the
-// gateway nodes holding the recipients (engine/push-router.ts); the rest are Moleculer broadcasts,
+// gateway nodes holding the recipients (engine/delivery/push-router.ts); the rest are Moleculer broadcasts,
 // rare and heard by every node. Payloads are JSON-safe (the proto3 JSON form of the protocol messages).
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 

@@ -7,7 +7,7 @@ import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { loadConfig } from "../shared/config.js";
 import { Errors, type CatalogueEntry } from "../shared/errors.js";
-import { addressBucket } from "../engine/abuse-limits.js";
+import { addressBucket } from "../engine/auth/abuse-limits.js";
 import { device, signInWithCode } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, freshEmail, lastCode, startTestServer, type TestServer } from "./support/harness.js";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
-import { hashToken } from "../engine/credentials.js";
+import { hashToken } from "../engine/auth/credentials.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";

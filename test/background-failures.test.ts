@@ -221,7 +221,7 @@ describe("an engine whose peer does not answer during its start-up recovery", fu
     await peer!.stop();
     peer = undefined;
     // The refused append is tried again within the same pass, regrouped by the owners known then
-    // (engine/fan-out.ts, movingStreamRetryMs): bob's stream is placed here now, and nothing failed.
+    // (engine/delivery/fan-out.ts, movingStreamRetryMs): bob's stream is placed here now, and nothing failed.
     await eventually(async () => (await bobsLatestSn(served)) === bobBefore + 1, "the recorded event in bob's stream");
     expect(await failures("startup_recovery", "unreachable")).to.equal(before);
   });

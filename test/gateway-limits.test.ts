@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import WebSocket from "ws";
 import { ClientFrameType, ServerFrameType, type ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
-import { encodeEntry } from "../engine/stream-entry.js";
+import { encodeEntry } from "../engine/delivery/stream-entry.js";
 import { appendThroughInbox, nextTestFanOutId } from "./support/fan-outs.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { signInWithCode } from "./support/accounts.js";

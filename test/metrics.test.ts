@@ -3,7 +3,7 @@
 // The cluster shape's nodes run inside this test process and so share one registry: any node of
 // the role shows them (in a deployment each process shows only its own work).
 import { expect } from "chai";
-import { MessagePolicy } from "../engine/conversation.js";
+import { MessagePolicy } from "../engine/messages/conversation.js";
 import { webhookFleetGroup } from "../webhooks/fleet.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";

@@ -3,7 +3,7 @@ import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { Errors } from "../shared/errors.js";
-import { MessagePolicy, abandonedStreamError } from "../engine/conversation.js";
+import { MessagePolicy, abandonedStreamError } from "../engine/messages/conversation.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { callOnEveryNode, client, startTestServer, type TestServer } from "./support/harness.js";

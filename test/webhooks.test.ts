@@ -11,7 +11,7 @@ import { expect } from "chai";
 import { MemoryUpdateLog } from "../engine/ports/update-log/memory-update-log.js";
 import { webhookTopicName } from "../webhooks/fleet.js";
 import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobuf";
-import { snUpdateOf } from "../engine/stream-entry.js";
+import { snUpdateOf } from "../engine/delivery/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/ports/store/store.js";
 import { verifySignature as verifyWebhookSignature } from "@parley/sdk";
 import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";

@@ -12,7 +12,7 @@ import { SendMessageRequestSchema, SendMessageResponseSchema } from "../../share
 import { UserInfoSchema } from "../../shared/gen/shared/v1/common_pb.js";
 import { MessageEnvelopeSchema, MessageType } from "../../shared/gen/shared/v1/message_pb.js";
 import { toWire } from "../../shared/wire.js";
-import { encodeEntry } from "../../engine/stream-entry.js";
+import { encodeEntry } from "../../engine/delivery/stream-entry.js";
 import type { PushEvent } from "../../shared/bus.js";
 
 const iterationsAt = process.argv.indexOf("--iterations");

@@ -1,10 +1,10 @@
 import type { Clock } from "../../engine/clock.js";
-import type { FanOutAppend } from "../../engine/fan-out-contracts.js";
-import type { AppendedFanOut } from "../../engine/fan-out-contracts.js";
-import type { Inbox } from "../../engine/inbox.js";
+import type { FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
+import type { AppendedFanOut } from "../../engine/delivery/fan-out-contracts.js";
+import type { Inbox } from "../../engine/delivery/inbox.js";
 import { Ownership } from "../../engine/ownership.js";
 import type { Store } from "../../engine/ports/store/store.js";
-import { encodeEntry, snUpdateOf } from "../../engine/stream-entry.js";
+import { encodeEntry, snUpdateOf } from "../../engine/delivery/stream-entry.js";
 import { nextTestFanOutId } from "./fan-outs.js";
 
 /** A user's stream as (sn, nickname) pairs: the entries these races append are profile changes. */

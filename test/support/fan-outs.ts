@@ -1,5 +1,5 @@
 import type { ServiceBroker } from "moleculer";
-import type { AppendedFanOut, AppendFanOutsAnswer, AppendFanOutsParams, FanOutAppend } from "../../engine/fan-out-contracts.js";
+import type { AppendedFanOut, AppendFanOutsAnswer, AppendFanOutsParams, FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
 import { userStreamKey } from "../../engine/ownership.js";
 import { engineNodes, keysByOwner } from "../../engine/shard-owners.js";
 
@@ -13,7 +13,7 @@ export const nextTestFanOutId = () => ++lastTestFanOutId;
 
 /**
  * Appends fan-outs straight through the inbox (the path every event takes), each sent to the
- * engine that owns its recipient's stream, as engine/fan-out.ts sends them (an inbox refuses a
+ * engine that owns its recipient's stream, as engine/delivery/fan-out.ts sends them (an inbox refuses a
  * stream placed on another engine); answers the sns in the order given.
  */
 export async function appendThroughInbox(broker: ServiceBroker, fanOuts: FanOutAppend[]): Promise<AppendedFanOut["sns"][]> {

@@ -5,7 +5,7 @@ import Database from "better-sqlite3";
 import { expect } from "chai";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { SnUpdateSchema } from "../../../../shared/gen/shared/v1/updates_pb.js";
-import { snUpdateOf } from "../../../stream-entry.js";
+import { snUpdateOf } from "../../../delivery/stream-entry.js";
 import { describeStoreConformance } from "../store-conformance.js";
 import type { Store } from "../store.js";
 import { migrate, migrations } from "./migrations.js";

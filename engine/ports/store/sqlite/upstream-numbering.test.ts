@@ -7,7 +7,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { MemberRole } from "../../../../shared/gen/shared/v1/group_pb.js";
 import { MessageBodySchema, MessageType, type MessageBody } from "../../../../shared/gen/shared/v1/message_pb.js";
 import { SnUpdateSchema } from "../../../../shared/gen/shared/v1/updates_pb.js";
-import { snUpdateOf } from "../../../stream-entry.js";
+import { snUpdateOf } from "../../../delivery/stream-entry.js";
 import { migrate } from "./migrations.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import { messageBodyToUpstream, snUpdateToUpstream } from "./upstream-numbering.js";

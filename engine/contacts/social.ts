@@ -27,20 +27,20 @@ import {
   UnblockUserResponseSchema,
   UpdateContactAliasRequestSchema,
   UpdateContactAliasResponseSchema,
-} from "../shared/gen/api/v1/contact_pb.js";
-import { PendingRequestItemSchema, type PendingRequestItem } from "../shared/gen/shared/v1/contact_pb.js";
-import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
-import { privateConversationId } from "../shared/ids.js";
-import type { Caller } from "../shared/caller.js";
-import type { EngineDeps } from "./deps.js";
-import { accountScope, type EventBatch } from "./fan-out.js";
-import { tellConversationActors } from "./membership.js";
-import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "./ports/store/store.js";
-import { normalizeIdentity } from "./accounts.js";
-import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
-import { userInfoView } from "./views.js";
+} from "../../shared/gen/api/v1/contact_pb.js";
+import { PendingRequestItemSchema, type PendingRequestItem } from "../../shared/gen/shared/v1/contact_pb.js";
+import type { SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
+import { Errors, ParleyError, type CatalogueEntry } from "../../shared/errors.js";
+import { privateConversationId } from "../../shared/ids.js";
+import type { Caller } from "../../shared/caller.js";
+import type { EngineDeps } from "../deps.js";
+import { accountScope, type EventBatch } from "../delivery/fan-out.js";
+import { tellConversationActors } from "../membership.js";
+import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
+import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "../ports/store/store.js";
+import { normalizeIdentity } from "../auth/accounts.js";
+import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
+import { userInfoView } from "../views.js";
 
 export const SocialPolicy = {
   pendingPageDefault: 20,

@@ -41,7 +41,7 @@ import {
   SubmitCardActionRequestSchema,
   SubmitCardActionResponseSchema,
   type SendMessageRequest,
-} from "../shared/gen/api/v1/message_pb.js";
+} from "../../shared/gen/api/v1/message_pb.js";
 import {
   MessageBodySchema,
   MessageEnvelopeSchema,
@@ -51,16 +51,16 @@ import {
   type MessageBody,
   type MessageEntity,
   type MessageEnvelope,
-} from "../shared/gen/shared/v1/message_pb.js";
-import { CardActionPayloadSchema } from "../shared/gen/shared/v1/updates_pb.js";
-import type { Caller } from "../shared/caller.js";
-import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../shared/errors.js";
-import { isGroupConversationId } from "../shared/ids.js";
-import { fromWire } from "../shared/wire.js";
-import type { EngineDeps } from "./deps.js";
-import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "./fan-out.js";
-import { deliverCardAction, pushEphemeral } from "./inbox.js";
-import { Mailboxes } from "./mailbox.js";
+} from "../../shared/gen/shared/v1/message_pb.js";
+import { CardActionPayloadSchema } from "../../shared/gen/shared/v1/updates_pb.js";
+import type { Caller } from "../../shared/caller.js";
+import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../../shared/errors.js";
+import { isGroupConversationId } from "../../shared/ids.js";
+import { fromWire } from "../../shared/wire.js";
+import type { EngineDeps } from "../deps.js";
+import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "../delivery/fan-out.js";
+import { deliverCardAction, pushEphemeral } from "../delivery/inbox.js";
+import { Mailboxes } from "../mailbox.js";
 import {
   BoundedCache,
   accessOf,
@@ -71,9 +71,9 @@ import {
   type ConversationAccess,
   type ConversationChecks,
   type ForgetParams,
-} from "./membership.js";
-import { conversationKey, shardOf } from "./ownership.js";
-import { routeToOwner } from "./shard-owners.js";
+} from "../membership.js";
+import { conversationKey, shardOf } from "../ownership.js";
+import { routeToOwner } from "../shard-owners.js";
 import {
   checkEntities,
   checkOutgoingBody,
@@ -85,14 +85,14 @@ import {
   startsStream,
   streamStartBody,
 } from "./message-body.js";
-import { requestOfflinePush } from "./push.js";
-import { requireCaller, rpcAction } from "./rpc-action.js";
-import { systemAgentUserId, tellSystemAgent } from "./system-agent.js";
-import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "./ports/store/store.js";
-import { userInfoView } from "./views.js";
-import { streamsEnded, streamsOpen, streamsStarted } from "../shared/metrics.js";
-import { backgroundFailed } from "../shared/background.js";
-import type { SystemMessageParams } from "./fan-out-contracts.js";
+import { requestOfflinePush } from "../push/push.js";
+import { requireCaller, rpcAction } from "../rpc-action.js";
+import { systemAgentUserId, tellSystemAgent } from "../agents/system-agent.js";
+import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "../ports/store/store.js";
+import { userInfoView } from "../views.js";
+import { streamsEnded, streamsOpen, streamsStarted } from "../../shared/metrics.js";
+import { backgroundFailed } from "../../shared/background.js";
+import type { SystemMessageParams } from "../delivery/fan-out-contracts.js";
 
 export const MessagePolicy = {
   editWindowMs: 24 * 60 * 60 * 1000,

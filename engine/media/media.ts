@@ -24,26 +24,26 @@ import {
   UploadChunkResponseSchema,
   UploadFileRequestSchema,
   UploadFileResponseSchema,
-} from "../shared/gen/api/v1/media_pb.js";
-import { MediaPurpose, type MediaFileInfoSchema } from "../shared/gen/shared/v1/media_pb.js";
-import type { Caller } from "../shared/caller.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import { runInBackground, type BackgroundLogger } from "../shared/background.js";
-import { publicBaseUrl } from "../shared/public-url.js";
+} from "../../shared/gen/api/v1/media_pb.js";
+import { MediaPurpose, type MediaFileInfoSchema } from "../../shared/gen/shared/v1/media_pb.js";
+import type { Caller } from "../../shared/caller.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import { runInBackground, type BackgroundLogger } from "../../shared/background.js";
+import { publicBaseUrl } from "../../shared/public-url.js";
 import {
   mediaDownloadMetaKey,
   mediaPathPrefix,
   type MediaDownloadHead,
   type MediaDownloadParams,
   type RequestedRange,
-} from "../shared/media-download.js";
-import type { BlobStore, ByteRange } from "./ports/blob-store/blob-store.js";
-import type { EngineDeps } from "./deps.js";
-import { Mailboxes } from "./mailbox.js";
+} from "../../shared/media-download.js";
+import type { BlobStore, ByteRange } from "../ports/blob-store/blob-store.js";
+import type { EngineDeps } from "../deps.js";
+import { Mailboxes } from "../mailbox.js";
 import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
-import { routeToOwner } from "./shard-owners.js";
-import { requireCaller, rpcAction } from "./rpc-action.js";
-import type { MediaFileRecord, UploadSessionRecord } from "./ports/store/store.js";
+import { routeToOwner } from "../shard-owners.js";
+import { requireCaller, rpcAction } from "../rpc-action.js";
+import type { MediaFileRecord, UploadSessionRecord } from "../ports/store/store.js";
 
 export const MediaLimits = {
   /** UploadFile: 5 MB of data. */

@@ -11,15 +11,15 @@ import {
   SetUsernameResponseSchema,
   UpdateProfileRequestSchema,
   UpdateProfileResponseSchema,
-} from "../shared/gen/api/v1/user_pb.js";
-import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import type { EngineDeps } from "./deps.js";
-import { accountScope } from "./fan-out.js";
-import { tellConversationActors } from "./membership.js";
-import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "./ports/store/store.js";
-import { selfView, userInfoView } from "./views.js";
+} from "../../shared/gen/api/v1/user_pb.js";
+import type { SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import type { EngineDeps } from "../deps.js";
+import { accountScope } from "../delivery/fan-out.js";
+import { tellConversationActors } from "../membership.js";
+import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
+import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "../ports/store/store.js";
+import { selfView, userInfoView } from "../views.js";
 
 const usernamePattern = /^[a-z0-9_]{5,32}$/;
 /** Generated default usernames; reserved so a chosen name can never collide with a future default. */

@@ -10,10 +10,10 @@
 // Ids are drawn synchronously inside a change's write, so a change first awaits ready().
 // Within a slot the ids increase in the order they are made, also when the clock steps back (the
 // count borrows the next millisecond when it runs out).
-import { Errors, ParleyError } from "../shared/errors.js";
-import type { Clock } from "./clock.js";
-import { OwnershipPolicy, type LeaseTimings } from "./ownership.js";
-import type { Fence, LeaseHolder, LeaseStore } from "./ports/store/store.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import type { Clock } from "../clock.js";
+import { OwnershipPolicy, type LeaseTimings } from "../ownership.js";
+import type { Fence, LeaseHolder, LeaseStore } from "../ports/store/store.js";
 
 const idEpochMs = Date.UTC(2026, 0, 1);
 const slotBits = 10n;

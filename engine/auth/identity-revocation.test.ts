@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
-import { identityCacheOf, identityCacheService } from "../api/identity-cache.js";
-import { IdentityActions, IdentityCacheBounds, type TokenIdentity } from "../shared/identity.js";
+import { identityCacheOf, identityCacheService } from "../../api/identity-cache.js";
+import { IdentityActions, IdentityCacheBounds, type TokenIdentity } from "../../shared/identity.js";
 import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
 
 // Brokers joined by Moleculer's in-process transporter: an engine answering token questions, an

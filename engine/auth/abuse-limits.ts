@@ -7,10 +7,10 @@
 // and the window's remaining time is the retry delay. Over Redis that is INCR, PEXPIRE on
 // creation and PTTL in one script, with no node's clock involved, so nodes share one exact count.
 import { isIP } from "node:net";
-import type { AbuseLimitsConfig } from "../shared/config.js";
-import { Errors, ParleyError, type CatalogueEntry } from "../shared/errors.js";
-import { normalizeAddress } from "../shared/ip.js";
-import type { EphemeralState } from "./ports/ephemeral/ephemeral-state.js";
+import type { AbuseLimitsConfig } from "../../shared/config.js";
+import { Errors, ParleyError, type CatalogueEntry } from "../../shared/errors.js";
+import { normalizeAddress } from "../../shared/ip.js";
+import type { EphemeralState } from "../ports/ephemeral/ephemeral-state.js";
 
 const windowMs = 60_000;
 

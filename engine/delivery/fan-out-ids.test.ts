@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { Errors, parleyErrorParts } from "../shared/errors.js";
-import { AdjustableClock } from "./clock.js";
+import { Errors, parleyErrorParts } from "../../shared/errors.js";
+import { AdjustableClock } from "../clock.js";
 import { FanOutIds, type FanOutIdPolicy } from "./fan-out-ids.js";
-import { openSqliteStore } from "./ports/store/sqlite/sqlite-store.js";
-import type { Store } from "./ports/store/store.js";
+import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
+import type { Store } from "../ports/store/store.js";
 
 describe("Fan-out ids", () => {
   let dir: string;

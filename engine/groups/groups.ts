@@ -24,21 +24,21 @@ import {
   UpdateGroupDescriptionResponseSchema,
   UpdateGroupNameRequestSchema,
   UpdateGroupNameResponseSchema,
-} from "../shared/gen/api/v1/group_pb.js";
-import { MemberInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
-import { MessageBodySchema, MessageType, type GroupContent } from "../shared/gen/shared/v1/message_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import type { Caller } from "../shared/caller.js";
-import type { EngineDeps } from "./deps.js";
-import { accountScope, type EventBatch } from "./fan-out.js";
-import { Mailboxes } from "./mailbox.js";
-import { conversationKey } from "./ownership.js";
-import { routeToOwner } from "./shard-owners.js";
+} from "../../shared/gen/api/v1/group_pb.js";
+import { MemberInfoSchema } from "../../shared/gen/shared/v1/group_pb.js";
+import { MessageBodySchema, MessageType, type GroupContent } from "../../shared/gen/shared/v1/message_pb.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import type { Caller } from "../../shared/caller.js";
+import type { EngineDeps } from "../deps.js";
+import { accountScope, type EventBatch } from "../delivery/fan-out.js";
+import { Mailboxes } from "../mailbox.js";
+import { conversationKey } from "../ownership.js";
+import { routeToOwner } from "../shard-owners.js";
 
 /** A group's changes go to the node owning its conversation (its id is the conversation id). */
 const routeByGroup = routeToOwner("request.groupId", "conversation");
-import { tellConversationActors } from "./membership.js";
-import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
+import { tellConversationActors } from "../membership.js";
+import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
 import {
   AccountType,
   AgentStatus,
@@ -50,8 +50,8 @@ import {
   type GroupRecord,
   type MemberRecord,
   type UserRecord,
-} from "./ports/store/store.js";
-import { groupInfoView, userInfoView } from "./views.js";
+} from "../ports/store/store.js";
+import { groupInfoView, userInfoView } from "../views.js";
 
 const maxMembers = 200;
 

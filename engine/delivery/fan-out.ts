@@ -27,21 +27,21 @@
 // deletes the record; it is posted at start-up and by the sweep like a fan-out is finished.
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context } from "moleculer";
-import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_pb.js";
-import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
-import { MessageBodySchema, type MessageBody } from "../shared/gen/shared/v1/message_pb.js";
-import { SnUpdateSchema } from "../shared/gen/shared/v1/updates_pb.js";
-import { failureReasonOf } from "../shared/background.js";
-import { Errors, parleyErrorParts } from "../shared/errors.js";
-import { toWire, type WireMessage } from "../shared/wire.js";
+import { GroupInfoSchema, type GroupInfo } from "../../shared/gen/shared/v1/group_pb.js";
+import { UserInfoSchema, type UserInfo } from "../../shared/gen/shared/v1/common_pb.js";
+import { MessageBodySchema, type MessageBody } from "../../shared/gen/shared/v1/message_pb.js";
+import { SnUpdateSchema } from "../../shared/gen/shared/v1/updates_pb.js";
+import { failureReasonOf } from "../../shared/background.js";
+import { Errors, parleyErrorParts } from "../../shared/errors.js";
+import { toWire, type WireMessage } from "../../shared/wire.js";
 import { sequencedPush, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend, type SystemMessageParams } from "./fan-out-contracts.js";
-import { Mailboxes } from "./mailbox.js";
+import { Mailboxes } from "../mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
-import type { Clock } from "./clock.js";
+import type { Clock } from "../clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
 import type { Pushes } from "./push-router.js";
-import type { FanOutRecord, Store, SystemMessageRecord } from "./ports/store/store.js";
-import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../shared/metrics.js";
+import type { FanOutRecord, Store, SystemMessageRecord } from "../ports/store/store.js";
+import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../../shared/metrics.js";
 
 type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
 

@@ -1,9 +1,9 @@
 // A stream entry is encoded once per event, without sn; each stream's sn joins it only where it
 // is read (GetDifference, an agent's catch-up) or pushed (the gateway splices it into the frame).
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import { toWire, type WireMessage } from "../shared/wire.js";
-import type { StoredUpdate } from "./ports/store/store.js";
+import { SnUpdateSchema, type SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
+import { toWire, type WireMessage } from "../../shared/wire.js";
+import type { StoredUpdate } from "../ports/store/store.js";
 
 /**
  * A stream entry encoded once for every recipient: its wire form and its protobuf binary form

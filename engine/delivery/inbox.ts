@@ -24,27 +24,27 @@
 // those users' latest sn, reads again which streams hold its fan-outs, and retries.
 import { type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
+import { UserInfoSchema, type UserInfo } from "../../shared/gen/shared/v1/common_pb.js";
 import {
   GetCurrentStateRequestSchema,
   GetCurrentStateResponseSchema,
   GetDifferenceRequestSchema,
   GetDifferenceResponseSchema,
-} from "../shared/gen/api/v1/sync_pb.js";
-import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../shared/gen/shared/v1/updates_pb.js";
-import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
-import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentChangedEvent, type PushEvent } from "../shared/bus.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import { toWire, type WireMessage } from "../shared/wire.js";
-import { WebhookRouting, agentFeedPage } from "./agent-delivery.js";
-import type { EngineDeps } from "./deps.js";
-import { Mailboxes } from "./mailbox.js";
-import { userStreamKey } from "./ownership.js";
+} from "../../shared/gen/api/v1/sync_pb.js";
+import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
+import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
+import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../../shared/agent-delivery.js";
+import { BusEvents, type AgentChangedEvent, type PushEvent } from "../../shared/bus.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import { toWire, type WireMessage } from "../../shared/wire.js";
+import { WebhookRouting, agentFeedPage } from "../agents/agent-delivery.js";
+import type { EngineDeps } from "../deps.js";
+import { Mailboxes } from "../mailbox.js";
+import { userStreamKey } from "../ownership.js";
 import type { Pushes } from "./push-router.js";
-import { routeToOwner } from "./shard-owners.js";
-import { requireUser, rpcAction } from "./rpc-action.js";
-import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "./ports/store/store.js";
+import { routeToOwner } from "../shard-owners.js";
+import { requireUser, rpcAction } from "../rpc-action.js";
+import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../ports/store/store.js";
 import { snUpdateOf } from "./stream-entry.js";
 import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "./fan-out-contracts.js";
 

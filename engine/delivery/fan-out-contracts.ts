@@ -1,8 +1,8 @@
 // What recorded fan-outs (fan-out.ts) hand to the actors that carry them out: the inbox's
 // appendFanOuts and the conversation's system-message action. Kept apart from both actors so that
 // the fan-out machinery, which every engine service depends on, depends on neither of them.
-import type { PushEvent } from "../shared/bus.js";
-import type { WireMessage } from "../shared/wire.js";
+import type { PushEvent } from "../../shared/bus.js";
+import type { WireMessage } from "../../shared/wire.js";
 import type { EncodedEntry } from "./stream-entry.js";
 
 /** A fan-out as an inbox appends it: the entry encoded once, and the recipients this inbox owns. */

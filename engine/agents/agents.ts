@@ -16,7 +16,7 @@ import {
   type AgentCommandInfo,
   type AgentInfo,
   type AgentProfile,
-} from "../shared/gen/shared/v1/agent_pb.js";
+} from "../../shared/gen/shared/v1/agent_pb.js";
 import {
   CreateAgentRequestSchema,
   CreateAgentResponseSchema,
@@ -42,28 +42,28 @@ import {
   SetAgentMiniAppResponseSchema,
   UpdateAgentSelfConfigRequestSchema,
   UpdateAgentSelfConfigResponseSchema,
-} from "../shared/gen/api/v1/agent_pb.js";
-import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
-import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../shared/bus.js";
-import type { Caller, RpcParams } from "../shared/caller.js";
-import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
-import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../shared/background.js";
-import { privateConversationId } from "../shared/ids.js";
-import { httpsUrlProblem } from "../shared/https-url.js";
-import { invalidAddressRule } from "../shared/ip.js";
-import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../shared/webhook-check.js";
-import { TokenPrefix, hashToken, newToken } from "./credentials.js";
-import type { EngineDeps } from "./deps.js";
-import { accountScope, type EventBatch } from "./fan-out.js";
-import { forgetIdentities } from "./identity-revocation.js";
-import { Mailboxes } from "./mailbox.js";
-import { requireParticipant, tellConversationActors } from "./membership.js";
+} from "../../shared/gen/api/v1/agent_pb.js";
+import { UserInfoSchema } from "../../shared/gen/shared/v1/common_pb.js";
+import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../../shared/agent-delivery.js";
+import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../../shared/bus.js";
+import type { Caller, RpcParams } from "../../shared/caller.js";
+import { Errors, ParleyError, parleyErrorParts } from "../../shared/errors.js";
+import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../../shared/background.js";
+import { privateConversationId } from "../../shared/ids.js";
+import { httpsUrlProblem } from "../../shared/https-url.js";
+import { invalidAddressRule } from "../../shared/ip.js";
+import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../../shared/webhook-check.js";
+import { TokenPrefix, hashToken, newToken } from "../auth/credentials.js";
+import type { EngineDeps } from "../deps.js";
+import { accountScope, type EventBatch } from "../delivery/fan-out.js";
+import { forgetIdentities } from "../auth/identity-revocation.js";
+import { Mailboxes } from "../mailbox.js";
+import { requireParticipant, tellConversationActors } from "../membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
-import { requireCaller, requireUser, rpcAction } from "./rpc-action.js";
-import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "./ports/store/store.js";
-import { usernameProblem } from "./users.js";
-import { userInfoView } from "./views.js";
+import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
+import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "../ports/store/store.js";
+import { usernameProblem } from "../users/users.js";
+import { userInfoView } from "../views.js";
 
 /** How much of a token or key profile views show, enough to tell two apart. */
 const visiblePrefixLength = 12;

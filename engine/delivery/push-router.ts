@@ -12,10 +12,10 @@
 // waiting for the START to arrive (the lookups of later pushes run meanwhile; only the issuing
 // keeps its turn).
 import type { ServiceBroker } from "moleculer";
-import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
-import { GatewayActions, type PushEvent } from "../shared/bus.js";
-import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
-import { pushGatewayCalls } from "../shared/metrics.js";
+import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../../shared/agent-delivery.js";
+import { GatewayActions, type PushEvent } from "../../shared/bus.js";
+import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
+import { pushGatewayCalls } from "../../shared/metrics.js";
 
 export interface Pushes {
   /**

@@ -27,21 +27,21 @@ import {
   SetupPasswordResponseSchema,
   VerifyCodeRequestSchema,
   VerifyCodeResponseSchema,
-} from "../shared/gen/api/v1/auth_pb.js";
-import { IdentityType, type DeviceInput } from "../shared/gen/api/v1/common_pb.js";
+} from "../../shared/gen/api/v1/auth_pb.js";
+import { IdentityType, type DeviceInput } from "../../shared/gen/api/v1/common_pb.js";
 import {
   ListDevicesRequestSchema,
   ListDevicesResponseSchema,
   RemoveDeviceRequestSchema,
   RemoveDeviceResponseSchema,
-} from "../shared/gen/api/v1/user_pb.js";
-import type { Caller } from "../shared/caller.js";
-import { BusEvents, type SessionsRevokedEvent } from "../shared/bus.js";
-import type { ResolveTokenParams, TokenIdentity } from "../shared/identity.js";
-import { requestAuthority } from "../shared/public-url.js";
-import { Errors, ParleyError } from "../shared/errors.js";
+} from "../../shared/gen/api/v1/user_pb.js";
+import type { Caller } from "../../shared/caller.js";
+import { BusEvents, type SessionsRevokedEvent } from "../../shared/bus.js";
+import type { ResolveTokenParams, TokenIdentity } from "../../shared/identity.js";
+import { requestAuthority } from "../../shared/public-url.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
 import { AbuseLimits } from "./abuse-limits.js";
-import type { EngineDeps } from "./deps.js";
+import type { EngineDeps } from "../deps.js";
 import {
   TokenPrefix,
   equalHashes,
@@ -55,9 +55,9 @@ import {
   verifyPassword,
 } from "./credentials.js";
 import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
-import { requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, AgentStatus, type UserRecord } from "./ports/store/store.js";
-import { deviceView, selfView } from "./views.js";
+import { requireUser, rpcAction } from "../rpc-action.js";
+import { AccountType, AgentStatus, type UserRecord } from "../ports/store/store.js";
+import { deviceView, selfView } from "../views.js";
 
 export const AuthPolicy = {
   accessTokenTtlSeconds: 2 * 60 * 60,

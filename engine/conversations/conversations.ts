@@ -3,7 +3,7 @@
 // conversation actor.
 import { create } from "@bufbuild/protobuf";
 import type { ServiceSchema } from "moleculer";
-import { ConversationActionType, ConversationInfoSchema, ConversationType, type ConversationInfo } from "../shared/gen/shared/v1/conversation_pb.js";
+import { ConversationActionType, ConversationInfoSchema, ConversationType, type ConversationInfo } from "../../shared/gen/shared/v1/conversation_pb.js";
 import {
   GetConversationRequestSchema,
   GetConversationResponseSchema,
@@ -13,23 +13,23 @@ import {
   MarkAsReadResponseSchema,
   UpdateConversationActionRequestSchema,
   UpdateConversationActionResponseSchema,
-} from "../shared/gen/api/v1/conversation_pb.js";
+} from "../../shared/gen/api/v1/conversation_pb.js";
 import {
   DeleteHistoryRequestSchema,
   DeleteHistoryResponseSchema,
   DeleteMessagesRequestSchema,
   DeleteMessagesResponseSchema,
-} from "../shared/gen/api/v1/message_pb.js";
-import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import { privateParticipants } from "../shared/ids.js";
-import { envelopeOf } from "./conversation.js";
-import type { EngineDeps } from "./deps.js";
-import { accountScope, type EventBatch } from "./fan-out.js";
-import { requireParticipant, type ConversationAccess } from "./membership.js";
-import { requireCaller, rpcAction } from "./rpc-action.js";
-import { ConversationKind, type UserConversationRecord } from "./ports/store/store.js";
-import { groupInfoView, userInfoView } from "./views.js";
+} from "../../shared/gen/api/v1/message_pb.js";
+import type { SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import { privateParticipants } from "../../shared/ids.js";
+import { envelopeOf } from "../messages/conversation.js";
+import type { EngineDeps } from "../deps.js";
+import { accountScope, type EventBatch } from "../delivery/fan-out.js";
+import { requireParticipant, type ConversationAccess } from "../membership.js";
+import { requireCaller, rpcAction } from "../rpc-action.js";
+import { ConversationKind, type UserConversationRecord } from "../ports/store/store.js";
+import { groupInfoView, userInfoView } from "../views.js";
 
 export const ConversationPolicy = { listPageDefault: 20 } as const;
 

@@ -2,7 +2,7 @@
 // clients: each keeps an identity cache (api/identity-cache.ts), and each is told to forget the
 // account's entries, and answers, before the call that made the change is answered.
 import type { ServiceBroker } from "moleculer";
-import { IdentityActions, IdentityCacheBounds, type ForgetIdentitiesParams } from "../shared/identity.js";
+import { IdentityActions, IdentityCacheBounds, type ForgetIdentitiesParams } from "../../shared/identity.js";
 
 /**
  * Tells every process running an identity cache to forget the account's entries (all of them, or

@@ -1,15 +1,15 @@
 // The inbox's promise that a stream takes a fan-out once, on the cluster's store: two engines,
 // each with its own handle on one keyspace, finish one fan-out across a lease move (the race is
-// told in test/support/fan-out-races.ts; engine/inbox.test.ts runs it on SQLite).
+// told in test/support/fan-out-races.ts; engine/delivery/inbox.test.ts runs it on SQLite).
 import { expect } from "chai";
-import { AdjustableClock } from "./clock.js";
-import type { EngineDeps } from "./deps.js";
+import { AdjustableClock } from "../clock.js";
+import type { EngineDeps } from "../deps.js";
 import { Inbox } from "./inbox.js";
-import type { Ownership } from "./ownership.js";
-import type { Store } from "./ports/store/store.js";
-import type { CassandraStore } from "./ports/store/cassandra/cassandra-store.js";
-import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../test/support/cassandra.js";
-import { finishAcrossLeaseMove, nicknamesIn } from "../test/support/fan-out-races.js";
+import type { Ownership } from "../ownership.js";
+import type { Store } from "../ports/store/store.js";
+import type { CassandraStore } from "../ports/store/cassandra/cassandra-store.js";
+import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../test/support/cassandra.js";
+import { finishAcrossLeaseMove, nicknamesIn } from "../../test/support/fan-out-races.js";
 
 before(cassandraStarts);
 

@@ -10,13 +10,13 @@ import {
   RegisterTokenResponseSchema,
   UnregisterTokenRequestSchema,
   UnregisterTokenResponseSchema,
-} from "../shared/gen/api/v1/push_pb.js";
-import { PushPlatform } from "../shared/gen/shared/v1/common_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
-import { PresenceActions, type OnlineAmongParams } from "../shared/presence.js";
-import type { EngineDeps } from "./deps.js";
-import { requireUser, rpcAction } from "./rpc-action.js";
-import { AccountType, type PushTokenRecord } from "./ports/store/store.js";
+} from "../../shared/gen/api/v1/push_pb.js";
+import { PushPlatform } from "../../shared/gen/shared/v1/common_pb.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
+import { PresenceActions, type OnlineAmongParams } from "../../shared/presence.js";
+import type { EngineDeps } from "../deps.js";
+import { requireUser, rpcAction } from "../rpc-action.js";
+import { AccountType, type PushTokenRecord } from "../ports/store/store.js";
 
 export const PushEvents = {
   /** A message was sequenced; its offline recipients may need an alert (NewMessagePush). */

@@ -9,15 +9,15 @@
 // so the sender never waits for the answer (which may wait up to 5 s for a webhook test).
 import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
-import { SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
-import type { Caller, RpcParams } from "../shared/caller.js";
-import { parleyErrorParts } from "../shared/errors.js";
-import { toWire } from "../shared/wire.js";
+import { MessageType } from "../../shared/gen/shared/v1/message_pb.js";
+import { SendMessageRequestSchema } from "../../shared/gen/api/v1/message_pb.js";
+import type { Caller, RpcParams } from "../../shared/caller.js";
+import { parleyErrorParts } from "../../shared/errors.js";
+import { toWire } from "../../shared/wire.js";
 import type { ConfigureWebhookParams } from "./agents.js";
-import { TokenPrefix, newToken } from "./credentials.js";
-import type { EngineDeps } from "./deps.js";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "./ports/store/store.js";
+import { TokenPrefix, newToken } from "../auth/credentials.js";
+import type { EngineDeps } from "../deps.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "../ports/store/store.js";
 
 /** Reserved below the first ordinary user id (10001), so it is the same on every install. */
 export const systemAgentUserId = 10000;

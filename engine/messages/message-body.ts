@@ -10,8 +10,8 @@ import {
   type MessageBody,
   type MessageEntity,
   type StreamContent,
-} from "../shared/gen/shared/v1/message_pb.js";
-import { Errors, ParleyError } from "../shared/errors.js";
+} from "../../shared/gen/shared/v1/message_pb.js";
+import { Errors, ParleyError } from "../../shared/errors.js";
 
 const contentOfType: Record<number, MessageBody["content"]["case"]> = {
   [MessageType.TEXT]: "text",

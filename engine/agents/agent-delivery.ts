@@ -12,16 +12,16 @@
 //   socket was sent and the agent confirmed was recorded first: gateway/agent-feed.ts);
 // - out of it, the queue is dropped and the position moves back to just before the oldest entry
 //   still queued, so the socket catch-up replays what the webhook had not delivered.
-import type { AgentBacklog, FeedRelease, WebhookTarget } from "../shared/agent-delivery.js";
-import { UserInfoSchema } from "../shared/gen/shared/v1/common_pb.js";
-import { GroupInfoSchema } from "../shared/gen/shared/v1/group_pb.js";
-import { SnUpdateSchema, type SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import { type UpdateJson } from "../shared/gen/api/v1/updates_pb.js";
-import { toWire, type WireMessage } from "../shared/wire.js";
-import type { Clock } from "./clock.js";
-import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "./ports/store/store.js";
-import { snUpdateOf } from "./stream-entry.js";
-import { groupInfoView, userInfoView } from "./views.js";
+import type { AgentBacklog, FeedRelease, WebhookTarget } from "../../shared/agent-delivery.js";
+import { UserInfoSchema } from "../../shared/gen/shared/v1/common_pb.js";
+import { GroupInfoSchema } from "../../shared/gen/shared/v1/group_pb.js";
+import { SnUpdateSchema, type SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
+import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
+import { toWire, type WireMessage } from "../../shared/wire.js";
+import type { Clock } from "../clock.js";
+import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "../ports/store/store.js";
+import { snUpdateOf } from "../delivery/stream-entry.js";
+import { groupInfoView, userInfoView } from "../views.js";
 
 const webhookSnKinds = new Set(["messageEnvelope", "contactAdded", "removedFromGroup", "groupDissolved"]);
 const isKindOf = (kinds: Set<string>, wire: WireMessage) => Object.keys(wire).some((key) => kinds.has(key));
