@@ -12,8 +12,7 @@ import { agentsService } from "./engine/agents/agents.js";
 import { conversationService } from "./engine/messages/conversation.js";
 import { conversationsService } from "./engine/conversations/conversations.js";
 import { groupsService } from "./engine/groups/groups.js";
-import { LocalDiskBlobStore } from "./engine/ports/blob-store/local-disk-blob-store.js";
-import { S3BlobStore } from "./engine/ports/blob-store/s3-blob-store.js";
+import { openBlobStore } from "./engine/ports/blob-store/open-blob-store.js";
 import { mediaService } from "./engine/media/media.js";
 import { socialService } from "./engine/contacts/social.js";
 import { systemAgentService } from "./engine/agents/system-agent.js";
@@ -21,11 +20,9 @@ import { systemClock, type Clock } from "./engine/clock.js";
 import { createCodeSender } from "./engine/ports/code-delivery/open-code-sender.js";
 import type { EngineDeps } from "./engine/deps.js";
 import type { EphemeralState } from "./engine/ports/ephemeral/ephemeral-state.js";
-import { MemoryEphemeralState } from "./engine/ports/ephemeral/memory-ephemeral-state.js";
-import { MemoryPresenceRegistry } from "./engine/ports/presence/memory-presence-registry.js";
-import { RedisPresenceRegistry } from "./engine/ports/presence/redis-presence-registry.js";
+import { openEphemeralState } from "./engine/ports/ephemeral/open-ephemeral-state.js";
+import { openPresenceRegistry } from "./engine/ports/presence/open-presence-registry.js";
 import { CachedPresenceRegistry } from "./engine/ports/presence/cached-presence-registry.js";
-import { RedisEphemeralState } from "./engine/ports/ephemeral/redis-ephemeral-state.js";
 import type { PresenceRegistry } from "./engine/ports/presence/presence-registry.js";
 import { PushRouter } from "./engine/delivery/push-router.js";
 import { webhookTarget } from "./engine/agents/agent-delivery.js";
@@ -47,8 +44,7 @@ import { webhookService } from "./webhooks/webhook-service.js";
 import { webhookDispatcherService, type DispatcherPolicy } from "./webhooks/dispatcher.js";
 import { WebhookFleetMember, WebhookTopic, deliveryLockMs, deliveryLocks, webhookFleetGroup, webhookQueuedRecord, webhookTopicName } from "./webhooks/fleet.js";
 import { webhookTimeoutMs } from "./webhooks/delivery.js";
-import { KafkaUpdateLog } from "./engine/ports/update-log/kafka-update-log.js";
-import { MemoryUpdateLog } from "./engine/ports/update-log/memory-update-log.js";
+import { openUpdateLog } from "./engine/ports/update-log/open-update-log.js";
 import type { UpdateLog } from "./engine/ports/update-log/update-log.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
 import { grpcFront } from "./edge/grpc-front.js";
@@ -168,8 +164,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   if (roles.includes("engine") || roles.includes("webhooks")) {
     log = options.adapters?.log;
     if (!log) {
-      const { kafkaBrokers } = config.cluster;
-      const opened: UpdateLog = kafkaBrokers ? new KafkaUpdateLog({ bootstrap: kafkaBrokers, clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings }) : new MemoryUpdateLog();
+      const opened = openUpdateLog(config.cluster.kafkaBrokers, { clientId: `parley-${options.broker?.nodeID ?? config.cluster.nodeId}`, group: clusterGroupTimings });
       cleanups.push(() => opened.close());
       log = opened;
     }
@@ -203,8 +198,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     timings.next("presence");
     presence = options.adapters?.presence;
     if (!presence) {
-      const { redisUrl, redisPrefix } = config.cluster;
-      const opened = redisUrl ? await RedisPresenceRegistry.open({ url: redisUrl, prefix: redisPrefix, onError: redisTrouble }) : new MemoryPresenceRegistry();
+      const opened = await openPresenceRegistry(config.cluster, redisTrouble);
       cleanups.push(() => opened.close());
       presence = opened;
     }
@@ -219,8 +213,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     timings.next("ephemeral state");
     ephemeral = options.adapters?.ephemeral;
     if (!ephemeral) {
-      const { redisUrl, redisPrefix } = config.cluster;
-      const opened = redisUrl ? await RedisEphemeralState.open({ url: redisUrl, prefix: `${redisPrefix}ephemeral:`, onError: redisTrouble }) : new MemoryEphemeralState(clock);
+      const opened = await openEphemeralState(config.cluster, clock, redisTrouble);
       cleanups.push(() => opened.close());
       ephemeral = opened;
     }
@@ -277,7 +270,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     createService(groupsService(deps));
     const { blobs } = config.cluster;
     timings.next("blob store");
-    createService(mediaService(deps, blobs.kind === "s3" ? await S3BlobStore.open(blobs) : await LocalDiskBlobStore.open(config.dataDir)));
+    createService(mediaService(deps, await openBlobStore(blobs, config.dataDir)));
     createService(systemAgentService(deps));
   }
 
