@@ -1,6 +1,6 @@
 // What every engine service is built from, chosen once at start-up (see server.ts).
 import type { ParleyConfig } from "../shared/config.js";
-import type { Clock } from "./clock.js";
+import type { Clock } from "../shared/clock.js";
 import type { CodeSender } from "./ports/code-delivery/code-sender.js";
 import type { EphemeralState } from "./ports/ephemeral/ephemeral-state.js";
 import type { FanOuts } from "./delivery/fan-out.js";

@@ -3,9 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
-import { AdjustableClock } from "./clock.js";
+import { AdjustableClock } from "../shared/clock.js";
 import { loadConfig } from "../shared/config.js";
-import { Ownership, OwnershipPolicy, conversationKey, leaseTimings, shardOf, userStreamKey, type Placement } from "./ownership.js";
+import { Ownership, OwnershipPolicy, leaseTimings, type Placement } from "./ownership.js";
+import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
 import { openSqliteStore } from "./ports/store/sqlite/sqlite-store.js";
 import type { Store } from "./ports/store/store.js";
 

@@ -25,15 +25,13 @@
 // its writes.
 import { randomBytes } from "node:crypto";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
-import type { Clock } from "./clock.js";
+import type { Clock } from "../shared/clock.js";
+import { shardCount, shardOf } from "../shared/shards.js";
 import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "./ports/store/store.js";
 
 export const OwnershipPolicy = {
-  /**
-   * Fixed for the life of a deployment (a key's shard must never change): 1024 spreads keys evenly
-   * over tens of nodes and keeps the leases one node renews small enough for one write.
-   */
-  shards: 1024,
+  /** The deployment's shard count (shared/shards.ts). */
+  shards: shardCount,
   /** How long a lease lasts unless renewed: how long keys of a dead node wait for a new owner. */
   leaseMs: 30_000,
   /** Renewal period: two renewals may fail before the lease is in doubt. */
@@ -55,19 +53,6 @@ export interface LeaseTimings {
  */
 export function leaseTimings(leaseMs: number): LeaseTimings {
   return { leaseMs, renewEveryMs: Math.round(leaseMs / 3), safetyMarginMs: Math.round(leaseMs / 6) };
-}
-
-export const conversationKey = (conversationId: bigint) => `c:${conversationId}`;
-export const userStreamKey = (userId: number) => `u:${userId}`;
-
-/** The key's shard: FNV-1a (32 bits) of the key, modulo the shard count; stable across processes and versions. */
-export function shardOf(key: string, shards: number = OwnershipPolicy.shards): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    hash ^= key.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193) >>> 0;
-  }
-  return hash % shards;
 }
 
 /** Where shards belong, as this node sees the cluster; embedded, every shard is its own. */

@@ -6,7 +6,8 @@
 // Routing is only a preference: the lease and its fence decide who may write (ownership.ts).
 import type { Socket } from "node:net";
 import moleculer, { type Context, type ServiceBroker } from "moleculer";
-import { conversationKey, shardOf, userStreamKey, type Placement } from "./ownership.js";
+import { type Placement } from "./ownership.js";
+import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
 import type { LeaseHolder } from "./ports/store/store.js";
 
 /** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */

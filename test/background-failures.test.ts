@@ -8,7 +8,7 @@ import moleculer, { type ServiceBroker } from "moleculer";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
-import { shardOf, userStreamKey } from "../engine/ownership.js";
+import { shardOf, userStreamKey } from "../shared/shards.js";
 import { ownerOf } from "../engine/shard-owners.js";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { startParley, type Parley } from "../server.js";

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { conversationKey, shardOf, userStreamKey } from "../engine/ownership.js";
+import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
 import { engineNodes, ownerOf, servedWhereCalled } from "../engine/shard-owners.js";
 import type { Store } from "../engine/ports/store/store.js";
 import { MessageService, SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect } from "chai";
 import { engineWatchPolicy } from "../engine/engine-watch.js";
-import { shardOf } from "../engine/ownership.js";
+import { shardOf } from "../shared/shards.js";
 import { ownerOf } from "../engine/shard-owners.js";
 import { freePort, generousAbuseLimits, testStore, type TestServer } from "./support/harness.js";
 import { MixedLoad } from "./support/mixed-load.js";

@@ -14,7 +14,7 @@ import { client, startTestServer, type TestServer } from "./support/harness.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { nextClientMessageId, textBody, textOf } from "./support/messaging.js";
 import { befriend } from "./support/social.js";
-import { shardOf, userStreamKey } from "../engine/ownership.js";
+import { shardOf, userStreamKey } from "../shared/shards.js";
 import { engineNodes, ownerOf } from "../engine/shard-owners.js";
 
 /** Failures to inject, each consumed by the next matching store call; `held` keeps stream writes waiting. */

@@ -10,7 +10,7 @@ import { create, toBinary, type DescMessage, type MessageInitShape } from "@bufb
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
-import { AdjustableClock } from "../engine/clock.js";
+import { AdjustableClock } from "../shared/clock.js";
 import type { Store } from "../engine/ports/store/store.js";
 import { meshTransporter } from "../moleculer.config.js";
 import { startParley, type Parley } from "../server.js";

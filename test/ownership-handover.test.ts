@@ -12,13 +12,14 @@ import { MessageBodySchema, StreamPhase, type MessageEnvelope } from "../shared/
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import type { Caller } from "../shared/caller.js";
-import { AdjustableClock } from "../engine/clock.js";
+import { AdjustableClock } from "../shared/clock.js";
 import { ConversationActor } from "../engine/messages/conversation.js";
 import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../engine/ports/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/delivery/fan-out.js";
 import { FanOutIds } from "../engine/delivery/fan-out-ids.js";
-import { Ownership, OwnershipPolicy, conversationKey } from "../engine/ownership.js";
+import { Ownership, OwnershipPolicy } from "../engine/ownership.js";
+import { conversationKey } from "../shared/shards.js";
 import { MemoryPresenceRegistry } from "../engine/ports/presence/memory-presence-registry.js";
 import { PushRouter } from "../engine/delivery/push-router.js";
 import type { Store } from "../engine/ports/store/store.js";

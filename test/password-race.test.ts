@@ -13,7 +13,7 @@ import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { ErrorDetailSchema } from "../shared/gen/shared/v1/error_pb.js";
 import { Errors } from "../shared/errors.js";
-import type { AdjustableClock } from "../engine/clock.js";
+import type { AdjustableClock } from "../shared/clock.js";
 import type { Parley } from "../server.js";
 import { device, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";

@@ -14,7 +14,7 @@ import { UploadChunkRequestSchema, MediaService } from "../shared/gen/api/v1/med
 import { parleyErrorParts } from "../shared/errors.js";
 import type { ParleyConfig } from "../shared/config.js";
 import { toWire } from "../shared/wire.js";
-import type { AdjustableClock } from "../engine/clock.js";
+import type { AdjustableClock } from "../shared/clock.js";
 import type { Parley } from "../server.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, openServerStore, startNodes, testConfig, type TestServer } from "./support/harness.js";

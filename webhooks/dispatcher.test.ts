@@ -10,7 +10,7 @@ import type { DeliveryOutcome } from "./delivery.js";
 import { WebhookDispatcher, type DispatcherOptions, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
 import { deliveryLocks } from "./fleet.js";
 import { MemoryEphemeralState } from "../engine/ports/ephemeral/memory-ephemeral-state.js";
-import { AdjustableClock } from "../engine/clock.js";
+import { AdjustableClock } from "../shared/clock.js";
 
 // The SQLite queue answers synchronously, so once a timer fires every step in reach has run.
 const settle = () => new Promise((resolve) => setTimeout(resolve, 20));

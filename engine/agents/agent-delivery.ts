@@ -18,7 +18,7 @@ import { GroupInfoSchema } from "../../shared/gen/shared/v1/group_pb.js";
 import { SnUpdateSchema, type SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../../shared/wire.js";
-import type { Clock } from "../clock.js";
+import type { Clock } from "../../shared/clock.js";
 import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "../ports/store/store.js";
 import { snUpdateOf } from "../delivery/stream-entry.js";
 import { groupInfoView, userInfoView } from "../views.js";

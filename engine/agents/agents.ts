@@ -57,7 +57,7 @@ import { TokenPrefix, hashToken, newToken } from "../auth/credentials.js";
 import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
 import { forgetIdentities } from "../auth/identity-revocation.js";
-import { Mailboxes } from "../mailbox.js";
+import { Mailboxes } from "../../shared/mailbox.js";
 import { requireParticipant, tellConversationActors } from "../membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";

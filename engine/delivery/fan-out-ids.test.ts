@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { Errors, parleyErrorParts } from "../../shared/errors.js";
-import { AdjustableClock } from "../clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import { FanOutIds, type FanOutIdPolicy } from "./fan-out-ids.js";
 import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
 import type { Store } from "../ports/store/store.js";

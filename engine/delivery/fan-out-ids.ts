@@ -11,7 +11,7 @@
 // Within a slot the ids increase in the order they are made, also when the clock steps back (the
 // count borrows the next millisecond when it runs out).
 import { Errors, ParleyError } from "../../shared/errors.js";
-import type { Clock } from "../clock.js";
+import type { Clock } from "../../shared/clock.js";
 import { OwnershipPolicy, type LeaseTimings } from "../ownership.js";
 import type { Fence, LeaseHolder, LeaseStore } from "../ports/store/store.js";
 

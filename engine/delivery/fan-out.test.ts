@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
-import { AdjustableClock } from "../clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import { FanOutPolicy, FanOuts, accountScope } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";
 import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";

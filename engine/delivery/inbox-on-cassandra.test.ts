@@ -2,7 +2,7 @@
 // each with its own handle on one keyspace, finish one fan-out across a lease move (the race is
 // told in test/support/fan-out-races.ts; engine/delivery/inbox.test.ts runs it on SQLite).
 import { expect } from "chai";
-import { AdjustableClock } from "../clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import type { EngineDeps } from "../deps.js";
 import { Inbox } from "./inbox.js";
 import type { Ownership } from "../ownership.js";

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { loadConfig } from "../../shared/config.js";
 import type { PushEvent } from "../../shared/bus.js";
-import { AdjustableClock } from "../clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import type { EngineDeps } from "../deps.js";
 import { MemoryEphemeralState } from "../ports/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "./fan-out.js";

@@ -31,8 +31,8 @@ import { Errors, ParleyError } from "../../shared/errors.js";
 import type { Caller } from "../../shared/caller.js";
 import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
-import { Mailboxes } from "../mailbox.js";
-import { conversationKey } from "../ownership.js";
+import { Mailboxes } from "../../shared/mailbox.js";
+import { conversationKey } from "../../shared/shards.js";
 import { routeToOwner } from "../shard-owners.js";
 
 /** A group's changes go to the node owning its conversation (its id is the conversation id). */

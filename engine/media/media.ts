@@ -39,7 +39,7 @@ import {
 } from "../../shared/media-download.js";
 import type { BlobStore, ByteRange } from "../ports/blob-store/blob-store.js";
 import type { EngineDeps } from "../deps.js";
-import { Mailboxes } from "../mailbox.js";
+import { Mailboxes } from "../../shared/mailbox.js";
 import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";

@@ -60,7 +60,7 @@ import { fromWire } from "../../shared/wire.js";
 import type { EngineDeps } from "../deps.js";
 import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "../delivery/fan-out.js";
 import { deliverCardAction, pushEphemeral } from "../delivery/inbox.js";
-import { Mailboxes } from "../mailbox.js";
+import { Mailboxes } from "../../shared/mailbox.js";
 import {
   BoundedCache,
   accessOf,
@@ -72,7 +72,7 @@ import {
   type ConversationChecks,
   type ForgetParams,
 } from "../membership.js";
-import { conversationKey, shardOf } from "../ownership.js";
+import { conversationKey, shardOf } from "../../shared/shards.js";
 import { routeToOwner } from "../shard-owners.js";
 import {
   checkEntities,

@@ -6,7 +6,7 @@
 // none twice, no sn or id hole, no process crashed.
 import { expect } from "chai";
 import { engineWatchPolicy } from "../../engine/engine-watch.js";
-import { shardOf } from "../../engine/ownership.js";
+import { shardOf } from "../../shared/shards.js";
 import { ownerOf } from "../../engine/shard-owners.js";
 import { Cql } from "../../engine/ports/store/cassandra/cql.js";
 import { epochOfStreamWrite } from "../../engine/ports/store/cassandra/stream-head.js";

@@ -8,7 +8,7 @@
 // the nodes: Redis's expiry cannot follow a moved clock (the Redis driver passes the same
 // conformance suite, and the cluster tests run it for real).
 import { basename } from "node:path";
-import { AdjustableClock } from "../../engine/clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import { MemoryEphemeralState } from "../../engine/ports/ephemeral/memory-ephemeral-state.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";

@@ -1,4 +1,4 @@
-import type { Clock } from "../../engine/clock.js";
+import type { Clock } from "../../shared/clock.js";
 import type { FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
 import type { AppendedFanOut } from "../../engine/delivery/fan-out-contracts.js";
 import type { Inbox } from "../../engine/delivery/inbox.js";

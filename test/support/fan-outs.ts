@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import type { AppendedFanOut, AppendFanOutsAnswer, AppendFanOutsParams, FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
-import { userStreamKey } from "../../engine/ownership.js";
+import { userStreamKey } from "../../shared/shards.js";
 import { engineNodes, keysByOwner } from "../../engine/shard-owners.js";
 
 /**

@@ -7,7 +7,7 @@ import { basename, join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { AdjustableClock } from "../../engine/clock.js";
+import { AdjustableClock } from "../../shared/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
 import { openStore } from "../../engine/ports/store/open-store.js";
 import { testBucketFor, testS3 } from "./s3.js";

@@ -4,7 +4,7 @@
 // say which keys failed and for how long; then every stream is read whole.
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
-import { conversationKey, userStreamKey } from "../../engine/ownership.js";
+import { conversationKey, userStreamKey } from "../../shared/shards.js";
 import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
 import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";

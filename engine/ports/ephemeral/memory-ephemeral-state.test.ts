@@ -1,4 +1,4 @@
-import { AdjustableClock } from "../../clock.js";
+import { AdjustableClock } from "../../../shared/clock.js";
 import { describeEphemeralStateConformance } from "./ephemeral-conformance.js";
 import { MemoryEphemeralState } from "./memory-ephemeral-state.js";
 

@@ -1,4 +1,4 @@
-import type { Clock } from "../../clock.js";
+import type { Clock } from "../../../shared/clock.js";
 import type { Counter, EphemeralState } from "./ephemeral-state.js";
 
 interface Entry {

@@ -17,7 +17,7 @@ import {
   type UploadSessionRecord,
   type WebhookHandoff,
 } from "./store.js";
-import { shardOf, userStreamKey } from "../../ownership.js";
+import { shardOf, userStreamKey } from "../../../shared/shards.js";
 
 export interface StoreUnderTest {
   store: Store;

@@ -14,7 +14,7 @@
 // wrote the head since, and hence that the pending write it replaces was rolled forward (by the
 // read that filled the snapshot, or by this handle's own write, which rolls forward before it
 // answers). A refused LWT reloads the snapshot at LOCAL_SERIAL, rolling forward what it finds.
-import { Mailboxes } from "../../../mailbox.js";
+import { Mailboxes } from "../../../../shared/mailbox.js";
 import type { FanOutRecord, MessageRecord } from "../store.js";
 import { bytesOf, numberOf, type Cql, type Row, type Statement } from "./cql.js";
 import type { CassandraContext } from "./context.js";

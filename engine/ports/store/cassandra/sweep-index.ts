@@ -4,7 +4,7 @@
 // clock and one of a fixed number of slots. A sweep walks the (slot, hour) partitions from a per-slot
 // low-water mark to now: a bounded number of known keys, never a token range. Index rows are
 // idempotent (the same partition written twice is one row), so a busy queue costs one row an hour.
-import { shardOf } from "../../../ownership.js";
+import { shardOf } from "../../../../shared/shards.js";
 import { readAll, type Cql, type Statement } from "./cql.js";
 
 export type SweepKind = "outbox" | "open_streams" | "webhooks" | "uploads";

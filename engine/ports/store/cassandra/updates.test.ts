@@ -6,7 +6,7 @@
 // sweep index, or at once when announced.
 import cassandra from "cassandra-driver";
 import { expect } from "chai";
-import { shardOf, userStreamKey } from "../../../ownership.js";
+import { shardOf, userStreamKey } from "../../../../shared/shards.js";
 import { OwnershipLostError, type Fence, type FenceHolder, type UpdateLogStore, type WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";

@@ -11,7 +11,7 @@
 // sn values against its head (cached by this handle, read when not known), events the stream
 // already holds (`repeats`: a stream holds an event once), and event ids met with other bytes.
 import cassandra from "cassandra-driver";
-import { shardOf, userStreamKey } from "../../../ownership.js";
+import { shardOf, userStreamKey } from "../../../../shared/shards.js";
 import { OwnershipLostError, type AppendOutcome, type Fence, type FenceHolder, type LoggedEvent, type UpdateAppend, type UpdateLogStore, type WebhookHandoff } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bytesOf, type Row, type Statement } from "./cql.js";
