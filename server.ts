@@ -6,7 +6,7 @@
 import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
-import { mediaDownloadHandler } from "./api/media-http.js";
+import { mediaDownloadHandler } from "./edge/media-http.js";
 import { accountsService } from "./engine/auth/accounts.js";
 import { agentsService } from "./engine/agents/agents.js";
 import { conversationService } from "./engine/messages/conversation.js";

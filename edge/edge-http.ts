@@ -46,7 +46,7 @@ export interface EdgeReply {
 export interface EdgeRoutes {
   /** Why /healthz answers 503 now (its body says it), or undefined: it answers 200. */
   whyNotReady(): string | undefined;
-  /** Media downloads (api/media-http.ts). */
+  /** Media downloads (media-http.ts). */
   downloads(req: EdgeRequest, reply: EdgeReply): void;
   logger: { error(message: string, err: unknown): void };
 }

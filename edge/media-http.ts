@@ -7,8 +7,8 @@ import type { Readable } from "node:stream";
 import { Code } from "@connectrpc/connect";
 import type { ServiceBroker } from "moleculer";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { errorBodyJson, errorPartsOf } from "./errors.js";
-import type { EdgeReply, EdgeRequest } from "../edge/edge-http.js";
+import { errorBodyJson, errorPartsOf } from "../api/errors.js";
+import type { EdgeReply, EdgeRequest } from "./edge-http.js";
 import {
   fileIdPattern,
   mediaDownloadMetaKey,
