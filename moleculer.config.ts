@@ -51,7 +51,7 @@ export function brokerOptions(settings: BrokerSettings = {}): BrokerOptions {
     namespace: "parley",
     nodeID: settings.nodeID,
     transporter: settings.transporter ?? null,
-    // CBOR (cbor-x), chosen by measurement (scripts/bench/serializers.ts, docs/cluster.md): as
+    // CBOR (cbor-x), chosen by measurement (scripts/bench/serializers.ts, docs/decisions/mesh-serializer.md): as
     // fast as JSON on a private message's packets, half its CPU on a group's (their recipient and
     // sn lists), and 15-26% fewer bytes. Every node of a cluster must use the same one.
     serializer: "CBOR",
