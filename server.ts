@@ -52,7 +52,7 @@ import { grpcFront } from "./edge/grpc-front.js";
 import { nodeFront } from "./edge/node-front.js";
 import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
 import { uwsFront } from "./edge/uws-front.js";
-import { loadNativeUws } from "./edge/uws-native.js";
+import { loadNativeUws } from "./gateway/uws-native.js";
 import { brokerOptions, transporterOf, type BrokerSettings } from "./moleculer.config.js";
 import { roles as allRoles, type ParleyConfig, type Role } from "./shared/config.js";
 import { addressList } from "./shared/ip.js";
@@ -137,7 +137,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   const clock = options.clock ?? systemClock;
   const servesClients = roles.includes("api") || roles.includes("gateway");
   // Before anything opens: a server asked for uWS refuses to start when only its JS fallback
-  // would load (edge/uws-native.ts).
+  // would load (gateway/uws-native.ts).
   const uws = servesClients && config.socketDriver === "uws" ? loadNativeUws() : undefined;
   const everyRole = allRoles.every((role) => roles.includes(role));
   const brokerSettings = brokerOptions({

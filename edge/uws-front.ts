@@ -20,7 +20,7 @@ import { upgradeRefusal } from "../gateway/socket.js";
 import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade } from "../gateway/uws-socket-server.js";
 import { answerError, routeEdgeRequest, type EdgeFront, type EdgeHeaders, type EdgeReply, type EdgeRequest, type EdgeRoutes, type HttpTimeouts } from "./edge-http.js";
 import type { WholeRequestApi } from "./unary-http.js";
-import type { UwsModule } from "./uws-native.js";
+import type { UwsModule } from "../gateway/uws-native.js";
 
 export interface UwsFrontOptions {
   uws: UwsModule;

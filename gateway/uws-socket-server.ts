@@ -6,7 +6,7 @@
 // order, ahead of a ping or close sent after them. A uWS socket may not be touched after its close
 // handler ran (the native side has freed it), so every call goes through a guard.
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket, us_socket_context_t } from "@trufflesuite/uws-js-unofficial";
-import type { UwsModule } from "../edge/uws-native.js";
+import type { UwsModule } from "./uws-native.js";
 import { maxHeaderBytes, requestHeadBytes } from "../shared/http-limits.js";
 import { upgradeRefusal, type GatewaySocket, type SocketHandlers, type SocketServer, type UpgradeRefusal } from "./socket.js";
 

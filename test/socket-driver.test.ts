@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { expect } from "chai";
-import { loadNativeUws, nativeBinaryPath } from "../edge/uws-native.js";
+import { loadNativeUws, nativeBinaryPath } from "../gateway/uws-native.js";
 import { defaultSocketDriver, loadConfig } from "../shared/config.js";
 import { freePort, socketDrivers, startTestServer, type TestServer } from "./support/harness.js";
 import { openRaw } from "./support/raw-http.js";
