@@ -19,6 +19,7 @@ import { loadConfig } from "../../shared/config.js";
 import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { DeviceType } from "../../shared/gen/shared/v1/common_pb.js";
+import { lastCode } from "../../test/support/harness.js";
 
 const root = resolve(import.meta.dirname, "../..");
 const args = new Map<string, string>();
@@ -69,7 +70,7 @@ function processCpuMs(pid: number): number {
 async function signIn(baseUrl: string, codesFile: string, email: string): Promise<string> {
   const auth = createClient(AuthService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
   const { verifyToken } = await auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: email });
-  const code = readFileSync(codesFile, "utf8").trim().split("\n").map((line) => JSON.parse(line) as { identityValue: string; code: string }).filter((line) => line.identityValue === email).pop()!.code;
+  const code = lastCode({ codesFile }, email);
   const signed = await auth.verifyCode({ verifyToken, code, deviceInfo: { deviceId: "bench", deviceType: DeviceType.CLI } });
   return signed.accessToken;
 }

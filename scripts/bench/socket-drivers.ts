@@ -27,6 +27,7 @@ import { ClientFrameSchema, ClientFrameType } from "../../shared/gen/api/v1/gate
 import { UserService } from "../../shared/gen/api/v1/user_pb.js";
 import { DeviceType } from "../../shared/gen/shared/v1/common_pb.js";
 import { socketDrivers, type SocketDriver } from "../../shared/config.js";
+import { lastCode } from "../../test/support/harness.js";
 
 const root = resolve(import.meta.dirname, "../..");
 const args = new Map<string, string>();
@@ -104,8 +105,7 @@ async function measure(driver: SocketDriver): Promise<Result> {
     for (let i = 0; i < userCount; i++) {
       const email = `sockets${i}.${process.pid}@example.com`;
       const { verifyToken } = await auth.requestVerifyCode({ identityType: IdentityType.EMAIL, identityValue: email });
-      const lines = readFileSync(codesFile, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { identityValue: string; code: string });
-      const code = lines.filter((l) => l.identityValue === email).pop()!.code;
+      const code = lastCode({ codesFile }, email);
       tokens.push((await auth.verifyCode({ verifyToken, code, deviceInfo: { deviceId: `bench-${i}`, deviceType: DeviceType.CLI } })).accessToken);
     }
     // Warm the paths a socket takes before the baseline, so the first sockets do not carry the code's own memory.
