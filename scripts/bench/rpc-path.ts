@@ -31,7 +31,9 @@ const rounds = option("rounds", 2);
 
 /** The server process: both Parley servers, then one line "ready <lean port> <Connect-ES port>". */
 async function serve(dataDir: string): Promise<void> {
-  const env = { HOST: "127.0.0.1", PORT: "0", LOG_LEVEL: "warn", CODE_DELIVERY: `file:${join(dataDir, "codes.jsonl")}` };
+  // Both on the node:http front: the uWS front serves every Connect unary request on the lean
+  // path whatever leanUnary says, so there both rows would measure the same path.
+  const env = { HOST: "127.0.0.1", PORT: "0", LOG_LEVEL: "warn", SOCKET_DRIVER: "ws", CODE_DELIVERY: `file:${join(dataDir, "codes.jsonl")}` };
   const lean = await startParley({ config: loadConfig({ ...env, DATA_DIR: join(dataDir, "lean") }) });
   const connectEs = await startParley({ config: loadConfig({ ...env, DATA_DIR: join(dataDir, "connect-es") }), api: { leanUnary: false } });
   console.log(`ready ${lean.port} ${connectEs.port}`);
