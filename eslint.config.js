@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "shared/gen/", "sdk/src/gen/", "sdk/dist/", "data/", ".tmp/", ".build/"] },
+  { ignores: ["node_modules/", "shared/gen/", "sdk/dist/", "data/", ".tmp/", ".build/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

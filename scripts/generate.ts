@@ -1,5 +1,5 @@
-// Generates shared/gen/ from shared/proto/ with buf + protoc-gen-es, offline, and the same files
-// into sdk/src/gen/: the SDK is published on its own, so it cannot import anything outside sdk/.
+// Generates shared/gen/ from shared/proto/ with buf + protoc-gen-es, offline. It is the one
+// generated copy of the protocol: the SDK imports it, and its build compiles it into sdk/dist.
 //
 // Our protos import buf/validate/validate.proto, which normally comes from the Buf registry. The
 // registry is not reachable from every machine, but @bufbuild/protovalidate embeds the descriptor
@@ -7,8 +7,8 @@
 // extensions; no options) into a scratch workspace, so buf can resolve the option extensions.
 // Nothing is generated for it: map_imports points the generated code at the npm package.
 //
-// Usage: npm run generate            (writes shared/gen/ and sdk/src/gen/)
-//        tsx scripts/generate.ts --out <dir> [--sdk-out <dir>]   (writes elsewhere; the freshness test uses it)
+// Usage: npm run generate            (writes shared/gen/)
+//        tsx scripts/generate.ts --out <dir>   (writes elsewhere; the freshness test uses it)
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -103,8 +103,8 @@ export function printProtoSkeleton(file: FileDescriptorProto): string {
   return lines.join("\n") + "\n";
 }
 
-/** Writes the generated code into `outDir` and, when given, the identical files into `sdkOutDir`. */
-export function generate(outDir: string, sdkOutDir?: string): void {
+/** Writes the generated code into `outDir`. */
+export function generate(outDir: string): void {
   const workspace = mkdtempSync(join(tmpdir(), "parley-generate-"));
   try {
     cpSync(join(root, "shared/proto"), join(workspace, "proto"), { recursive: true });
@@ -112,18 +112,21 @@ export function generate(outDir: string, sdkOutDir?: string): void {
     mkdirSync(dirname(validateProto), { recursive: true });
     writeFileSync(validateProto, printProtoSkeleton(file_buf_validate_validate.proto));
     writeFileSync(join(workspace, "buf.yaml"), "version: v2\nmodules:\n  - path: proto\n  - path: deps\n");
-    const plugin = (out: string) => [
-      `  - local: ${join(root, "node_modules/.bin/protoc-gen-es")}`,
-      `    out: ${out}`,
-      "    opt:",
-      "      - target=ts",
-      "      - import_extension=js",
-      "      - map_imports=buf/validate/:@bufbuild/protovalidate/gen",
-      "      - json_types=true",
-    ];
     writeFileSync(
       join(workspace, "buf.gen.yaml"),
-      ["version: v2", "clean: true", "plugins:", ...plugin(outDir), ...(sdkOutDir ? plugin(sdkOutDir) : []), ""].join("\n"),
+      [
+        "version: v2",
+        "clean: true",
+        "plugins:",
+        `  - local: ${join(root, "node_modules/.bin/protoc-gen-es")}`,
+        `    out: ${outDir}`,
+        "    opt:",
+        "      - target=ts",
+        "      - import_extension=js",
+        "      - map_imports=buf/validate/:@bufbuild/protovalidate/gen",
+        "      - json_types=true",
+        "",
+      ].join("\n"),
     );
     execFileSync(join(root, "node_modules/.bin/buf"), ["generate", "proto"], {
       cwd: workspace,
@@ -135,11 +138,6 @@ export function generate(outDir: string, sdkOutDir?: string): void {
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
-  const flag = (name: string) => {
-    const index = process.argv.indexOf(name);
-    return index > 0 ? resolve(process.argv[index + 1]) : undefined;
-  };
-  const outDir = flag("--out");
-  // --out alone writes only that directory, so a look at fresh output never touches sdk/src/gen.
-  generate(outDir ?? join(root, "shared/gen"), outDir ? flag("--sdk-out") : join(root, "sdk/src/gen"));
+  const index = process.argv.indexOf("--out");
+  generate(index > 0 ? resolve(process.argv[index + 1]) : join(root, "shared/gen"));
 }

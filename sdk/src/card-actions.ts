@@ -5,8 +5,8 @@
 // handler's, an empty one when the handler has nothing to say, and a failure notice when it
 // throws or no handler takes the verb.
 import type { Client } from "@connectrpc/connect";
-import type { MessageService } from "./gen/api/v1/message_pb.js";
-import type { CardActionPayload } from "./gen/shared/v1/updates_pb.js";
+import type { MessageService } from "../../shared/gen/api/v1/message_pb.js";
+import type { CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
 
 export interface CardActionReply {
   /** Shown to the user (at most 200 characters). */

@@ -5,16 +5,16 @@
 // is sent again after the delay the answer names, when that is safe (retry.ts).
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { AgentService } from "./gen/api/v1/agent_pb.js";
-import { AuthService } from "./gen/api/v1/auth_pb.js";
-import { ContactService } from "./gen/api/v1/contact_pb.js";
-import { ConversationService } from "./gen/api/v1/conversation_pb.js";
-import { GroupService } from "./gen/api/v1/group_pb.js";
-import { MediaService } from "./gen/api/v1/media_pb.js";
-import { MessageService } from "./gen/api/v1/message_pb.js";
-import { PushService } from "./gen/api/v1/push_pb.js";
-import { SyncService } from "./gen/api/v1/sync_pb.js";
-import { UserService } from "./gen/api/v1/user_pb.js";
+import { AgentService } from "../../shared/gen/api/v1/agent_pb.js";
+import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
+import { ContactService } from "../../shared/gen/api/v1/contact_pb.js";
+import { ConversationService } from "../../shared/gen/api/v1/conversation_pb.js";
+import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
+import { MediaService } from "../../shared/gen/api/v1/media_pb.js";
+import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
+import { PushService } from "../../shared/gen/api/v1/push_pb.js";
+import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";
+import { UserService } from "../../shared/gen/api/v1/user_pb.js";
 import { isAccessTokenRejected } from "./errors.js";
 import { defaultRetry, retryInterceptor, type RetryPolicy } from "./retry.js";
 import { TokenSession, type RefreshedTokens, type SessionTokens } from "./session.js";

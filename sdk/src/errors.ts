@@ -1,14 +1,15 @@
 // How the SDK reads Parley's errors. Every error the server answers carries one
 // shared.v1.ErrorDetail; its numeric code, not the message text, is what identifies it.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, type ErrorDetail } from "./gen/shared/v1/error_pb.js";
+import { Errors } from "../../shared/error-catalogue.js";
+import { ErrorDetailSchema, type ErrorDetail } from "../../shared/gen/shared/v1/error_pb.js";
 
-/** The Parley error codes the SDK acts on itself. */
+/** The Parley error codes the SDK acts on itself, taken from the server's catalogue. */
 export const ErrorCodes = {
-  invalidToken: 1001,
-  tokenExpired: 1002,
-  refreshTokenInvalid: 1003,
-  sessionRevoked: 1917,
+  invalidToken: Errors.unauthenticated.errorCode,
+  tokenExpired: Errors.tokenExpired.errorCode,
+  refreshTokenInvalid: Errors.invalidRefreshToken.errorCode,
+  sessionRevoked: Errors.sessionRevoked.errorCode,
 } as const;
 
 /** The ErrorDetail an RPC error carries (JSON or binary), or undefined for other errors. */

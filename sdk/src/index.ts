@@ -4,6 +4,7 @@
 export { createParleyClient, parleyServices, type ParleyClient, type ParleyClientOptions, type ParleyServiceClients, type ParleyServices } from "./client.js";
 export { TokenSession, type RefreshedTokens, type SessionTokens, type TokenSessionOptions } from "./session.js";
 export { ErrorCodes, GatewayError, SessionEndedError, errorDetailOf, isAccessTokenRejected } from "./errors.js";
+export { Errors as errorCatalogue, catalogueEntryByName, type CatalogueEntry, type ErrorName } from "../../shared/error-catalogue.js";
 export { backoffDelay, defaultBackoff, type BackoffPolicy } from "./backoff.js";
 export { defaultRetry, retryDelayOf, retryInterceptor, type RetryPolicy } from "./retry.js";
 export { UpdateSequencer, snVerdict, type DifferencePage, type Related, type SequencerOptions, type SnVerdict, type UpdateHandlers } from "./update-sequencer.js";

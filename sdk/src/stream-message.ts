@@ -3,8 +3,8 @@
 // the message ends in phase ERROR instead, and keeps the text streamed so far (the server
 // accumulates the deltas), so the reader sees what was said and that it was cut short.
 import type { Client } from "@connectrpc/connect";
-import type { MessageService } from "./gen/api/v1/message_pb.js";
-import { MessageType, StreamPhase } from "./gen/shared/v1/message_pb.js";
+import type { MessageService } from "../../shared/gen/api/v1/message_pb.js";
+import { MessageType, StreamPhase } from "../../shared/gen/shared/v1/message_pb.js";
 import { nextClientMessageId } from "./client-message-id.js";
 
 export interface StreamTarget {

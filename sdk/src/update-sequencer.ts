@@ -21,11 +21,11 @@
 // entries (stream deltas, card actions) go through the same queue, so a delta never overtakes
 // the START entry it belongs to. Work is tagged with the connection it came from; when that
 // connection ends, what it left queued is dropped, to be read again by the next catch-up.
-import type { GetDifferenceResponse } from "./gen/api/v1/sync_pb.js";
-import type { Update } from "./gen/api/v1/updates_pb.js";
-import type { UserInfo } from "./gen/shared/v1/common_pb.js";
-import type { GroupInfo } from "./gen/shared/v1/group_pb.js";
-import type { NonSnUpdate, SnUpdate } from "./gen/shared/v1/updates_pb.js";
+import type { GetDifferenceResponse } from "../../shared/gen/api/v1/sync_pb.js";
+import type { Update } from "../../shared/gen/api/v1/updates_pb.js";
+import type { UserInfo } from "../../shared/gen/shared/v1/common_pb.js";
+import type { GroupInfo } from "../../shared/gen/shared/v1/group_pb.js";
+import type { NonSnUpdate, SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
 
 /** Users and groups a pushed entry refers to (empty for entries read by GetDifference). */
 export interface Related {

@@ -17,9 +17,9 @@ import WebSocket from "ws";
 import type { ParleyClient } from "./client.js";
 import { backoffDelay, defaultBackoff, type BackoffPolicy } from "./backoff.js";
 import { ErrorCodes, GatewayError, SessionEndedError } from "./errors.js";
-import type { DeviceInputSchema } from "./gen/api/v1/common_pb.js";
-import { ClientFrameSchema, ClientFrameType, ServerFrameSchema, type ServerFrame } from "./gen/api/v1/gateway_pb.js";
-import type { ErrorDetail } from "./gen/shared/v1/error_pb.js";
+import type { DeviceInputSchema } from "../../shared/gen/api/v1/common_pb.js";
+import { ClientFrameSchema, ClientFrameType, ServerFrameSchema, type ServerFrame } from "../../shared/gen/api/v1/gateway_pb.js";
+import type { ErrorDetail } from "../../shared/gen/shared/v1/error_pb.js";
 import { UpdateSequencer, type UpdateHandlers } from "./update-sequencer.js";
 
 export type UpdateStreamState = "connecting" | "live" | "waiting" | "closed";

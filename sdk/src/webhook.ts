@@ -11,7 +11,7 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import { fromJsonString } from "@bufbuild/protobuf";
-import { UpdateSchema, type Update } from "./gen/api/v1/updates_pb.js";
+import { UpdateSchema, type Update } from "../../shared/gen/api/v1/updates_pb.js";
 import { UpdateSequencer, type UpdateHandlers } from "./update-sequencer.js";
 
 /** The default limit on a webhook's age (and on how far ahead of the local clock it may be). */

@@ -1,6 +1,7 @@
-// The SDK as a package: `tsc -p sdk` builds it into sdk/dist, plain Node (no TypeScript loader)
-// loads it by its name through the root's npm workspace, and what it loads needs nothing outside
-// sdk/ but the published packages its package.json declares.
+// The SDK as a package: `tsc -p sdk` builds it into sdk/dist (its own code, the generated protocol
+// from shared/gen and the error catalogue), plain Node (no TypeScript loader) loads it by its name
+// through the root's npm workspace, and what it loads needs nothing outside sdk/dist but the
+// published packages its package.json declares.
 import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { builtinModules } from "node:module";
@@ -46,7 +47,7 @@ describe("sdk: the package", () => {
       methods: number;
       exports: string[];
     };
-    expect(loaded.resolved).to.equal(pathToFileURL(join(dist, "index.js")).href);
+    expect(loaded.resolved).to.equal(pathToFileURL(join(dist, "sdk/src/index.js")).href);
     expect(loaded.services).to.have.length(10);
     expect(loaded.methods).to.equal(79);
     expect(loaded.exports).to.deep.equal(["createParleyClient", "UpdateStream", "verifyWebhook", "createWebhookHandler", "streamMessage", "CardActions", "MessageType", "StreamPhase"]);
@@ -57,7 +58,7 @@ describe("sdk: the package", () => {
     const declared = new Set(Object.keys(manifest.dependencies));
     const builtins = new Set(builtinModules.flatMap((name) => [name, `node:${name}`]));
     const built = filesUnder(dist).filter((file) => file.endsWith(".js"));
-    expect(built.map((file) => relative(dist, file))).to.include.members(["index.js", "update-stream.js", "gen/api/v1/message_pb.js"]);
+    expect(built.map((file) => relative(dist, file))).to.include.members(["sdk/src/index.js", "sdk/src/update-stream.js", "shared/gen/api/v1/message_pb.js", "shared/error-catalogue.js"]);
     for (const file of built) {
       const source = readFileSync(file, "utf8");
       for (const [, specifier] of source.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
