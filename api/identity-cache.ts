@@ -16,8 +16,9 @@ import type { BlockList } from "node:net";
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Caller } from "../shared/caller.js";
 import { Errors, ParleyError } from "../shared/errors.js";
-import { IdentityActions, IdentityCacheBounds, type ForgetIdentitiesParams, type ResolveTokenParams, type TokenIdentity } from "../shared/identity.js";
+import { IdentityCacheBounds, type ForgetIdentitiesParams, type TokenIdentity } from "../shared/identity.js";
 import { addressList, isAddressRule, listContains } from "../shared/ip.js";
+import { callAction, type Actions, type ActionsOf } from "../shared/actions.js";
 
 export interface IdentityCachePolicy {
   /** Tokens remembered at once; about 0.4 KB each (50,000 ≈ 18 MB, measured). */
@@ -221,7 +222,7 @@ export function identityCacheService(clock: { now(): number }, policy: Partial<I
     name: "identityCache",
     created() {
       const broker = this.broker;
-      const fetch = (token: string) => broker.call(IdentityActions.resolveToken, { token } satisfies ResolveTokenParams) as Promise<TokenIdentity>;
+      const fetch = (token: string) => callAction(broker, "accounts.resolveToken", { token });
       cache = new IdentityCache(fetch, clock, { ...defaultIdentityCachePolicy, ...policy });
       cachesByBroker.set(broker, cache);
     },
@@ -231,6 +232,6 @@ export function identityCacheService(clock: { now(): number }, policy: Partial<I
           cache.forget(ctx.params.userId, ctx.params.deviceIds);
         },
       },
-    },
+    } satisfies ActionsOf<Actions, "identityCache">,
   };
 }

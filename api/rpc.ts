@@ -9,6 +9,7 @@ import { Errors, ParleyError } from "../shared/errors.js";
 import { file_api_v1_rules } from "../shared/gen/api/v1/rules_pb.js";
 import { fromWire, toWire, type WireMessage } from "../shared/wire.js";
 import { identityCacheOf } from "./identity-cache.js";
+import { callAction, type RpcActionName } from "../shared/actions.js";
 
 /** The spec's access labels: user-only, agent-only, no-auth, and any (either identity). */
 export type Access = "user" | "agent" | "none" | "any";
@@ -29,7 +30,7 @@ export const requestFactsKey = createContextKey<Omit<RequestFacts, "authorizatio
 export interface RpcRoute {
   access: Access;
   /** The engine action that serves this RPC. */
-  action: string;
+  action: RpcActionName;
 }
 
 // Our predefined rules (rules.proto) are extensions: a validator that does not know them fails to
@@ -91,7 +92,7 @@ class ForwardingProcedure implements Procedure {
     const caller = await authenticate(this.broker, facts, this.route.access);
     validateRequest(this.method.input, request);
     const params: RpcParams = { caller, request: toWire(this.method.input, request), clientIp: facts.clientIp, host: facts.host };
-    return (await this.broker.call(this.route.action, params)) as WireMessage;
+    return callAction(this.broker, this.route.action, params);
   }
 }
 

@@ -3,7 +3,6 @@
 // safety headers, status codes); the engine's media service checks the link against its key and
 // clock and streams the bytes. Across nodes the stream crosses the transporter in packets; a
 // cluster with S3 behind the blob store could redirect to a presigned S3 URL instead.
-import type { Readable } from "node:stream";
 import { Code } from "@connectrpc/connect";
 import type { ServiceBroker } from "moleculer";
 import { Errors, ParleyError } from "../shared/errors.js";
@@ -17,6 +16,7 @@ import {
   type MediaDownloadParams,
   type RequestedRange,
 } from "../shared/media-download.js";
+import { callAction } from "../shared/actions.js";
 
 
 /**
@@ -115,8 +115,7 @@ export function mediaDownloadHandler(broker: ServiceBroker, logger: MediaHttpLog
       headOnly: req.method === "HEAD",
     };
     const meta: Record<string, unknown> = {};
-    broker
-      .call<Readable | null, MediaDownloadParams>("media.download", params, { meta })
+    callAction(broker, "media.download", params, { meta })
       .then(async (body) => {
         const head = meta[mediaDownloadMetaKey] as MediaDownloadHead;
         // The opened file must not outlive a client that went away meanwhile.

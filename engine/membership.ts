@@ -9,6 +9,7 @@
 // message, and a message reads none of it.
 import type { Context } from "moleculer";
 import { Errors, ParleyError } from "../shared/errors.js";
+import { callEngine, type EngineActions, type ForgetParams } from "./engine-actions.js";
 import { isGroupConversationId, privateParticipants } from "../shared/ids.js";
 import { AccountType, AgentStatus, ConversationKind, GroupStatus, type ConversationRecord, type GroupRecord, type Store, type UserRecord } from "./ports/store/store.js";
 
@@ -185,15 +186,7 @@ export class BoundedCache<K, V> {
   }
 }
 
-/** The parameters of `conversation.forget`: what changed, so every node holding it drops it. */
-export interface ForgetParams {
-  /** Conversations (decimal ids) whose participants, group, contacts or blocks changed. */
-  conversationIds?: string[];
-  /** Accounts whose record (nickname, username, avatar…) or agent status changed. */
-  userIds?: number[];
-}
-
-export const forgetAction = "conversation.forget";
+const forgetAction = "conversation.forget" satisfies keyof EngineActions;
 
 /**
  * Tells every node that runs conversation actors that these conversations or accounts changed,
@@ -211,7 +204,7 @@ export async function tellConversationActors(ctx: Pick<Context, "call" | "broker
   const nodes = () => new Set((registry.getActionEndpoints(forgetAction)?.endpoints ?? []).filter((endpoint) => endpoint.state).map((endpoint) => endpoint.id));
   await Promise.all(
     [...nodes()].map((nodeID) =>
-      ctx.call(forgetAction, change, { nodeID }).catch((err: unknown) => {
+      callEngine(ctx, forgetAction, change, { nodeID }).catch((err: unknown) => {
         // A node that left meanwhile holds nothing any more (and forgets everything when it
         // rejoins: see the conversation service's node events); any other failure is the caller's.
         if (nodes().has(nodeID)) throw err;

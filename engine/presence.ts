@@ -6,6 +6,8 @@ import type { Context, ServiceSchema } from "moleculer";
 import { PresenceEvents, type OnlineAmongParams, type PresenceChangedEvent, type PresenceNodeResetEvent } from "../shared/presence.js";
 import type { CachedPresenceRegistry } from "./ports/presence/cached-presence-registry.js";
 import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
+import type { EngineActions } from "./engine-actions.js";
+import type { ActionsOf } from "../shared/actions.js";
 
 export function presenceService(presence: PresenceRegistry, cache?: CachedPresenceRegistry): ServiceSchema {
   return {
@@ -41,6 +43,6 @@ export function presenceService(presence: PresenceRegistry, cache?: CachedPresen
           return [...(await presence.gatewaysOf(ctx.params.userIds)).keys()];
         },
       },
-    },
+    } satisfies ActionsOf<EngineActions, "presence">,
   };
 }

@@ -3,7 +3,7 @@
 // (revoked sessions and tokens).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
-import { AgentDeliveryActions, type AgentBacklog, type FeedRelease, type ParkAgentFeedsParams, type ParkedAgentFeeds, type ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
+import { type FeedRelease, type ParkAgentFeedsParams, type ParkedAgentFeeds, type ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
 import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
@@ -15,6 +15,7 @@ import { nextPushId, SequencedFrames, UpdateFrame } from "./frame-codec.js";
 import type { SocketAcceptor, SocketServer } from "./socket.js";
 import { gatewayBackloggedConnections, gatewaySendBacklog } from "../shared/metrics.js";
 import { backgroundFailed } from "../shared/background.js";
+import { callAction, type Actions, type ActionsOf } from "../shared/actions.js";
 
 export interface GatewayOptions extends Partial<ConnectionPolicy> {
   /** The socket driver of the edge's port (SOCKET_DRIVER). */
@@ -190,7 +191,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           return null;
         },
       },
-    },
+    } satisfies ActionsOf<Actions, "gateway">,
     async started() {
       const broker = (presenceBroker = this.broker);
       // Entries of an earlier life of this node (a crash) describe connections that are gone.
@@ -232,8 +233,8 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           agentUserId,
           c,
           {
-            backlog: (params) => broker.call(AgentDeliveryActions.backlog, params) as Promise<AgentBacklog>,
-            markDelivered: async (params) => void (await broker.call(AgentDeliveryActions.markDelivered, params)),
+            backlog: (params) => callAction(broker, "inbox.agentBacklog", params),
+            markDelivered: async (params) => void (await callAction(broker, "inbox.markDelivered", params)),
           },
           {
             replayFailed: (err) => {

@@ -3,19 +3,6 @@
 // the durable webhook queue the dispatcher drains (server.ts hands it the store's).
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 
-export const AgentDeliveryActions = {
-  /** A page of an agent's stream for its WebSocket catch-up (AgentBacklogParams → AgentBacklog). */
-  backlog: "inbox.agentBacklog",
-  /** Moves an agent's delivered position forward (MarkDeliveredParams). */
-  markDelivered: "inbox.markDelivered",
-  /**
-   * Makes the agent's current delivery mode take effect on its queue and delivered position
-   * (DeliveryModeChangedParams); idempotent. Called after a mode or URL change, and by the
-   * dispatcher for a queued job of an agent that is no longer in WEBHOOK mode.
-   */
-  modeChanged: "inbox.deliveryModeChanged",
-} as const;
-
 export interface DeliveryModeChangedParams {
   userId: number;
 }

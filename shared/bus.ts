@@ -3,15 +3,6 @@
 // rare and heard by every node. Payloads are JSON-safe (the proto3 JSON form of the protocol messages).
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 
-export const GatewayActions = {
-  /** Delivers a PushEvent to the connections this gateway node holds (called on one node by id). */
-  deliver: "gateway.deliver",
-  /** Parks an agent's feeds before a switch into WEBHOOK mode (ParkAgentFeedsParams → ParkedAgentFeeds; see gateway/agent-feed.ts). */
-  parkAgentFeeds: "gateway.parkAgentFeeds",
-  /** Tells an agent's feeds how a mode switch ended (ReleaseAgentFeedsParams). */
-  releaseAgentFeeds: "gateway.releaseAgentFeeds",
-} as const;
-
 export const BusEvents = {
   /** Device sessions that stopped being valid; their sockets must close. */
   sessionsRevoked: "parley.sessions-revoked",

@@ -8,13 +8,6 @@
 // acknowledges it. A process that does not acknowledge within `forgetTimeoutMs` (unreachable,
 // dying) keeps what it had for at most `maxAgeMs` after it was cached: no entry lives longer.
 
-export const IdentityActions = {
-  /** Engine: the facts of a bearer token (ResolveTokenParams → TokenIdentity); UNAUTHENTICATED or TOKEN_EXPIRED when it is not valid now. */
-  resolveToken: "accounts.resolveToken",
-  /** Each client process: forget the cached identities of one account (ForgetIdentitiesParams); answers once they are gone. */
-  forget: "identityCache.forget",
-} as const;
-
 export const IdentityCacheBounds = {
   /**
    * The longest an entry serves before the engine is asked again. It bounds how long a process

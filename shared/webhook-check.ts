@@ -1,11 +1,6 @@
 // The reachability check of a webhook URL, as the engine asks it of webhooks/ without
 // importing it: the gateway POSTs a signed test request and reports whether it was accepted.
 
-export const WebhookCheckActions = {
-  /** VerifyEndpointParams → VerifyEndpointResult. */
-  verifyEndpoint: "webhooks.verifyEndpoint",
-} as const;
-
 export interface VerifyEndpointParams {
   url: string;
   /** The key the test request is signed with: the one the configuration is about to issue. */

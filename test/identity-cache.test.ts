@@ -12,7 +12,6 @@ import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors, type CatalogueEntry } from "../shared/errors.js";
-import { IdentityActions } from "../shared/identity.js";
 import type { Parley } from "../server.js";
 import { device, signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
@@ -65,7 +64,7 @@ function countTokenQuestions(broker: ServiceBroker): () => number {
   let asked = 0;
   const forward = broker.call.bind(broker) as (...args: unknown[]) => unknown;
   (broker as unknown as { call: (...args: unknown[]) => unknown }).call = (action: unknown, ...rest: unknown[]) => {
-    if (action === IdentityActions.resolveToken) asked += 1;
+    if (action === "accounts.resolveToken") asked += 1;
     return forward(action, ...rest);
   };
   return () => asked;
@@ -304,7 +303,7 @@ describe("Identity caches on two edge processes and an engine over the TCP trans
     dataDir = mkdtempSync(join(tmpdir(), "parley-identity-"));
     ({ nodes, codesFile } = await startNodes(dataDir, "identity", { engine: ["engine", "webhooks"], edgeA: ["api", "gateway"], edgeB: ["api", "gateway"] }));
     // An edge serves without caching until the engine has discovered it (and can make it forget).
-    const cachesKnown = () => nodes.engine.broker.registry.actions.get(IdentityActions.forget)?.endpoints.length === 2;
+    const cachesKnown = () => nodes.engine.broker.registry.actions.get("identityCache.forget")?.endpoints.length === 2;
     await eventually(cachesKnown, "the engine discovering both edges' identity caches", 30_000);
     questionsOnB = countTokenQuestions(nodes.edgeB.broker);
   });

@@ -9,7 +9,6 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
-import { PresenceActions } from "../shared/presence.js";
 import type { PushNotification, PushNotifier } from "../engine/ports/push-notifier/push-notifier.js";
 import type { PushTokenRecord, Store } from "../engine/ports/store/store.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
@@ -93,7 +92,7 @@ for (const mode of wireModes) {
     };
     const untilOffline = async (userId: number) => {
       const deadline = Date.now() + 5000;
-      while (((await server.broker.call(PresenceActions.onlineAmong, { userIds: [userId] })) as number[]).includes(userId)) {
+      while (((await server.broker.call("presence.onlineAmong", { userIds: [userId] })) as number[]).includes(userId)) {
         if (Date.now() > deadline) throw new Error(`user ${userId} still counts as online`);
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
@@ -250,7 +249,7 @@ describe("presence with the gateway and the tracker on two brokers", () => {
   });
 
   const onlineOnEngine = async (userId: number) =>
-    ((await nodes.engine.broker.call(PresenceActions.onlineAmong, { userIds: [userId] })) as number[]).includes(userId);
+    ((await nodes.engine.broker.call("presence.onlineAmong", { userIds: [userId] })) as number[]).includes(userId);
   const until = async (condition: () => Promise<boolean>, what: string) => {
     const deadline = Date.now() + 10_000;
     while (!(await condition())) {

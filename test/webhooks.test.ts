@@ -14,7 +14,7 @@ import { fromJsonString, toJson, type MessageInitShape } from "@bufbuild/protobu
 import { snUpdateOf } from "../engine/delivery/stream-entry.js";
 import { AgentVisibility, DeliveryMode, type AgentRecord, type Store, type WebhookJob } from "../engine/ports/store/store.js";
 import { verifySignature as verifyWebhookSignature } from "@parley/sdk";
-import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../shared/agent-delivery.js";
+import type { DeliveryModeChangedParams } from "../shared/agent-delivery.js";
 import { BusEvents } from "../shared/bus.js";
 import { AgentDeliveryMode } from "../shared/gen/shared/v1/agent_pb.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
@@ -131,7 +131,7 @@ async function configureAgent(server: TestServer, store: Store, agentUserId: num
 
 /** The step of a mode change that carries it out in the agent's inbox (what SetAgentConfig awaits). */
 async function switchInInbox(server: TestServer, agentUserId: number): Promise<void> {
-  await server.broker.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+  await server.broker.call("inbox.deliveryModeChanged", { userId: agentUserId } satisfies DeliveryModeChangedParams);
 }
 
 describe("agent event delivery by webhook", () => {

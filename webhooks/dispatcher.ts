@@ -16,9 +16,7 @@
 // the queue are engine-clock times, so tests that move the clock move retries with it.
 import type { ServiceSchema } from "moleculer";
 import {
-  AgentDeliveryActions,
   type AgentSlice,
-  type DeliveryModeChangedParams,
   type QueuedWebhook,
   type WebhookQueue,
   type WebhookTargetResolver,
@@ -29,6 +27,7 @@ import { webhookUrlProblem } from "./ssrf-guard.js";
 import { webhookAgents, webhookAttempts, webhookDeliveryDelay, webhookRequestDuration, webhookSlots } from "../shared/metrics.js";
 import type { CounterSeries } from "../shared/metric-series.js";
 import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../shared/background.js";
+import { callAction } from "../shared/actions.js";
 
 export interface DispatcherPolicy {
   /** Deliveries in flight at once, across agents (one per agent at a time). */
@@ -104,7 +103,7 @@ export interface DispatcherOptions {
 
 /**
  * Hands an agent with queued jobs that is not in WEBHOOK mode back to its inbox
- * (AgentDeliveryActions.modeChanged), which drops the queue and rewinds its delivered position.
+ * ("inbox.deliveryModeChanged"), which drops the queue and rewinds its delivered position.
  */
 export type HandBack = (agentUserId: number) => Promise<void>;
 
@@ -287,7 +286,7 @@ export function webhookDispatcherService(options: DispatcherOptions & { fleet: W
     created() {
       const logger = this.logger;
       const handBack: HandBack = async (agentUserId) => {
-        await this.broker.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+        await callAction(this.broker, "inbox.deliveryModeChanged", { userId: agentUserId });
       };
       dispatcher = new WebhookDispatcher({ ...options, slice: () => fleet.slice, handBack }, {
         info: (message) => logger.info(message),

@@ -6,6 +6,7 @@ import type { Context, ServiceSchema } from "moleculer";
 import type { VerifyEndpointParams, VerifyEndpointResult } from "../shared/webhook-check.js";
 import { WebhookClient, webhookTimeoutMs } from "./delivery.js";
 import { webhookUrlProblem } from "./ssrf-guard.js";
+import type { Actions, ActionsOf } from "../shared/actions.js";
 
 /** The body of the reachability test request. */
 export const verificationBody = "{}";
@@ -51,7 +52,7 @@ export function webhookService(options: WebhookServiceOptions): ServiceSchema {
           return { ok: false, reason: reasons[outcome.reason] ?? outcome.reason };
         },
       },
-    },
+    } satisfies ActionsOf<Actions, "webhooks">,
     async stopped() {
       await client?.close();
     },

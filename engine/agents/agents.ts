@@ -44,15 +44,13 @@ import {
   UpdateAgentSelfConfigResponseSchema,
 } from "../../shared/gen/api/v1/agent_pb.js";
 import { UserInfoSchema } from "../../shared/gen/shared/v1/common_pb.js";
-import { AgentDeliveryActions, type DeliveryModeChangedParams } from "../../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent } from "../../shared/bus.js";
-import type { Caller, RpcParams } from "../../shared/caller.js";
+import type { Caller } from "../../shared/caller.js";
 import { Errors, ParleyError, parleyErrorParts } from "../../shared/errors.js";
 import { backgroundFailed, retryInBackground, type BackgroundRetry } from "../../shared/background.js";
 import { privateConversationId } from "../../shared/ids.js";
 import { httpsUrlProblem } from "../../shared/https-url.js";
 import { invalidAddressRule } from "../../shared/ip.js";
-import { WebhookCheckActions, type VerifyEndpointParams, type VerifyEndpointResult } from "../../shared/webhook-check.js";
 import { TokenPrefix, hashToken, newToken } from "../auth/credentials.js";
 import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
@@ -64,6 +62,8 @@ import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
 import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "../ports/store/store.js";
 import { usernameProblem } from "../users/users.js";
 import { userInfoView } from "../views.js";
+import { callEngine, type ConfigureWebhookParams, type EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 /** How much of a token or key profile views show, enough to tell two apart. */
 const visiblePrefixLength = 12;
@@ -124,12 +124,6 @@ export interface AgentConfigChange {
   commands?: AgentCommandInfo[];
   deliveryMode?: number;
   webhookUrl?: string;
-}
-
-/** The parameters of the internal `agents.configureWebhook` action (the system agent's /setwebhook). */
-export interface ConfigureWebhookParams {
-  agentUserId: number;
-  url: string;
 }
 
 const loopbackHosts = new Set(["localhost", "127.0.0.1", "[::1]"]);
@@ -302,7 +296,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       const url = change.webhookUrl ?? agent.webhookUrl;
       if (!url) throw new ParleyError(Errors.webhookUrlRequired, { field: "webhook_url" });
       if (verifiedUrl !== url) {
-        const check = (await ctx.call(WebhookCheckActions.verifyEndpoint, { url, secretKey: agent.secretKey } satisfies VerifyEndpointParams)) as VerifyEndpointResult;
+        const check = await callEngine(ctx, "webhooks.verifyEndpoint", { url, secretKey: agent.secretKey });
         if (!check.ok) {
           const reason = check.reason ?? "the test request failed";
           throw new ParleyError(check.invalidUrl ? Errors.invalidWebhookUrl : Errors.webhookUnreachable, { reason, url }, check.invalidUrl ? reason : `the webhook URL failed the test request: ${reason}`);
@@ -329,7 +323,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
     // caller hears of it; see agent-delivery.ts.
     if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
-      await ctx.call(AgentDeliveryActions.modeChanged, { userId: agentUserId } satisfies DeliveryModeChangedParams);
+      await callEngine(ctx, "inbox.deliveryModeChanged", { userId: agentUserId });
     }
     if (whitelistChanged) {
       void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
@@ -341,7 +335,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     const asAgent: Caller = { kind: "agent", userId: agentUserId, deviceId: "" };
     for (const groupId of await store.groups.groupIdsOf(agentUserId)) {
       try {
-        await ctx.call("groups.leaveGroup", { caller: asAgent, request: { groupId } } satisfies RpcParams);
+        await callEngine(ctx, "groups.leaveGroup", { caller: asAgent, request: { groupId } });
       } catch (err) {
         // A group dissolved or left meanwhile has nothing left to undo.
         const name = parleyErrorParts(err)?.entry.errorName;
@@ -610,7 +604,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           return { secretKey };
         },
       },
-    },
+    } satisfies ActionsOf<EngineActions, "agents">,
   };
 }
 

@@ -11,13 +11,13 @@ import { create } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
 import { MessageType } from "../../shared/gen/shared/v1/message_pb.js";
 import { SendMessageRequestSchema } from "../../shared/gen/api/v1/message_pb.js";
-import type { Caller, RpcParams } from "../../shared/caller.js";
+import type { Caller } from "../../shared/caller.js";
 import { parleyErrorParts } from "../../shared/errors.js";
 import { toWire } from "../../shared/wire.js";
-import type { ConfigureWebhookParams } from "./agents.js";
 import { TokenPrefix, newToken } from "../auth/credentials.js";
 import type { EngineDeps } from "../deps.js";
 import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "../ports/store/store.js";
+import { callEngine } from "../engine-actions.js";
 
 /** Reserved below the first ordinary user id (10001), so it is the same on every install. */
 export const systemAgentUserId = 10000;
@@ -115,7 +115,7 @@ export function systemAgentService(deps: EngineDeps): ServiceSchema {
       return `You have no agent @${username}. /setwebhook works only for agents you created.`;
     }
     try {
-      const { secretKey } = (await ctx.call("agents.configureWebhook", { agentUserId: agent.agentUserId, url } satisfies ConfigureWebhookParams)) as { secretKey: string };
+      const { secretKey } = await callEngine(ctx, "agents.configureWebhook", { agentUserId: agent.agentUserId, url });
       return [
         `The webhook of @${username} is now ${url} (delivery mode WEBHOOK).`,
         `New secret key: ${secretKey}`,
@@ -156,7 +156,7 @@ export function systemAgentService(deps: EngineDeps): ServiceSchema {
               body: { type: MessageType.TEXT, content: { case: "text", value: { text } } },
               replyToMessageId: BigInt(message.messageId),
             });
-            await ctx.call("conversation.sendMessage", { caller: asSystemAgent, request: toWire(SendMessageRequestSchema, request) } satisfies RpcParams);
+            await callEngine(ctx, "conversation.sendMessage", { caller: asSystemAgent, request: toWire(SendMessageRequestSchema, request) });
           } catch (err) {
             this.logger.error(`the system agent could not answer message ${message.messageId} in ${message.conversationId}`, err);
           }

@@ -58,6 +58,8 @@ import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { AccountType, AgentStatus, type UserRecord } from "../ports/store/store.js";
 import { deviceView, selfView } from "../views.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 export const AuthPolicy = {
   accessTokenTtlSeconds: 2 * 60 * 60,
@@ -511,6 +513,6 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
         await accounts.removeDevice(requireUser(caller), request.deviceId);
         return {};
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "accounts">,
   };
 }

@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { identityCacheOf, identityCacheService } from "../../api/identity-cache.js";
-import { IdentityActions, IdentityCacheBounds, type TokenIdentity } from "../../shared/identity.js";
+import { IdentityCacheBounds, type TokenIdentity } from "../../shared/identity.js";
 import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
 
 // Brokers joined by Moleculer's in-process transporter: an engine answering token questions, an
@@ -39,7 +39,7 @@ describe("forgetIdentities", () => {
     stuck.createService({ name: "identityCache", actions: { forget: () => new Promise(() => {}) } });
     await Promise.all(brokers.map((b) => b.start()));
     await engine.waitForServices(["identityCache"]);
-    const known = () => (engine.registry.actions.get(IdentityActions.forget)?.endpoints.length ?? 0) === 2;
+    const known = () => (engine.registry.actions.get("identityCache.forget")?.endpoints.length ?? 0) === 2;
     while (!known()) await new Promise((resolve) => setTimeout(resolve, 10));
   });
 

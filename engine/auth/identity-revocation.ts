@@ -2,7 +2,8 @@
 // clients: each keeps an identity cache (api/identity-cache.ts), and each is told to forget the
 // account's entries, and answers, before the call that made the change is answered.
 import type { ServiceBroker } from "moleculer";
-import { IdentityActions, IdentityCacheBounds, type ForgetIdentitiesParams } from "../../shared/identity.js";
+import { IdentityCacheBounds, type ForgetIdentitiesParams } from "../../shared/identity.js";
+import { callEngine } from "../engine-actions.js";
 
 /**
  * Tells every process running an identity cache to forget the account's entries (all of them, or
@@ -11,10 +12,10 @@ import { IdentityActions, IdentityCacheBounds, type ForgetIdentitiesParams } fro
  * entries stop serving at most IdentityCacheBounds.maxAgeMs after they were cached.
  */
 export async function forgetIdentities(broker: ServiceBroker, params: ForgetIdentitiesParams): Promise<void> {
-  const endpoints = broker.registry.actions.get(IdentityActions.forget)?.endpoints ?? [];
+  const endpoints = broker.registry.actions.get("identityCache.forget")?.endpoints ?? [];
   const nodeIds = endpoints.filter((endpoint) => endpoint.state).map((endpoint) => endpoint.id);
   const answers = await Promise.allSettled(
-    nodeIds.map((nodeID) => broker.call(IdentityActions.forget, params, { nodeID, timeout: IdentityCacheBounds.forgetTimeoutMs, retries: 0 })),
+    nodeIds.map((nodeID) => callEngine(broker, "identityCache.forget", params, { nodeID, timeout: IdentityCacheBounds.forgetTimeoutMs, retries: 0 })),
   );
   answers.forEach((answer, index) => {
     if (answer.status === "rejected") {
@@ -25,6 +26,6 @@ export async function forgetIdentities(broker: ServiceBroker, params: ForgetIden
 
 /** Whether forgetIdentities reaches the identity cache of this node (the engine has discovered it). */
 export function reachesIdentityCache(broker: ServiceBroker, nodeID: string): boolean {
-  const endpoints = broker.registry.actions.get(IdentityActions.forget)?.endpoints ?? [];
+  const endpoints = broker.registry.actions.get("identityCache.forget")?.endpoints ?? [];
   return endpoints.some((endpoint) => endpoint.id === nodeID && endpoint.state);
 }

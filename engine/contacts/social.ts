@@ -41,6 +41,8 @@ import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type Fr
 import { normalizeIdentity } from "../auth/accounts.js";
 import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { userInfoView } from "../views.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 export const SocialPolicy = {
   pendingPageDefault: 20,
@@ -262,7 +264,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           }),
         };
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "social">,
   };
 
   /** Exact match on email, phone or username; at most one human. */

@@ -30,6 +30,8 @@ import { requireParticipant, type ConversationAccess } from "../membership.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
 import { ConversationKind, type UserConversationRecord } from "../ports/store/store.js";
 import { groupInfoView, userInfoView } from "../views.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 export const ConversationPolicy = { listPageDefault: 20 } as const;
 
@@ -180,6 +182,6 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         await events.deliver(ctx);
         return {};
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "conversations">,
   };
 }

@@ -34,7 +34,7 @@ import { SnUpdateSchema } from "../../shared/gen/shared/v1/updates_pb.js";
 import { failureReasonOf } from "../../shared/background.js";
 import { Errors, parleyErrorParts } from "../../shared/errors.js";
 import { toWire, type WireMessage } from "../../shared/wire.js";
-import { sequencedPush, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend, type SystemMessageParams } from "./fan-out-contracts.js";
+import { sequencedPush, type AppendFanOutsParams, type FanOutAppend, type SystemMessageParams } from "./fan-out-contracts.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "../../shared/clock.js";
@@ -42,6 +42,7 @@ import type { FanOutIds } from "./fan-out-ids.js";
 import type { Pushes } from "./push-router.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "../ports/store/store.js";
 import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../../shared/metrics.js";
+import { callEngine } from "../engine-actions.js";
 
 type Update = MessageInitShape<typeof SnUpdateSchema>["update"];
 
@@ -98,11 +99,6 @@ type CutShort = (id: bigint, recordedAt: number) => boolean;
 
 /** A conversation's scope is its id; its fan-outs are finished in its actor's mailbox. */
 const isConversationScope = (scope: string) => /^\d+$/.test(scope);
-
-export interface FinishFanOutsParams {
-  /** Shaped like an RPC request so the conversation's shard key routes it. */
-  request: { conversationId: string };
-}
 
 /** A fan-out ready to record and deliver: the entry encoded once for every recipient. */
 export interface PreparedFanOut {
@@ -248,7 +244,7 @@ export class FanOuts {
       extraRecipients: record.extraRecipients,
       systemMessageId: String(record.systemMessageId),
     };
-    await ctx.call("conversation.postSystemMessage", params);
+    await callEngine(ctx, "conversation.postSystemMessage", params);
   }
 
   /** Posts the recorded system messages not posted yet (all, or those that were cut short), oldest first. */
@@ -350,7 +346,7 @@ export class FanOuts {
           await Promise.all(
             [...byOwner].map(async ([nodeID, part]) => {
               const params: AppendFanOutsParams = { fanOuts: part.fanOuts };
-              const { appended } = await ctx.call<AppendFanOutsAnswer, AppendFanOutsParams>("inbox.appendFanOuts", params, nodeID === undefined ? undefined : { nodeID });
+              const { appended } = await callEngine(ctx, "inbox.appendFanOuts", params, nodeID === undefined ? undefined : { nodeID });
               // A part taken on an earlier try was pushed then: a stream holding it answers no sn now.
               part.of.forEach(({ fanOut, pushVia }, index) => {
                 if (pushVia && appended[index].sns.length > 0) void pushVia.send(sequencedPush(fanOut, appended[index]));
@@ -431,7 +427,7 @@ export class FanOuts {
   private async finishCutShort(ctx: Pick<Context, "call">, cutShort: CutShort): Promise<void> {
     const found = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => cutShort(record.fanOutId, record.createdAt));
     for (const scope of new Set(found.map((record) => record.scope))) {
-      if (isConversationScope(scope)) await ctx.call("conversation.finishFanOuts", { request: { conversationId: scope } } satisfies FinishFanOutsParams);
+      if (isConversationScope(scope)) await callEngine(ctx, "conversation.finishFanOuts", { request: { conversationId: scope } });
       else await this.scopes.run(scope, () => this.finishRecorded(ctx, { scope, cutShort }));
     }
     await this.postRecordedSystemMessages(ctx, cutShort);

@@ -33,10 +33,10 @@ import {
 } from "../../shared/gen/api/v1/sync_pb.js";
 import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
-import { AgentDeliveryActions, type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../../shared/agent-delivery.js";
+import { type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type PushEvent } from "../../shared/bus.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
-import { toWire, type WireMessage } from "../../shared/wire.js";
+import { toWire } from "../../shared/wire.js";
 import { WebhookRouting, agentFeedPage } from "../agents/agent-delivery.js";
 import type { EngineDeps } from "../deps.js";
 import { Mailboxes } from "../../shared/mailbox.js";
@@ -47,6 +47,8 @@ import { requireUser, rpcAction } from "../rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../ports/store/store.js";
 import { snUpdateOf } from "./stream-entry.js";
 import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "./fan-out-contracts.js";
+import { callEngine, type CardActionParams, type EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 export const InboxPolicy = {
   /** Entries kept per user; older ones are pruned and answer updateTooLong. */
@@ -61,15 +63,6 @@ export const InboxPolicy = {
 
 /** Per fan-out, each recipient that took it with its sn (a stream that already held it is absent). */
 type AppendedSns = AppendedFanOut["sns"][];
-
-export interface CardActionParams {
-  /** The agent that sent the card. */
-  userId: number;
-  /** CardActionPayload wire form. */
-  cardAction: WireMessage;
-  /** The submitting user's UserInfo wire form. */
-  users?: WireMessage[];
-}
 
 interface WaitingAppend {
   fanOuts: FanOutAppend[];
@@ -360,12 +353,10 @@ export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId:
     cardAction: toWire(CardActionPayloadSchema, cardAction),
     users: submitter ? [toWire(UserInfoSchema, submitter)] : [],
   };
-  await ctx.call("inbox.deliverCardAction", params);
+  await callEngine(ctx, "inbox.deliverCardAction", params);
 }
 
 const shardByUser = routeToOwner("userId", "user");
-/** "inbox.x" → "x": the shared action names are full, the service declares them unqualified. */
-const actionName = (fullName: string) => fullName.slice(fullName.indexOf(".") + 1);
 const shardByCaller = routeToOwner("caller.userId", "user");
 
 export function inboxService(deps: EngineDeps): ServiceSchema {
@@ -397,11 +388,11 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
           return {};
         },
       },
-      [actionName(AgentDeliveryActions.backlog)]: {
+      agentBacklog: {
         ...shardByUser,
         handler: (ctx: Context<AgentBacklogParams>) => agentFeedPage(deps.store, ctx.params.userId, ctx.params.afterSn, ctx.params.limit),
       },
-      [actionName(AgentDeliveryActions.modeChanged)]: {
+      deliveryModeChanged: {
         ...shardByUser,
         handler: async (ctx: Context<DeliveryModeChangedParams>) => {
           const release = await inbox.deliveryModeChanged(ctx.params.userId);
@@ -411,7 +402,7 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
           return {};
         },
       },
-      [actionName(AgentDeliveryActions.markDelivered)]: {
+      markDelivered: {
         handler: async (ctx: Context<MarkDeliveredParams>) => {
           await deps.store.webhookJobs.advanceDelivered(ctx.params.userId, ctx.params.sn);
           return {};
@@ -429,6 +420,6 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
           inbox.difference(requireUser(caller).userId, request.sn),
         ),
       },
-    },
+    } satisfies ActionsOf<EngineActions, "inbox">,
   };
 }

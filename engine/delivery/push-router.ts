@@ -12,10 +12,11 @@
 // waiting for the START to arrive (the lookups of later pushes run meanwhile; only the issuing
 // keeps its turn).
 import type { ServiceBroker } from "moleculer";
-import type { FeedRelease, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "../../shared/agent-delivery.js";
-import { GatewayActions, type PushEvent } from "../../shared/bus.js";
+import type { FeedRelease } from "../../shared/agent-delivery.js";
+import type { PushEvent } from "../../shared/bus.js";
 import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
 import { pushGatewayCalls } from "../../shared/metrics.js";
+import { callEngine } from "../engine-actions.js";
 
 export interface Pushes {
   /**
@@ -79,14 +80,14 @@ export class PushRouter implements Pushes {
 
   async parkAgentFeeds(agentUserId: number): Promise<number> {
     const answers = await this.onGatewaysOf(agentUserId, (nodeID) =>
-      this.broker.call(GatewayActions.parkAgentFeeds, { agentUserId } satisfies ParkAgentFeedsParams, { nodeID, retries: 0, timeout: parkTimeoutMs }) as Promise<ParkedAgentFeeds>,
+      callEngine(this.broker, "gateway.parkAgentFeeds", { agentUserId }, { nodeID, retries: 0, timeout: parkTimeoutMs }),
     );
     return Math.max(0, ...answers.map((answer) => answer?.confirmedSn ?? 0));
   }
 
   async releaseAgentFeeds(agentUserId: number, release: FeedRelease): Promise<void> {
     await this.onGatewaysOf(agentUserId, (nodeID) =>
-      this.broker.call(GatewayActions.releaseAgentFeeds, { agentUserId, release } satisfies ReleaseAgentFeedsParams, { nodeID, retries: 0 }),
+      callEngine(this.broker, "gateway.releaseAgentFeeds", { agentUserId, release }, { nodeID, retries: 0 }),
     );
   }
 
@@ -156,7 +157,7 @@ export class PushRouter implements Pushes {
 
   private async deliver(nodeID: string, part: PushEvent): Promise<void> {
     try {
-      await this.broker.call(GatewayActions.deliver, part, { nodeID, retries: 0 });
+      await callEngine(this.broker, "gateway.deliver", part, { nodeID, retries: 0 });
     } catch (err) {
       gatewayCallsFailed.inc();
       throw err;

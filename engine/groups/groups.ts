@@ -52,6 +52,8 @@ import {
   type UserRecord,
 } from "../ports/store/store.js";
 import { groupInfoView, userInfoView } from "../views.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 const maxMembers = 200;
 
@@ -301,6 +303,6 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
         const rows = await groups.listGroupsOf(member.userId, request.afterId ?? 0, limit + 1);
         return { groups: rows.slice(0, limit).map(groupInfoView), hasMore: rows.length > limit };
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "groups">,
   };
 }

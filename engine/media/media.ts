@@ -44,6 +44,8 @@ import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
 import type { MediaFileRecord, UploadSessionRecord } from "../ports/store/store.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 export const MediaLimits = {
   /** UploadFile: 5 MB of data. */
@@ -450,7 +452,7 @@ export function mediaService(deps: EngineDeps, blobs: BlobStore): ServiceSchema 
           return ctx.params.headOnly ? null : media.openBytes(file.fileId, range);
         },
       },
-    },
+    } satisfies ActionsOf<EngineActions, "media">,
     async started() {
       await media.start(this.logger);
     },

@@ -58,7 +58,9 @@ import { Errors, ParleyError, parleyErrorParts, type CatalogueEntry } from "../.
 import { isGroupConversationId } from "../../shared/ids.js";
 import { fromWire } from "../../shared/wire.js";
 import type { EngineDeps } from "../deps.js";
-import { FanOutPolicy, type FinishFanOutsParams, type PreparedFanOut } from "../delivery/fan-out.js";
+import { FanOutPolicy, type PreparedFanOut } from "../delivery/fan-out.js";
+import { callEngine, type AdoptStreamParams, type EngineActions, type FinishFanOutsParams, type ForgetParams } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 import { deliverCardAction, pushEphemeral } from "../delivery/inbox.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import {
@@ -70,7 +72,6 @@ import {
   type AccountFacts,
   type ConversationAccess,
   type ConversationChecks,
-  type ForgetParams,
 } from "../membership.js";
 import { conversationKey, shardOf } from "../../shared/shards.js";
 import { routeToOwner } from "../shard-owners.js";
@@ -725,7 +726,7 @@ export class ConversationActor {
     for (const open of adopting) {
       if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
       const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };
-      await ctx.call("conversation.adoptStream", params).catch(() => undefined);
+      await callEngine(ctx, "conversation.adoptStream", params).catch(() => undefined);
     }
     let ended = 0;
     for (const [key, stream] of [...this.streams]) {
@@ -816,13 +817,6 @@ export class ConversationActor {
   }
 }
 
-export interface AdoptStreamParams {
-  /** Shaped like an RPC request so the same shard key routes it to the conversation's owner. */
-  request: { conversationId: string };
-  messageId: string;
-  senderId: number;
-}
-
 interface Admitted {
   access: ConversationAccess;
   sender: UserRecord | undefined;
@@ -844,7 +838,7 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
       unsampleStreams = streamsOpen.sample({}, () => actor.openStreams);
       // Each node owns the streams in its memory, so the sweep is called on this node only.
       sweep = setInterval(() => {
-        broker.call("conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
+        callEngine(broker, "conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
       }, MessagePolicy.streamSweepIntervalMs);
       sweep.unref();
       fanOutSweep = setInterval(() => {
@@ -949,6 +943,6 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
           actor.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),
         ),
       ),
-    },
+    } satisfies ActionsOf<EngineActions, "conversation">,
   };
 }

@@ -13,10 +13,12 @@ import {
 } from "../../shared/gen/api/v1/push_pb.js";
 import { PushPlatform } from "../../shared/gen/shared/v1/common_pb.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
-import { PresenceActions, type OnlineAmongParams } from "../../shared/presence.js";
 import type { EngineDeps } from "../deps.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { AccountType, type PushTokenRecord } from "../ports/store/store.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
+import { callEngine } from "../engine-actions.js";
 
 export const PushEvents = {
   /** A message was sequenced; its offline recipients may need an alert (NewMessagePush). */
@@ -50,7 +52,7 @@ async function offlineRecipientTokens(deps: EngineDeps, ctx: Context, message: N
   const { store } = deps;
   const others = [...new Set(message.participants)].filter((userId) => userId !== message.senderId);
   if (others.length === 0) return [];
-  const online = new Set(await ctx.call<number[], OnlineAmongParams>(PresenceActions.onlineAmong, { userIds: others }));
+  const online = new Set(await callEngine(ctx, "presence.onlineAmong", { userIds: others }));
   // A fixed number of reads per message, whatever the group's size: tokens first (most members
   // of a large group may have none), then the accounts and mute flags of those who have some.
   // The accounts were read first, for every member: 200 rows per group message for a filter
@@ -136,6 +138,6 @@ export function pushService(deps: EngineDeps): ServiceSchema {
         if (apnsTokens.length > 0) await deps.pushNotifier.send(apnsTokens, { badge: 0, silent: true });
         return {};
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "push">,
   };
 }

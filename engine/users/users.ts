@@ -20,6 +20,8 @@ import { tellConversationActors } from "../membership.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
 import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "../ports/store/store.js";
 import { selfView, userInfoView } from "../views.js";
+import type { EngineActions } from "../engine-actions.js";
+import type { ActionsOf } from "../../shared/actions.js";
 
 const usernamePattern = /^[a-z0-9_]{5,32}$/;
 /** Generated default usernames; reserved so a chosen name can never collide with a future default. */
@@ -110,6 +112,6 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         );
         return { users: Object.fromEntries(found.filter((user) => !deleted.has(user.userId)).map((user) => [user.userId, userInfoView(user)])) };
       }),
-    },
+    } satisfies ActionsOf<EngineActions, "users">,
   };
 }
