@@ -7,14 +7,14 @@ import moleculer, { type ServiceBroker } from "moleculer";
 import { apiService, type ApiHandle, type ApiOptions } from "./api/api-service.js";
 import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
 import { mediaDownloadHandler } from "./edge/media-http.js";
-import { accountsService } from "./engine/auth/accounts.js";
-import { agentsService } from "./engine/agents/agents.js";
-import { conversationService } from "./engine/messages/conversation.js";
-import { conversationsService } from "./engine/conversations/conversations.js";
-import { groupsService } from "./engine/groups/groups.js";
+import { authService } from "./engine/auth/auth-service.js";
+import { agentsService } from "./engine/agents/agent-service.js";
+import { messagesService } from "./engine/messages/conversation-actor.js";
+import { conversationsService } from "./engine/conversations/conversation-service.js";
+import { groupsService } from "./engine/groups/group-service.js";
 import { openBlobStore } from "./engine/ports/blob-store/open-blob-store.js";
-import { mediaService } from "./engine/media/media.js";
-import { socialService } from "./engine/contacts/social.js";
+import { mediaService } from "./engine/media/media-service.js";
+import { contactsService } from "./engine/contacts/contact-service.js";
 import { systemAgentService } from "./engine/agents/system-agent.js";
 import { systemClock, type Clock } from "./shared/clock.js";
 import { createCodeSender } from "./engine/ports/code-delivery/open-code-sender.js";
@@ -25,20 +25,20 @@ import { openPresenceRegistry } from "./engine/ports/presence/open-presence-regi
 import { CachedPresenceRegistry } from "./engine/ports/presence/cached-presence-registry.js";
 import type { PresenceRegistry } from "./engine/ports/presence/presence-registry.js";
 import { PushRouter } from "./engine/delivery/push-router.js";
-import { webhookTarget } from "./engine/agents/agent-delivery.js";
+import { webhookTarget } from "./engine/agents/event-routing.js";
 import { FanOuts } from "./engine/delivery/fan-out.js";
 import { FanOutIds } from "./engine/delivery/fan-out-ids.js";
 import { watchEngines } from "./engine/engine-watch.js";
 import { leaseTimings, newLeaseHolder, Ownership, OwnershipPolicy } from "./engine/ownership.js";
 import { userStreamKey } from "./shared/shards.js";
 import { announceToMesh, ClusterPlacement, coalescedMeshWrites, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
-import { inboxService } from "./engine/delivery/inbox.js";
+import { syncService } from "./engine/sync/inbox.js";
 import { LogPushNotifier } from "./engine/ports/push-notifier/log-push-notifier.js";
-import { presenceService } from "./engine/presence.js";
-import { pushService } from "./engine/push/push.js";
+import { presenceService } from "./engine/presence-service.js";
+import { pushService } from "./engine/push/push-service.js";
 import { openStore } from "./engine/ports/store/open-store.js";
 import type { Store } from "./engine/ports/store/store.js";
-import { usersService } from "./engine/users/users.js";
+import { usersService } from "./engine/users/user-service.js";
 import type { ConnectionPolicy } from "./gateway/connection.js";
 import { gatewayService } from "./gateway/gateway-service.js";
 import { webhookService } from "./webhooks/webhook-service.js";
@@ -50,7 +50,7 @@ import type { UpdateLog } from "./engine/ports/update-log/update-log.js";
 import { defaultHttpTimeouts, type EdgeFront, type EdgeRoutes, type HttpTimeouts } from "./edge/edge-http.js";
 import { grpcFront } from "./edge/grpc-front.js";
 import { nodeFront } from "./edge/node-front.js";
-import { wholeRequestApi, type WholeRequestApi } from "./edge/unary-http.js";
+import { wholeRequestApi, type WholeRequestApi } from "./edge/whole-request-api.js";
 import { uwsFront } from "./edge/uws-front.js";
 import { loadNativeUws } from "./gateway/uws-native.js";
 import { brokerOptions, transporterOf, type BrokerSettings } from "./moleculer.config.js";
@@ -128,7 +128,7 @@ const clusterGroupTimings = { sessionTimeoutMs: 10_000, heartbeatIntervalMs: 1_0
 const startupRecoveryWaitMs = 10_000;
 
 /** What the api and gateway roles call; they answer requests only once these are reachable. */
-const engineServices = ["accounts", "users", "push", "presence", "inbox", "social", "agents", "conversation", "conversations", "groups", "webhooks", "systemAgent", "media"];
+const engineServices = ["auth", "users", "push", "presence", "sync", "contacts", "agents", "messages", "conversations", "groups", "webhooks", "systemAgent", "media"];
 
 export async function startParley(options: ParleyOptions): Promise<Parley> {
   const { config } = options;
@@ -259,14 +259,14 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       webhookQueued: (agentUserId) =>
         void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => backgroundFailed("webhook_announce", err, logger, "announcing webhook jobs (the fleet's poll finds them)")),
     };
-    createService(accountsService(deps));
+    createService(authService(deps));
     createService(usersService(deps));
     createService(pushService(deps));
     createService(presenceService(presence, presenceCache));
-    createService(inboxService(deps));
-    createService(socialService(deps));
+    createService(syncService(deps));
+    createService(contactsService(deps));
     createService(agentsService(deps));
-    createService(conversationService(deps));
+    createService(messagesService(deps));
     createService(conversationsService(deps));
     createService(groupsService(deps));
     const { blobs } = config.cluster;

@@ -1,6 +1,6 @@
 // The stateless API tier: a Moleculer service that serves the Connect protocol (JSON and binary
 // protobuf) on the shared HTTP server and forwards each RPC to the engine action owning it.
-// Connect unary requests take the lean path (api/unary-http.ts); gRPC and gRPC-Web go through
+// Connect unary requests take the lean path (api/lean-unary.ts); gRPC and gRPC-Web go through
 // Connect-ES's router, on the main port (gRPC-Web over HTTP/1.1) and on the gRPC port
 // (edge/grpc-front.ts, HTTP/2), where Connect-ES serves every protocol.
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
@@ -17,17 +17,17 @@ import { strictJsonDecoder } from "../shared/strict-json.js";
 import { connectErrorOf, errorBodyJson, normalizeErrorBody, toConnectError } from "./errors.js";
 import { detailedGrpcTrailer, detailedGrpcWebBody, grpcRefusal, protocolOf } from "./grpc-status.js";
 import { connectImplementation, requestFactsKey, type Procedure, type RequestFacts } from "./rpc.js";
-import { UnaryRpcHandler, type UnaryHttpHead, type UnaryHttpRequest, type UnaryHttpResponse } from "./unary-http.js";
-import { agentService } from "./services/agent.js";
-import { authService } from "./services/auth.js";
-import { contactService } from "./services/contact.js";
-import { groupService } from "./services/group.js";
-import { conversationService } from "./services/conversation.js";
-import { mediaService } from "./services/media.js";
-import { messageService } from "./services/message.js";
-import { pushService } from "./services/push.js";
-import { syncService } from "./services/sync.js";
-import { userService } from "./services/user.js";
+import { UnaryRpcHandler, type UnaryHttpHead, type UnaryHttpRequest, type UnaryHttpResponse } from "./lean-unary.js";
+import { agentProcedures } from "./services/agent.js";
+import { authProcedures } from "./services/auth.js";
+import { contactProcedures } from "./services/contact.js";
+import { groupProcedures } from "./services/group.js";
+import { conversationProcedures } from "./services/conversation.js";
+import { mediaProcedures } from "./services/media.js";
+import { messageProcedures } from "./services/message.js";
+import { pushProcedures } from "./services/push.js";
+import { syncProcedures } from "./services/sync.js";
+import { userProcedures } from "./services/user.js";
 
 /**
  * Largest request body accepted. UploadFile carries up to 5 MB of data: as base64 in JSON that is
@@ -39,16 +39,16 @@ export const maxRequestBytes = 8 * 1024 * 1024;
 /** Every procedure of our services, each served through its route (api/services/). */
 function allProcedures(broker: ServiceBroker): Procedure[] {
   return [
-    ...authService(broker),
-    ...userService(broker),
-    ...pushService(broker),
-    ...syncService(broker),
-    ...contactService(broker),
-    ...agentService(broker),
-    ...conversationService(broker),
-    ...messageService(broker),
-    ...groupService(broker),
-    ...mediaService(broker),
+    ...authProcedures(broker),
+    ...userProcedures(broker),
+    ...pushProcedures(broker),
+    ...syncProcedures(broker),
+    ...contactProcedures(broker),
+    ...agentProcedures(broker),
+    ...conversationProcedures(broker),
+    ...messageProcedures(broker),
+    ...groupProcedures(broker),
+    ...mediaProcedures(broker),
   ];
 }
 
@@ -70,7 +70,7 @@ export interface ApiOptions {
   /** Proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES); empty trusts none. */
   trustedProxies?: readonly string[];
   /**
-   * Whether Connect unary requests take the lean path (api/unary-http.ts), as they do unless told;
+   * Whether Connect unary requests take the lean path (api/lean-unary.ts), as they do unless told;
    * false sends every RPC through Connect-ES, which test/lean-rpc-wire.test.ts compares it with.
    */
   leanUnary?: boolean;

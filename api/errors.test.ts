@@ -16,9 +16,9 @@ describe("API error mapping of what an engine call threw", () => {
 
   it("answers a retryable UNAVAILABLE, without logging a stack, when the engine cannot be reached or left before answering", () => {
     const unreachable = [
-      new moleculer.Errors.ServiceNotAvailableError({ action: "conversation.sendMessage" }),
-      new moleculer.Errors.RequestTimeoutError({ action: "conversation.sendMessage", nodeID: "engine-1" }),
-      new moleculer.Errors.RequestRejectedError({ action: "conversation.sendMessage", nodeID: "engine-1" }),
+      new moleculer.Errors.ServiceNotAvailableError({ action: "messages.sendMessage" }),
+      new moleculer.Errors.RequestTimeoutError({ action: "messages.sendMessage", nodeID: "engine-1" }),
+      new moleculer.Errors.RequestRejectedError({ action: "messages.sendMessage", nodeID: "engine-1" }),
     ];
     for (const err of unreachable) expect(errorPartsOf(err, log).entry).to.equal(Errors.unavailable);
     // Whether the call may have been applied rides in the reason: never, maybe, maybe.

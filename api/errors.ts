@@ -109,7 +109,7 @@ export function normalizeErrorBody(status: number, body: Uint8Array): { status: 
 
 /**
  * The status, body and code of the answer Connect-ES gives a ConnectError in a unary RPC, with the
- * normalization above: the lean unary path answers with it (api/unary-http.ts).
+ * normalization above: the lean unary path answers with it (api/lean-unary.ts).
  */
 export function connectErrorAnswer(error: ConnectError): { status: number; body: Uint8Array; code: string } {
   const normalized = normalizeErrorJson(codeToHttpStatus(error.code), errorToJson(error, undefined) as ConnectErrorJson);

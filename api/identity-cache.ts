@@ -222,7 +222,7 @@ export function identityCacheService(clock: { now(): number }, policy: Partial<I
     name: "identityCache",
     created() {
       const broker = this.broker;
-      const fetch = (token: string) => callAction(broker, "accounts.resolveToken", { token });
+      const fetch = (token: string) => callAction(broker, "auth.resolveToken", { token });
       cache = new IdentityCache(fetch, clock, { ...defaultIdentityCachePolicy, ...policy });
       cachesByBroker.set(broker, cache);
     },

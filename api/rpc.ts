@@ -106,7 +106,7 @@ class UnimplementedProcedure implements Procedure {
 }
 
 /** The procedures of one service: each unary method of `service`, served through its route. */
-export function forwardingService<S extends DescService>(broker: ServiceBroker, service: S, routes: Partial<RouteTable<S>>): Procedure[] {
+export function forwardingProcedures<S extends DescService>(broker: ServiceBroker, service: S, routes: Partial<RouteTable<S>>): Procedure[] {
   return service.methods.map((method) => {
     if (method.methodKind !== "unary") throw new Error(`${service.typeName}.${method.name} streams; the API serves unary methods only`);
     const unary = method as DescMethodUnary;

@@ -19,7 +19,7 @@ import { resolveClientAddress } from "../shared/ip.js";
 import { upgradeRefusal } from "../gateway/socket.js";
 import { addressText, asksForUpgrade, attachUwsServer, refuseUpgrade } from "../gateway/uws-socket-server.js";
 import { answerError, routeEdgeRequest, type EdgeFront, type EdgeHeaders, type EdgeReply, type EdgeRequest, type EdgeRoutes, type HttpTimeouts } from "./edge-http.js";
-import type { WholeRequestApi } from "./unary-http.js";
+import type { WholeRequestApi } from "./whole-request-api.js";
 import type { UwsModule } from "../gateway/uws-native.js";
 
 export interface UwsFrontOptions {

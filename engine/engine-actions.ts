@@ -5,7 +5,7 @@ import { callerOf, type Action, type Actions } from "../shared/actions.js";
 import type { WireMessage } from "../shared/wire.js";
 import type { AppendFanOutsAnswer, AppendFanOutsParams, SystemMessageParams } from "./delivery/fan-out-contracts.js";
 
-/** The parameters of `conversation.forget`: what changed, so every node holding it drops it. */
+/** The parameters of `messages.forget`: what changed, so every node holding it drops it. */
 export interface ForgetParams {
   /** Conversations (decimal ids) whose participants, group, contacts or blocks changed. */
   conversationIds?: string[];
@@ -41,21 +41,21 @@ export interface ConfigureWebhookParams {
 }
 
 export type EngineActions = Actions & {
-  /** Every node's conversation actors (engine/messages/conversation.ts) drop what they held of the conversations or accounts that changed (engine/membership.ts). */
-  "conversation.forget": Action<ForgetParams, unknown>;
+  /** Every node's conversation actors (engine/messages/conversation-actor.ts) drop what they held of the conversations or accounts that changed (engine/membership.ts). */
+  "messages.forget": Action<ForgetParams, unknown>;
   /** The conversation's owner takes over a stream whose owner moved. */
-  "conversation.adoptStream": Action<AdoptStreamParams, unknown>;
+  "messages.adoptStream": Action<AdoptStreamParams, unknown>;
   /** The conversation's owner finishes the recorded fan-outs of its scope (engine/delivery/fan-out.ts). */
-  "conversation.finishFanOuts": Action<FinishFanOutsParams, unknown>;
+  "messages.finishFanOuts": Action<FinishFanOutsParams, unknown>;
   /** This node's conversation actors end the streams nobody fed within the limit. */
-  "conversation.endAbandonedStreams": Action<Record<string, never>, { ended: number }>;
+  "messages.endAbandonedStreams": Action<Record<string, never>, { ended: number }>;
   /** The conversation's owner posts a recorded system message once. */
-  "conversation.postSystemMessage": Action<SystemMessageParams, { messageId?: string }>;
-  /** An inbox (engine/delivery/inbox.ts) appends fan-outs to the streams of the recipients its node owns. */
-  "inbox.appendFanOuts": Action<AppendFanOutsParams, AppendFanOutsAnswer>;
+  "messages.postSystemMessage": Action<SystemMessageParams, { messageId?: string }>;
+  /** An inbox (engine/sync/inbox.ts) appends fan-outs to the streams of the recipients its node owns. */
+  "sync.appendFanOuts": Action<AppendFanOutsParams, AppendFanOutsAnswer>;
   /** The agent's inbox delivers a card action to it. */
-  "inbox.deliverCardAction": Action<CardActionParams, unknown>;
-  /** Sets an agent's webhook as the system agent's /setwebhook asks (engine/agents/agents.ts). */
+  "sync.deliverCardAction": Action<CardActionParams, unknown>;
+  /** Sets an agent's webhook as the system agent's /setwebhook asks (engine/agents/agent-service.ts). */
   "agents.configureWebhook": Action<ConfigureWebhookParams, { secretKey: string }>;
 };
 

@@ -19,7 +19,7 @@ function startEngineProcess(port: number, urls: string[]): ChildProcess {
     import moleculer from "moleculer";
     import { brokerOptions, meshTransporter } from ${JSON.stringify(resolve(root, "moleculer.config.ts"))};
     const broker = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "warn", nodeID: "engine1", transporter: meshTransporter(${port}, ${JSON.stringify(urls)}) }), metadata: { roles: ["engine"] } });
-    broker.createService({ name: "inbox", actions: { appendFanOuts: () => null, slow: (ctx) => new Promise((done) => setTimeout(() => done("late"), ctx.params.ms)) } });
+    broker.createService({ name: "sync", actions: { appendFanOuts: () => null, slow: (ctx) => new Promise((done) => setTimeout(() => done("late"), ctx.params.ms)) } });
     await broker.start();
     console.log("started");
   `;
@@ -62,12 +62,12 @@ describe("Watching engines that hang", function () {
   const engineRecord = () => (api.registry as unknown as { nodes: { get(id: string): { available: boolean } | undefined } }).nodes.get("engine1");
 
   it("leaves an engine that answers alone, however slow its calls", async () => {
-    expect(await api.call("inbox.slow", { ms: 2 * policy.silentMs })).to.equal("late");
+    expect(await api.call("sync.slow", { ms: 2 * policy.silentMs })).to.equal("late");
     expect(engineRecord()?.available).to.equal(true);
   });
 
   it("takes a paused engine for gone after its silence limit, refusing the call that waited on it, and knows it again once it runs", async () => {
-    const waiting = api.call("inbox.slow", { ms: 500 }).then(
+    const waiting = api.call("sync.slow", { ms: 500 }).then(
       () => "answered",
       (err: Error) => err.name,
     );
@@ -77,6 +77,6 @@ describe("Watching engines that hang", function () {
     expect(await waiting).to.equal("RequestRejectedError");
     engine.kill("SIGCONT");
     await until(() => engineRecord()?.available === true, "known again", 10_000);
-    expect(await api.call("inbox.slow", { ms: 1 })).to.equal("late");
+    expect(await api.call("sync.slow", { ms: 1 })).to.equal("late");
   });
 });

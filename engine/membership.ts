@@ -186,7 +186,7 @@ export class BoundedCache<K, V> {
   }
 }
 
-const forgetAction = "conversation.forget" satisfies keyof EngineActions;
+const forgetAction = "messages.forget" satisfies keyof EngineActions;
 
 /**
  * Tells every node that runs conversation actors that these conversations or accounts changed,

@@ -64,7 +64,7 @@ describe("Settling with the static mesh", function () {
       outnumberEarlierInstances(broker);
       brokers.push(broker);
       if (roles.includes("engine")) {
-        const engineService = () => broker.createService({ name: "inbox", actions: { appendFanOuts: () => null } });
+        const engineService = () => broker.createService({ name: "sync", actions: { appendFanOuts: () => null } });
         if (engineActionDelayMs === 0) engineService();
         else setTimeout(engineService, engineActionDelayMs);
       }
@@ -168,7 +168,7 @@ describe("Settling with the static mesh", function () {
     expect(pauses).to.deep.equal([]);
     expect((api.transit as unknown as { connected: boolean }).connected).to.equal(true);
     expect(await settleWithMesh(api, 20_000)).to.deep.equal([]);
-    expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
+    expect(await api.call("sync.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
   });
 
   it("counts the holder of a restarted node's earlier process as gone once the new process is known, while the node itself is up", async () => {
@@ -217,7 +217,7 @@ describe("Settling with the static mesh", function () {
     const knownBy = performance.now() + 5_000;
     while (engineNodes(api).length === 0 && performance.now() < knownBy) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(engineNodes(api)).to.deep.equal(["engine1"]);
-    expect(await api.call("inbox.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
+    expect(await api.call("sync.appendFanOuts", {}, { nodeID: "engine1" })).to.equal(null);
   });
 });
 

@@ -23,7 +23,7 @@ function nodesServing(broker: ServiceBroker, action: string): string[] {
 }
 
 /** An action every engine serves, whose endpoints say which engines are up. */
-const ownerProbeAction = "inbox.appendFanOuts";
+const ownerProbeAction = "sync.appendFanOuts";
 
 /** 32-bit mix of a node id and a shard (FNV-1a, then murmur3's finalizer for avalanche). */
 function weight(nodeId: string, shard: number): number {

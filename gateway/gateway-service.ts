@@ -76,7 +76,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
   };
 
   // The engines keep a copy of the answers they needed: each change reported is announced to them
-  // (engine/presence.ts), before the connection that made it hears its answer.
+  // (engine/presence-service.ts), before the connection that made it hears its answer.
   const announcePresence = (broker: ServiceBroker, counts: PresenceChangedEvent["counts"]) =>
     void broker.broadcast(PresenceEvents.changed, { node: broker.nodeID, counts } satisfies PresenceChangedEvent, "presence").catch((err: unknown) => broker.logger.warn(`presence announcement failed: ${String(err)}`));
   const announceNodeReset = (broker: ServiceBroker) =>
@@ -233,8 +233,8 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
           agentUserId,
           c,
           {
-            backlog: (params) => callAction(broker, "inbox.agentBacklog", params),
-            markDelivered: async (params) => void (await callAction(broker, "inbox.markDelivered", params)),
+            backlog: (params) => callAction(broker, "sync.agentBacklog", params),
+            markDelivered: async (params) => void (await callAction(broker, "sync.markDelivered", params)),
           },
           {
             replayFailed: (err) => {

@@ -25,22 +25,22 @@ export type Rpc = Action<RpcParams, WireMessage>;
 
 /** The engine actions that serve the spec's RPCs; api/services/ routes each method to one of them. */
 export type RpcActionName =
-  // AuthService, and UserService's device list (engine/auth/accounts.ts)
-  | "accounts.requestVerifyCode"
-  | "accounts.verifyCode"
-  | "accounts.loginPassword"
-  | "accounts.refreshToken"
-  | "accounts.logout"
-  | "accounts.logoutAll"
-  | "accounts.setupPassword"
-  | "accounts.changePassword"
-  | "accounts.resetPasswordRequest"
-  | "accounts.resetPasswordVerify"
-  | "accounts.resetPasswordConfirm"
-  | "accounts.getClientConfig"
-  | "accounts.listDevices"
-  | "accounts.removeDevice"
-  // AgentService (engine/agents/agents.ts)
+  // AuthService, and UserService's device list (engine/auth/auth-service.ts)
+  | "auth.requestVerifyCode"
+  | "auth.verifyCode"
+  | "auth.loginPassword"
+  | "auth.refreshToken"
+  | "auth.logout"
+  | "auth.logoutAll"
+  | "auth.setupPassword"
+  | "auth.changePassword"
+  | "auth.resetPasswordRequest"
+  | "auth.resetPasswordVerify"
+  | "auth.resetPasswordConfirm"
+  | "auth.getClientConfig"
+  | "auth.listDevices"
+  | "auth.removeDevice"
+  // AgentService (engine/agents/agent-service.ts)
   | "agents.listFeaturedAgents"
   | "agents.getAgentInfo"
   | "agents.getMiniAppLaunchData"
@@ -53,25 +53,25 @@ export type RpcActionName =
   | "agents.regenerateAgentSecretKey"
   | "agents.setAgentMiniApp"
   | "agents.updateAgentSelfConfig"
-  // MessageService's per-conversation methods (engine/messages/conversation.ts)
-  | "conversation.sendMessage"
-  | "conversation.editMessage"
-  | "conversation.recallMessage"
-  | "conversation.getMessage"
-  | "conversation.getMessageHistory"
-  | "conversation.submitCardAction"
-  | "conversation.pushStreamDelta"
-  | "conversation.endStream"
-  | "conversation.errorStream"
-  | "conversation.answerCardAction"
-  // ConversationService, and MessageService's per-user deletions (engine/conversations/conversations.ts)
+  // MessageService's per-conversation methods (engine/messages/conversation-actor.ts)
+  | "messages.sendMessage"
+  | "messages.editMessage"
+  | "messages.recallMessage"
+  | "messages.getMessage"
+  | "messages.getMessageHistory"
+  | "messages.submitCardAction"
+  | "messages.pushStreamDelta"
+  | "messages.endStream"
+  | "messages.errorStream"
+  | "messages.answerCardAction"
+  // ConversationService, and MessageService's per-user deletions (engine/conversations/conversation-service.ts)
   | "conversations.getConversation"
   | "conversations.listConversations"
   | "conversations.updateConversationAction"
   | "conversations.markAsRead"
   | "conversations.deleteMessages"
   | "conversations.deleteHistory"
-  // GroupService (engine/groups/groups.ts)
+  // GroupService (engine/groups/group-service.ts)
   | "groups.createGroup"
   | "groups.dissolveGroup"
   | "groups.updateGroupName"
@@ -82,33 +82,33 @@ export type RpcActionName =
   | "groups.leaveGroup"
   | "groups.getGroupInfo"
   | "groups.listGroups"
-  // SyncService (engine/delivery/inbox.ts)
-  | "inbox.getDifference"
-  | "inbox.getCurrentState"
-  // MediaService (engine/media/media.ts)
+  // SyncService (engine/sync/inbox.ts)
+  | "sync.getDifference"
+  | "sync.getCurrentState"
+  // MediaService (engine/media/media-service.ts)
   | "media.uploadFile"
   | "media.initUpload"
   | "media.uploadChunk"
   | "media.completeUpload"
   | "media.getDownloadURL"
-  // PushService (engine/push/push.ts)
+  // PushService (engine/push/push-service.ts)
   | "push.registerToken"
   | "push.unregisterToken"
   | "push.clearBadge"
-  // ContactService (engine/contacts/social.ts)
-  | "social.sendFriendRequest"
-  | "social.listPendingRequests"
-  | "social.acceptFriendRequest"
-  | "social.rejectFriendRequest"
-  | "social.addContact"
-  | "social.listContacts"
-  | "social.deleteContact"
-  | "social.updateContactAlias"
-  | "social.searchUsers"
-  | "social.blockUser"
-  | "social.unblockUser"
-  | "social.listBlocked"
-  // UserService (engine/users/users.ts)
+  // ContactService (engine/contacts/contact-service.ts)
+  | "contacts.sendFriendRequest"
+  | "contacts.listPendingRequests"
+  | "contacts.acceptFriendRequest"
+  | "contacts.rejectFriendRequest"
+  | "contacts.addContact"
+  | "contacts.listContacts"
+  | "contacts.deleteContact"
+  | "contacts.updateContactAlias"
+  | "contacts.searchUsers"
+  | "contacts.blockUser"
+  | "contacts.unblockUser"
+  | "contacts.listBlocked"
+  // UserService (engine/users/user-service.ts)
   | "users.getProfile"
   | "users.updateProfile"
   | "users.setUsername"
@@ -117,19 +117,19 @@ export type RpcActionName =
 
 /** Every action one role calls on another. */
 export type Actions = { [Name in RpcActionName]: Rpc } & {
-  /** Engine (engine/auth/accounts.ts): the facts of a bearer token; UNAUTHENTICATED or TOKEN_EXPIRED when it is not valid now. */
-  "accounts.resolveToken": Action<ResolveTokenParams, TokenIdentity>;
+  /** Engine (engine/auth/auth-service.ts): the facts of a bearer token; UNAUTHENTICATED or TOKEN_EXPIRED when it is not valid now. */
+  "auth.resolveToken": Action<ResolveTokenParams, TokenIdentity>;
   /** Each API and gateway process (api/identity-cache.ts): forget the cached identities of one account. */
   "identityCache.forget": Action<ForgetIdentitiesParams, unknown>;
-  /** Engine (engine/presence.ts): which of the users have a live connection on some gateway. */
+  /** Engine (engine/presence-service.ts): which of the users have a live connection on some gateway. */
   "presence.onlineAmong": Action<OnlineAmongParams, number[]>;
-  /** Engine (engine/delivery/inbox.ts): a page of an agent's stream for its WebSocket catch-up. */
-  "inbox.agentBacklog": Action<AgentBacklogParams, AgentBacklog>;
-  /** Engine (engine/delivery/inbox.ts): moves an agent's delivered position forward. */
-  "inbox.markDelivered": Action<MarkDeliveredParams, unknown>;
-  /** Engine (engine/delivery/inbox.ts): makes an agent's current delivery mode take effect on its queue. */
-  "inbox.deliveryModeChanged": Action<DeliveryModeChangedParams, unknown>;
-  /** Engine (engine/media/media.ts): a download by URL; the answer is the byte stream, or null for HEAD. */
+  /** Engine (engine/sync/inbox.ts): a page of an agent's stream for its WebSocket catch-up. */
+  "sync.agentBacklog": Action<AgentBacklogParams, AgentBacklog>;
+  /** Engine (engine/sync/inbox.ts): moves an agent's delivered position forward. */
+  "sync.markDelivered": Action<MarkDeliveredParams, unknown>;
+  /** Engine (engine/sync/inbox.ts): makes an agent's current delivery mode take effect on its queue. */
+  "sync.deliveryModeChanged": Action<DeliveryModeChangedParams, unknown>;
+  /** Engine (engine/media/media-service.ts): a download by URL; the answer is the byte stream, or null for HEAD. */
   "media.download": Action<MediaDownloadParams, Readable | null>;
   /** One gateway node (gateway/gateway-service.ts): a live push to the connections it holds. */
   "gateway.deliver": Action<PushEvent, unknown>;
@@ -157,7 +157,7 @@ export function callerOf<List extends { [Name in keyof List]: AnyAction }>() {
 /** Calls an action another role serves. */
 export const callAction = callerOf<Actions>();
 
-/** The names of `Service`'s actions in `List`, without the service's prefix ("inbox.getDifference" → "getDifference"). */
+/** The names of `Service`'s actions in `List`, without the service's prefix ("sync.getDifference" → "getDifference"). */
 export type LocalActionNames<List, Service extends string> = { [Name in keyof List & string]: Name extends `${Service}.${infer Local}` ? Local : never }[keyof List &
   string];
 

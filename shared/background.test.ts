@@ -20,8 +20,8 @@ describe("background work: failures logged, counted and retried, never thrown ou
     expect(failureReasonOf(new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: "642" }))).to.equal("ownership");
     expect(failureReasonOf(lost)).to.equal("ownership");
     expect(failureReasonOf(timedOut)).to.equal("timeout");
-    expect(failureReasonOf(new moleculer.Errors.RequestTimeoutError({ action: "inbox.appendFanOuts", nodeID: "engine-2" }))).to.equal("timeout");
-    expect(failureReasonOf(new moleculer.Errors.ServiceNotAvailableError({ action: "inbox.appendFanOuts", nodeID: "engine-2" }))).to.equal("unreachable");
+    expect(failureReasonOf(new moleculer.Errors.RequestTimeoutError({ action: "sync.appendFanOuts", nodeID: "engine-2" }))).to.equal("timeout");
+    expect(failureReasonOf(new moleculer.Errors.ServiceNotAvailableError({ action: "sync.appendFanOuts", nodeID: "engine-2" }))).to.equal("unreachable");
     expect(failureReasonOf(refused)).to.equal("unreachable");
     expect(failureReasonOf(new Error("something else"))).to.equal("error");
     expect(failureReasonOf("not even an error")).to.equal("error");

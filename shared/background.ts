@@ -14,11 +14,11 @@ import type { CounterSeries } from "./metric-series.js";
 export const backgroundTasks = [
   /** The pass at start that finishes the fan-outs and system messages a crash cut short (server.ts). */
   "startup_recovery",
-  /** The periodic sweep finishing fan-outs cut short (engine/messages/conversation.ts). */
+  /** The periodic sweep finishing fan-outs cut short (engine/messages/conversation-actor.ts). */
   "fanout_sweep",
-  /** Ending streamed messages nobody continued (engine/messages/conversation.ts). */
+  /** Ending streamed messages nobody continued (engine/messages/conversation-actor.ts). */
   "stream_sweep",
-  /** Removing expired upload sessions (engine/media/media.ts). */
+  /** Removing expired upload sessions (engine/media/media-service.ts). */
   "upload_sweep",
   /** Renewing this engine's ownership leases (engine/ownership.ts). */
   "ownership_renewal",
@@ -26,7 +26,7 @@ export const backgroundTasks = [
   "ownership_rebalance",
   /** Renewing this engine's fan-out id slot (engine/delivery/fan-out-ids.ts). */
   "fanout_id_renewal",
-  /** What follows an agent's deletion: leaving its groups, telling its contacts (engine/agents/agents.ts). */
+  /** What follows an agent's deletion: leaving its groups, telling its contacts (engine/agents/agent-service.ts). */
   "agent_deletion",
   /** Creating the webhook topic on the update log at start, until Kafka is reachable (server.ts). */
   "webhook_topic",

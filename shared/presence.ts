@@ -1,4 +1,4 @@
-// Who has a live connection, as the engine's presence service answers it (engine/presence.ts).
+// Who has a live connection, as the engine's presence service answers it (engine/presence-service.ts).
 
 export interface OnlineAmongParams {
   userIds: number[];

@@ -185,7 +185,7 @@ describe("an engine whose peer does not answer during its start-up recovery", fu
     const ports = [await freePort(), await freePort()];
     const mesh = [`127.0.0.1:${ports[0]}/${engineName}`, `127.0.0.1:${ports[1]}/${peerName}`];
     peer = new moleculer.ServiceBroker({ ...brokerOptions({ logLevel: "fatal", nodeID: peerName, transporter: meshTransporter(ports[1], mesh) }), metadata: { roles: ["engine"] } });
-    peer.createService({ name: "inbox", actions: { appendFanOuts: { handler: () => new Promise(() => {}) } } });
+    peer.createService({ name: "sync", actions: { appendFanOuts: { handler: () => new Promise(() => {}) } } });
     await peer.start();
     const config = { ...first.config, logLevel: "fatal" as const };
     engine = await startParley({

@@ -106,7 +106,7 @@ describe("two engine nodes sharing the keys", () => {
     // As an api node whose view of the cluster lags would: the call goes to the other engine.
     const sendOn = (engine: string, text: string, options: object = {}) =>
       nodes.edge.broker.call(
-        "conversation.sendMessage",
+        "messages.sendMessage",
         { caller: { kind: "user", userId: a.userId, deviceId: a.deviceId }, request: toWire(SendMessageRequestSchema, { conversationId, clientMessageId: nextClientMessageId(), body: textBody(text) }) } satisfies RpcParams,
         { nodeID: engine, ...options },
       ) as Promise<{ messageId: string }>;
@@ -115,7 +115,7 @@ describe("two engine nodes sharing the keys", () => {
     expect(BigInt(forwarded.messageId)).to.equal(BigInt(first.messageId) + 1n);
     expect((await store.leases.getLease(shardOf(conversationKey(conversationId))))?.node).to.equal(engines[1]);
     let refused: unknown;
-    await sendOn(engines[0], "served where it landed", servedWhereCalled("conversation.sendMessage")).catch((err: unknown) => (refused = err));
+    await sendOn(engines[0], "served where it landed", servedWhereCalled("messages.sendMessage")).catch((err: unknown) => (refused = err));
     expect(parleyErrorParts(refused)?.metadata).to.deep.include({ reason: "OWNERSHIP_ELSEWHERE" });
     for (const socket of sockets.values()) socket.close();
   });

@@ -196,7 +196,7 @@ describe("events of accepted changes reach every stream exactly once, whatever s
     const watch = await Watch.of([alice, bob]);
     faults.appendsFor.set(bob.userId, 1);
     await expectFailure(send(alice, nextClientMessageId(), "hello"));
-    await server.broker.call("conversation.finishFanOuts", { request: { conversationId: String(conversationId) } });
+    await server.broker.call("messages.finishFanOuts", { request: { conversationId: String(conversationId) } });
     expect(await streamedMessageIds(watch, bob)).to.deep.equal([1n]);
     expect(await streamedMessageIds(watch, alice)).to.deep.equal([1n]);
   });
@@ -219,7 +219,7 @@ describe("events of accepted changes reach every stream exactly once, whatever s
     expect(await announcements()).to.deep.equal(["groupInfoChanged", "memberJoined"]);
     for (const user of [alice, bob, carol]) expect(await streamedMessageIds(watch, user)).to.deep.equal([2n]);
     // Asking for a system message no longer recorded (a sweep or a start after it was posted) posts nothing.
-    await server.broker.call("conversation.postSystemMessage", {
+    await server.broker.call("messages.postSystemMessage", {
       request: { conversationId: String(groupConversation) },
       body: { type: "MESSAGE_TYPE_GROUP" },
       systemMessageId: "12345",

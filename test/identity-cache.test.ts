@@ -64,7 +64,7 @@ function countTokenQuestions(broker: ServiceBroker): () => number {
   let asked = 0;
   const forward = broker.call.bind(broker) as (...args: unknown[]) => unknown;
   (broker as unknown as { call: (...args: unknown[]) => unknown }).call = (action: unknown, ...rest: unknown[]) => {
-    if (action === "accounts.resolveToken") asked += 1;
+    if (action === "auth.resolveToken") asked += 1;
     return forward(action, ...rest);
   };
   return () => asked;

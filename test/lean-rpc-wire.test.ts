@@ -1,4 +1,4 @@
-// The lean Connect unary path (api/unary-http.ts) must answer exactly as Connect-ES does. Two API
+// The lean Connect unary path (api/lean-unary.ts) must answer exactly as Connect-ES does. Two API
 // nodes share one engine: one serves Connect unary requests on the lean path, the other sends
 // every RPC through Connect-ES. Each request of a corpus of raw HTTP requests, good and bad, goes
 // to both; the answers must be the same bytes (status line, headers in order, body), the Date

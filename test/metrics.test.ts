@@ -3,7 +3,7 @@
 // The cluster shape's nodes run inside this test process and so share one registry: any node of
 // the role shows them (in a deployment each process shows only its own work).
 import { expect } from "chai";
-import { MessagePolicy } from "../engine/messages/conversation.js";
+import { MessagePolicy } from "../engine/messages/conversation-actor.js";
 import { webhookFleetGroup } from "../webhooks/fleet.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
@@ -184,7 +184,7 @@ describe("GET /metrics: what operators watch", () => {
 
     // Last in this file: moving the engine clock also makes the failed webhook of the test above due.
     server.clock.advance(MessagePolicy.streamIdleTimeoutMs + 60_000);
-    const ended = (await callOnEveryNode<{ ended: number }>(server, "conversation.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
+    const ended = (await callOnEveryNode<{ ended: number }>(server, "messages.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
     expect(ended).to.be.at.least(1);
     const abandoned = await read();
     expect(abandoned.ended("abandoned") - before.ended("abandoned")).to.equal(1);

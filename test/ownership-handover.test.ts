@@ -13,7 +13,7 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import type { Caller } from "../shared/caller.js";
 import { AdjustableClock } from "../shared/clock.js";
-import { ConversationActor } from "../engine/messages/conversation.js";
+import { ConversationActor } from "../engine/messages/conversation-actor.js";
 import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../engine/ports/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/delivery/fan-out.js";

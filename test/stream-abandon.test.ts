@@ -3,7 +3,7 @@ import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { MessageType, StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import type { ServerFrame } from "../shared/gen/api/v1/gateway_pb.js";
 import { Errors } from "../shared/errors.js";
-import { MessagePolicy, abandonedStreamError } from "../engine/messages/conversation.js";
+import { MessagePolicy, abandonedStreamError } from "../engine/messages/conversation-actor.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { callOnEveryNode, client, startTestServer, type TestServer } from "./support/harness.js";
@@ -27,7 +27,7 @@ describe("MessageService streams abandoned by their agent", () => {
     agent = await createAgent(server, owner);
   });
   after(async () => server.dispose());
-  const sweep = async () => (await callOnEveryNode<{ ended: number }>(server, "conversation.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
+  const sweep = async () => (await callOnEveryNode<{ ended: number }>(server, "messages.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
 
   it(`ends a stream idle for ${MessagePolicy.streamIdleTimeoutMs / minute} minutes as ERROR with the text so far, pushed to the participants`, async () => {
     const asAgent = client(server, MessageService, "json", agent.token);
@@ -77,7 +77,7 @@ describe("MessageService streams open across a restart", () => {
     const resumed = (await start()).messageId;
     await client(server, MessageService, "json", agent.token).pushStreamDelta({ conversationId: agent.conversationId, messageId: silent, seq: 1, delta: "lost in memory" });
     server = await server.restart();
-    const sweep = async () => (await callOnEveryNode<{ ended: number }>(server, "conversation.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
+    const sweep = async () => (await callOnEveryNode<{ ended: number }>(server, "messages.endAbandonedStreams")).reduce((sum, { ended }) => sum + ended, 0);
     const phase = async (messageId: bigint) => {
       const content = (await client(server, MessageService, "json", agent.token).getMessage({ conversationId: agent.conversationId, messageId })).message?.body?.content;
       return content?.case === "stream" ? content.value : undefined;

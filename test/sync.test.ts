@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
-import { InboxPolicy } from "../engine/delivery/inbox.js";
+import { InboxPolicy } from "../engine/sync/inbox.js";
 import { encodeEntry } from "../engine/delivery/stream-entry.js";
 import { appendThroughInbox, nextTestFanOutId } from "./support/fan-outs.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";

@@ -131,7 +131,7 @@ async function configureAgent(server: TestServer, store: Store, agentUserId: num
 
 /** The step of a mode change that carries it out in the agent's inbox (what SetAgentConfig awaits). */
 async function switchInInbox(server: TestServer, agentUserId: number): Promise<void> {
-  await server.broker.call("inbox.deliveryModeChanged", { userId: agentUserId } satisfies DeliveryModeChangedParams);
+  await server.broker.call("sync.deliveryModeChanged", { userId: agentUserId } satisfies DeliveryModeChangedParams);
 }
 
 describe("agent event delivery by webhook", () => {

@@ -103,7 +103,7 @@ export interface DispatcherOptions {
 
 /**
  * Hands an agent with queued jobs that is not in WEBHOOK mode back to its inbox
- * ("inbox.deliveryModeChanged"), which drops the queue and rewinds its delivered position.
+ * ("sync.deliveryModeChanged"), which drops the queue and rewinds its delivered position.
  */
 export type HandBack = (agentUserId: number) => Promise<void>;
 
@@ -286,7 +286,7 @@ export function webhookDispatcherService(options: DispatcherOptions & { fleet: W
     created() {
       const logger = this.logger;
       const handBack: HandBack = async (agentUserId) => {
-        await callAction(this.broker, "inbox.deliveryModeChanged", { userId: agentUserId });
+        await callAction(this.broker, "sync.deliveryModeChanged", { userId: agentUserId });
       };
       dispatcher = new WebhookDispatcher({ ...options, slice: () => fleet.slice, handBack }, {
         info: (message) => logger.info(message),

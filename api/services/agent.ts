@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import { AgentService } from "../../shared/gen/api/v1/agent_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const agentRoutes: RouteTable<typeof AgentService> = {
   listFeaturedAgents: { access: "any", action: "agents.listFeaturedAgents" },
@@ -17,4 +17,4 @@ export const agentRoutes: RouteTable<typeof AgentService> = {
   updateAgentSelfConfig: { access: "agent", action: "agents.updateAgentSelfConfig" },
 };
 
-export const agentService = (broker: ServiceBroker) => forwardingService(broker, AgentService, agentRoutes);
+export const agentProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, AgentService, agentRoutes);

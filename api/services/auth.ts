@@ -1,20 +1,20 @@
 import type { ServiceBroker } from "moleculer";
 import { AuthService } from "../../shared/gen/api/v1/auth_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const authRoutes: RouteTable<typeof AuthService> = {
-  requestVerifyCode: { access: "none", action: "accounts.requestVerifyCode" },
-  verifyCode: { access: "none", action: "accounts.verifyCode" },
-  loginPassword: { access: "none", action: "accounts.loginPassword" },
-  refreshToken: { access: "none", action: "accounts.refreshToken" },
-  logout: { access: "user", action: "accounts.logout" },
-  logoutAll: { access: "user", action: "accounts.logoutAll" },
-  setupPassword: { access: "user", action: "accounts.setupPassword" },
-  changePassword: { access: "user", action: "accounts.changePassword" },
-  resetPasswordRequest: { access: "none", action: "accounts.resetPasswordRequest" },
-  resetPasswordVerify: { access: "none", action: "accounts.resetPasswordVerify" },
-  resetPasswordConfirm: { access: "none", action: "accounts.resetPasswordConfirm" },
-  getClientConfig: { access: "none", action: "accounts.getClientConfig" },
+  requestVerifyCode: { access: "none", action: "auth.requestVerifyCode" },
+  verifyCode: { access: "none", action: "auth.verifyCode" },
+  loginPassword: { access: "none", action: "auth.loginPassword" },
+  refreshToken: { access: "none", action: "auth.refreshToken" },
+  logout: { access: "user", action: "auth.logout" },
+  logoutAll: { access: "user", action: "auth.logoutAll" },
+  setupPassword: { access: "user", action: "auth.setupPassword" },
+  changePassword: { access: "user", action: "auth.changePassword" },
+  resetPasswordRequest: { access: "none", action: "auth.resetPasswordRequest" },
+  resetPasswordVerify: { access: "none", action: "auth.resetPasswordVerify" },
+  resetPasswordConfirm: { access: "none", action: "auth.resetPasswordConfirm" },
+  getClientConfig: { access: "none", action: "auth.getClientConfig" },
 };
 
-export const authService = (broker: ServiceBroker) => forwardingService(broker, AuthService, authRoutes);
+export const authProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, AuthService, authRoutes);

@@ -1,20 +1,20 @@
 import type { ServiceBroker } from "moleculer";
 import { ContactService } from "../../shared/gen/api/v1/contact_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const contactRoutes: RouteTable<typeof ContactService> = {
-  sendFriendRequest: { access: "user", action: "social.sendFriendRequest" },
-  listPendingRequests: { access: "any", action: "social.listPendingRequests" },
-  acceptFriendRequest: { access: "user", action: "social.acceptFriendRequest" },
-  rejectFriendRequest: { access: "user", action: "social.rejectFriendRequest" },
-  addContact: { access: "user", action: "social.addContact" },
-  listContacts: { access: "any", action: "social.listContacts" },
-  deleteContact: { access: "any", action: "social.deleteContact" },
-  updateContactAlias: { access: "any", action: "social.updateContactAlias" },
-  searchUsers: { access: "any", action: "social.searchUsers" },
-  blockUser: { access: "any", action: "social.blockUser" },
-  unblockUser: { access: "any", action: "social.unblockUser" },
-  listBlocked: { access: "any", action: "social.listBlocked" },
+  sendFriendRequest: { access: "user", action: "contacts.sendFriendRequest" },
+  listPendingRequests: { access: "any", action: "contacts.listPendingRequests" },
+  acceptFriendRequest: { access: "user", action: "contacts.acceptFriendRequest" },
+  rejectFriendRequest: { access: "user", action: "contacts.rejectFriendRequest" },
+  addContact: { access: "user", action: "contacts.addContact" },
+  listContacts: { access: "any", action: "contacts.listContacts" },
+  deleteContact: { access: "any", action: "contacts.deleteContact" },
+  updateContactAlias: { access: "any", action: "contacts.updateContactAlias" },
+  searchUsers: { access: "any", action: "contacts.searchUsers" },
+  blockUser: { access: "any", action: "contacts.blockUser" },
+  unblockUser: { access: "any", action: "contacts.unblockUser" },
+  listBlocked: { access: "any", action: "contacts.listBlocked" },
 };
 
-export const contactService = (broker: ServiceBroker) => forwardingService(broker, ContactService, contactRoutes);
+export const contactProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, ContactService, contactRoutes);

@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import { ConversationService } from "../../shared/gen/api/v1/conversation_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const conversationRoutes: RouteTable<typeof ConversationService> = {
   getConversation: { access: "any", action: "conversations.getConversation" },
@@ -9,4 +9,4 @@ export const conversationRoutes: RouteTable<typeof ConversationService> = {
   markAsRead: { access: "any", action: "conversations.markAsRead" },
 };
 
-export const conversationService = (broker: ServiceBroker) => forwardingService(broker, ConversationService, conversationRoutes);
+export const conversationProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, ConversationService, conversationRoutes);

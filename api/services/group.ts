@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import { GroupService } from "../../shared/gen/api/v1/group_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const groupRoutes: RouteTable<typeof GroupService> = {
   createGroup: { access: "user", action: "groups.createGroup" },
@@ -15,4 +15,4 @@ export const groupRoutes: RouteTable<typeof GroupService> = {
   listGroups: { access: "any", action: "groups.listGroups" },
 };
 
-export const groupService = (broker: ServiceBroker) => forwardingService(broker, GroupService, groupRoutes);
+export const groupProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, GroupService, groupRoutes);

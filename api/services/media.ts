@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import { MediaService } from "../../shared/gen/api/v1/media_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const mediaRoutes: RouteTable<typeof MediaService> = {
   uploadFile: { access: "any", action: "media.uploadFile" },
@@ -10,4 +10,4 @@ export const mediaRoutes: RouteTable<typeof MediaService> = {
   getDownloadURL: { access: "any", action: "media.getDownloadURL" },
 };
 
-export const mediaService = (broker: ServiceBroker) => forwardingService(broker, MediaService, mediaRoutes);
+export const mediaProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, MediaService, mediaRoutes);

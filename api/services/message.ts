@@ -1,20 +1,20 @@
 import type { ServiceBroker } from "moleculer";
 import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const messageRoutes: RouteTable<typeof MessageService> = {
-  sendMessage: { access: "any", action: "conversation.sendMessage" },
-  editMessage: { access: "any", action: "conversation.editMessage" },
+  sendMessage: { access: "any", action: "messages.sendMessage" },
+  editMessage: { access: "any", action: "messages.editMessage" },
   deleteMessages: { access: "any", action: "conversations.deleteMessages" },
   deleteHistory: { access: "any", action: "conversations.deleteHistory" },
-  recallMessage: { access: "any", action: "conversation.recallMessage" },
-  getMessage: { access: "any", action: "conversation.getMessage" },
-  getMessageHistory: { access: "any", action: "conversation.getMessageHistory" },
-  submitCardAction: { access: "any", action: "conversation.submitCardAction" },
-  pushStreamDelta: { access: "agent", action: "conversation.pushStreamDelta" },
-  endStream: { access: "agent", action: "conversation.endStream" },
-  errorStream: { access: "agent", action: "conversation.errorStream" },
-  answerCardAction: { access: "agent", action: "conversation.answerCardAction" },
+  recallMessage: { access: "any", action: "messages.recallMessage" },
+  getMessage: { access: "any", action: "messages.getMessage" },
+  getMessageHistory: { access: "any", action: "messages.getMessageHistory" },
+  submitCardAction: { access: "any", action: "messages.submitCardAction" },
+  pushStreamDelta: { access: "agent", action: "messages.pushStreamDelta" },
+  endStream: { access: "agent", action: "messages.endStream" },
+  errorStream: { access: "agent", action: "messages.errorStream" },
+  answerCardAction: { access: "agent", action: "messages.answerCardAction" },
 };
 
-export const messageService = (broker: ServiceBroker) => forwardingService(broker, MessageService, messageRoutes);
+export const messageProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, MessageService, messageRoutes);

@@ -1,6 +1,6 @@
 import type { ServiceBroker } from "moleculer";
 import { PushService } from "../../shared/gen/api/v1/push_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const pushRoutes: RouteTable<typeof PushService> = {
   registerToken: { access: "user", action: "push.registerToken" },
@@ -8,4 +8,4 @@ export const pushRoutes: RouteTable<typeof PushService> = {
   clearBadge: { access: "user", action: "push.clearBadge" },
 };
 
-export const pushService = (broker: ServiceBroker) => forwardingService(broker, PushService, pushRoutes);
+export const pushProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, PushService, pushRoutes);

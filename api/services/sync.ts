@@ -1,10 +1,10 @@
 import type { ServiceBroker } from "moleculer";
 import { SyncService } from "../../shared/gen/api/v1/sync_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const syncRoutes: RouteTable<typeof SyncService> = {
-  getDifference: { access: "user", action: "inbox.getDifference" },
-  getCurrentState: { access: "user", action: "inbox.getCurrentState" },
+  getDifference: { access: "user", action: "sync.getDifference" },
+  getCurrentState: { access: "user", action: "sync.getCurrentState" },
 };
 
-export const syncService = (broker: ServiceBroker) => forwardingService(broker, SyncService, syncRoutes);
+export const syncProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, SyncService, syncRoutes);

@@ -1,15 +1,15 @@
 import type { ServiceBroker } from "moleculer";
 import { UserService } from "../../shared/gen/api/v1/user_pb.js";
-import { forwardingService, type RouteTable } from "../rpc.js";
+import { forwardingProcedures, type RouteTable } from "../rpc.js";
 
 export const userRoutes: RouteTable<typeof UserService> = {
   getProfile: { access: "any", action: "users.getProfile" },
   updateProfile: { access: "any", action: "users.updateProfile" },
-  listDevices: { access: "user", action: "accounts.listDevices" },
-  removeDevice: { access: "user", action: "accounts.removeDevice" },
+  listDevices: { access: "user", action: "auth.listDevices" },
+  removeDevice: { access: "user", action: "auth.removeDevice" },
   setUsername: { access: "user", action: "users.setUsername" },
   resolveUsername: { access: "any", action: "users.resolveUsername" },
   batchGetUserInfo: { access: "any", action: "users.batchGetUserInfo" },
 };
 
-export const userService = (broker: ServiceBroker) => forwardingService(broker, UserService, userRoutes);
+export const userProcedures = (broker: ServiceBroker) => forwardingProcedures(broker, UserService, userRoutes);

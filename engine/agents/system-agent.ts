@@ -156,7 +156,7 @@ export function systemAgentService(deps: EngineDeps): ServiceSchema {
               body: { type: MessageType.TEXT, content: { case: "text", value: { text } } },
               replyToMessageId: BigInt(message.messageId),
             });
-            await callEngine(ctx, "conversation.sendMessage", { caller: asSystemAgent, request: toWire(SendMessageRequestSchema, request) });
+            await callEngine(ctx, "messages.sendMessage", { caller: asSystemAgent, request: toWire(SendMessageRequestSchema, request) });
           } catch (err) {
             this.logger.error(`the system agent could not answer message ${message.messageId} in ${message.conversationId}`, err);
           }

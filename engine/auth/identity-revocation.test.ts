@@ -22,7 +22,7 @@ describe("forgetIdentities", () => {
     const stuck = broker("stuck");
     brokers = [engine, edge, stuck];
     engine.createService({
-      name: "accounts",
+      name: "auth",
       actions: {
         resolveToken: (ctx: moleculer.Context<{ token: string }>): TokenIdentity => ({
           kind: "user",

@@ -20,7 +20,7 @@ class Inboxes {
 
   readonly ctx = {
     call: async (action: string, params: AppendFanOutsParams) => {
-      expect(action).to.equal("inbox.appendFanOuts");
+      expect(action).to.equal("sync.appendFanOuts");
       if (this.failing) throw new Error("inbox down");
       this.calls.push(...params.fanOuts);
       this.batches.push(params.fanOuts.map((fanOut) => fanOut.fanOutId));

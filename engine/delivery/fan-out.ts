@@ -244,7 +244,7 @@ export class FanOuts {
       extraRecipients: record.extraRecipients,
       systemMessageId: String(record.systemMessageId),
     };
-    await callEngine(ctx, "conversation.postSystemMessage", params);
+    await callEngine(ctx, "messages.postSystemMessage", params);
   }
 
   /** Posts the recorded system messages not posted yet (all, or those that were cut short), oldest first. */
@@ -346,7 +346,7 @@ export class FanOuts {
           await Promise.all(
             [...byOwner].map(async ([nodeID, part]) => {
               const params: AppendFanOutsParams = { fanOuts: part.fanOuts };
-              const { appended } = await callEngine(ctx, "inbox.appendFanOuts", params, nodeID === undefined ? undefined : { nodeID });
+              const { appended } = await callEngine(ctx, "sync.appendFanOuts", params, nodeID === undefined ? undefined : { nodeID });
               // A part taken on an earlier try was pushed then: a stream holding it answers no sn now.
               part.of.forEach(({ fanOut, pushVia }, index) => {
                 if (pushVia && appended[index].sns.length > 0) void pushVia.send(sequencedPush(fanOut, appended[index]));
@@ -427,7 +427,7 @@ export class FanOuts {
   private async finishCutShort(ctx: Pick<Context, "call">, cutShort: CutShort): Promise<void> {
     const found = (await this.store.outbox.pending(FanOutPolicy.pageSize)).filter((record) => cutShort(record.fanOutId, record.createdAt));
     for (const scope of new Set(found.map((record) => record.scope))) {
-      if (isConversationScope(scope)) await callEngine(ctx, "conversation.finishFanOuts", { request: { conversationId: scope } });
+      if (isConversationScope(scope)) await callEngine(ctx, "messages.finishFanOuts", { request: { conversationId: scope } });
       else await this.scopes.run(scope, () => this.finishRecorded(ctx, { scope, cutShort }));
     }
     await this.postRecordedSystemMessages(ctx, cutShort);

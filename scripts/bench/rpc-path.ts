@@ -1,5 +1,5 @@
 // RPC path benchmark: a trivial authenticated RPC (UserService.GetProfile) through the lean Connect
-// unary path (api/unary-http.ts) and through Connect-ES, in the same run, next to a plain node:http
+// unary path (api/lean-unary.ts) and through Connect-ES, in the same run, next to a plain node:http
 // JSON echo (scripts/bench/baseline-servers.ts). One server process holds two complete Parley
 // servers (embedded, each with its own data directory), one per path, so that both are measured
 // in the same process under the same conditions; rounds alternate between them. Per row: requests

@@ -48,14 +48,14 @@ const fanOut = (recipients: number[]) => ({ fanOutId: "18446744073709551", entry
 const push = (recipients: number[]): PushEvent => ({ update, recipients: recipients.map((userId, i) => [userId, 1_000 + i]) });
 
 const packets = {
-  sendMessage: request("conversation.sendMessage", {
+  sendMessage: request("messages.sendMessage", {
     caller: { kind: "user", userId: 100_231, deviceId: "c0ffee-device", sessionId: "9a8b7c" },
     request: toWire(SendMessageRequestSchema, { conversationId, clientMessageId: 77n, body }),
   }),
   sendMessageAnswer: response(toWire(SendMessageResponseSchema, { messageId: 4211n, createdAt: 1_764_400_000_000n })),
-  appendPrivate: request("inbox.appendFanOuts", { fanOuts: [fanOut([100_231, 100_232])] }),
+  appendPrivate: request("sync.appendFanOuts", { fanOuts: [fanOut([100_231, 100_232])] }),
   appendPrivateAnswer: response({ sns: [[[100_231, 5_120], [100_232, 4_877]]] }),
-  appendGroupHalf: request("inbox.appendFanOuts", { fanOuts: [fanOut(users(100))] }),
+  appendGroupHalf: request("sync.appendFanOuts", { fanOuts: [fanOut(users(100))] }),
   appendGroupHalfAnswer: response({ sns: [users(100).map((userId, i) => [userId, 3_000 + i])] }),
   deliverPrivate: request("gateway.deliver", push([100_232])),
   deliverGroupHalf: request("gateway.deliver", push(users(100))),

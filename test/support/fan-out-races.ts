@@ -1,7 +1,7 @@
 import type { Clock } from "../../shared/clock.js";
 import type { FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
 import type { AppendedFanOut } from "../../engine/delivery/fan-out-contracts.js";
-import type { Inbox } from "../../engine/delivery/inbox.js";
+import type { Inbox } from "../../engine/sync/inbox.js";
 import { Ownership } from "../../engine/ownership.js";
 import type { Store } from "../../engine/ports/store/store.js";
 import { encodeEntry, snUpdateOf } from "../../engine/delivery/stream-entry.js";

@@ -22,7 +22,7 @@ export async function appendThroughInbox(broker: ServiceBroker, fanOuts: FanOutA
   const sns = new Array<AppendedFanOut["sns"]>(fanOuts.length);
   for (const [owner, group] of keysByOwner(indexed, ({ fanOut }) => userStreamKey(fanOut.recipients[0]), engineNodes(broker))) {
     const params: AppendFanOutsParams = { fanOuts: group.map(({ fanOut }) => fanOut) };
-    const answer = (await broker.call("inbox.appendFanOuts", params, owner === undefined ? undefined : { nodeID: owner })) as AppendFanOutsAnswer;
+    const answer = (await broker.call("sync.appendFanOuts", params, owner === undefined ? undefined : { nodeID: owner })) as AppendFanOutsAnswer;
     group.forEach(({ index }, position) => (sns[index] = answer.appended[position].sns));
   }
   return sns;

@@ -37,16 +37,16 @@ import { type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelea
 import { BusEvents, type AgentChangedEvent, type PushEvent } from "../../shared/bus.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
 import { toWire } from "../../shared/wire.js";
-import { WebhookRouting, agentFeedPage } from "../agents/agent-delivery.js";
+import { WebhookRouting, agentFeedPage } from "../agents/event-routing.js";
 import type { EngineDeps } from "../deps.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import { userStreamKey } from "../../shared/shards.js";
-import type { Pushes } from "./push-router.js";
+import type { Pushes } from "../delivery/push-router.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../ports/store/store.js";
-import { snUpdateOf } from "./stream-entry.js";
-import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "./fan-out-contracts.js";
+import { snUpdateOf } from "../delivery/stream-entry.js";
+import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "../delivery/fan-out-contracts.js";
 import { callEngine, type CardActionParams, type EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
 
@@ -268,7 +268,7 @@ export class Inbox {
     return new ParleyError(Errors.unavailable, { reason: "OWNERSHIP_LOST", shard: String(err.fence.shard) }, "another node took these update streams over; try again");
   }
 
-  /** What the write hands to the webhook queues of the WEBHOOK-mode agents among the recipients (see agent-delivery.ts). */
+  /** What the write hands to the webhook queues of the WEBHOOK-mode agents among the recipients (see agents/event-routing.ts). */
   private handoffs(fanOuts: readonly FanOutAppend[], sns: AppendedSns, byWebhook: Set<number>, latest: Map<number, number>, now: number): WebhookHandoff[] {
     if (byWebhook.size === 0) return [];
     const bodies = new Map<number, string[]>([...byWebhook].map((agentUserId) => [agentUserId, []]));
@@ -353,16 +353,16 @@ export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId:
     cardAction: toWire(CardActionPayloadSchema, cardAction),
     users: submitter ? [toWire(UserInfoSchema, submitter)] : [],
   };
-  await callEngine(ctx, "inbox.deliverCardAction", params);
+  await callEngine(ctx, "sync.deliverCardAction", params);
 }
 
 const shardByUser = routeToOwner("userId", "user");
 const shardByCaller = routeToOwner("caller.userId", "user");
 
-export function inboxService(deps: EngineDeps): ServiceSchema {
+export function syncService(deps: EngineDeps): ServiceSchema {
   let inbox: Inbox;
   return {
-    name: "inbox",
+    name: "sync",
     created() {
       inbox = new Inbox(
         deps,
@@ -420,6 +420,6 @@ export function inboxService(deps: EngineDeps): ServiceSchema {
           inbox.difference(requireUser(caller).userId, request.sn),
         ),
       },
-    } satisfies ActionsOf<EngineActions, "inbox">,
+    } satisfies ActionsOf<EngineActions, "sync">,
   };
 }

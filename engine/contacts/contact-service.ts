@@ -38,7 +38,7 @@ import { accountScope, type EventBatch } from "../delivery/fan-out.js";
 import { tellConversationActors } from "../membership.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
 import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "../ports/store/store.js";
-import { normalizeIdentity } from "../auth/accounts.js";
+import { normalizeIdentity } from "../auth/auth-service.js";
 import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { userInfoView } from "../views.js";
 import type { EngineActions } from "../engine-actions.js";
@@ -62,7 +62,7 @@ function requestItem(request: FriendRequestRecord): PendingRequestItem {
   });
 }
 
-export function socialService(deps: EngineDeps): ServiceSchema {
+export function contactsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
   const social = store.social;
 
@@ -103,7 +103,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
   }
 
   return {
-    name: "social",
+    name: "contacts",
     actions: {
       sendFriendRequest: rpcAction(SendFriendRequestRequestSchema, SendFriendRequestResponseSchema, async ({ request, caller, ctx }) => {
         const sender = requireUser(caller);
@@ -264,7 +264,7 @@ export function socialService(deps: EngineDeps): ServiceSchema {
           }),
         };
       }),
-    } satisfies ActionsOf<EngineActions, "social">,
+    } satisfies ActionsOf<EngineActions, "contacts">,
   };
 
   /** Exact match on email, phone or username; at most one human. */

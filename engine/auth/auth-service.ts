@@ -443,10 +443,10 @@ export class Accounts {
   }
 }
 
-export function accountsService(deps: EngineDeps): ServiceSchema {
+export function authService(deps: EngineDeps): ServiceSchema {
   let accounts: Accounts;
   return {
-    name: "accounts",
+    name: "auth",
     created() {
       const broker = this.broker;
       accounts = new Accounts(deps, {
@@ -513,6 +513,6 @@ export function accountsService(deps: EngineDeps): ServiceSchema {
         await accounts.removeDevice(requireUser(caller), request.deviceId);
         return {};
       }),
-    } satisfies ActionsOf<EngineActions, "accounts">,
+    } satisfies ActionsOf<EngineActions, "auth">,
   };
 }

@@ -60,7 +60,7 @@ import { requireParticipant, tellConversationActors } from "../membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
 import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "../ports/store/store.js";
-import { usernameProblem } from "../users/users.js";
+import { usernameProblem } from "../users/user-service.js";
 import { userInfoView } from "../views.js";
 import { callEngine, type ConfigureWebhookParams, type EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
@@ -243,7 +243,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
           const saved = await writeConfig(agent, written.update, attempt);
           if (!saved) continue;
           await announceConfig(ctx, agent, saved, written.update);
-          // The inbox's switch released the parked feeds (inbox.deliveryModeChanged).
+          // The inbox's switch released the parked feeds (sync.deliveryModeChanged).
           parked = false;
           return { agent: saved, secretKey: written.secretKey };
         }
@@ -321,9 +321,9 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
     if (whitelistChanged) await forgetIdentities(ctx.broker, { userId: agentUserId });
     announceChange(ctx, agentUserId);
     // The switch takes effect in the agent's inbox (queue handed over or taken back) before the
-    // caller hears of it; see agent-delivery.ts.
+    // caller hears of it; see event-routing.ts.
     if (update.deliveryMode !== undefined || update.webhookUrl !== undefined) {
-      await callEngine(ctx, "inbox.deliveryModeChanged", { userId: agentUserId });
+      await callEngine(ctx, "sync.deliveryModeChanged", { userId: agentUserId });
     }
     if (whitelistChanged) {
       void ctx.broadcast(BusEvents.agentWhitelistChanged, { agentUserId, ipWhitelist: saved.ipWhitelist } satisfies AgentWhitelistChangedEvent);
@@ -403,7 +403,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       stopping = false;
       // Tried again with growing pauses until every such agent left its groups.
       const finish = async () => {
-        await broker.waitForServices(["groups", "conversation", "inbox"], 30_000);
+        await broker.waitForServices(["groups", "messages", "sync"], 30_000);
         if (stopping) return;
         const ctx = moleculer.Context.create(broker);
         let failure: unknown;

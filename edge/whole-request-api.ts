@@ -1,11 +1,11 @@
 // The API as a front that hands over whole requests (the uWS front) serves it: one call, the whole
-// request in, the whole answer out. Connect unary calls take the lean path (api/unary-http.ts);
+// request in, the whole answer out. Connect unary calls take the lean path (api/lean-unary.ts);
 // gRPC and gRPC-Web go to Connect-ES's handler of the procedure, given one chunk of body.
 import type { ApiHandle } from "../api/api-service.js";
 import { maxRequestBytes } from "../api/api-service.js";
-import type { UnaryHttpHead, UnaryHttpRequest, UnaryHttpResponse } from "../api/unary-http.js";
+import type { UnaryHttpHead, UnaryHttpRequest, UnaryHttpResponse } from "../api/lean-unary.js";
 
-export type { UnaryHttpRequest, UnaryHttpResponse } from "../api/unary-http.js";
+export type { UnaryHttpRequest, UnaryHttpResponse } from "../api/lean-unary.js";
 
 /** The API as a front that reads whole requests sees it. */
 export interface WholeRequestApi {

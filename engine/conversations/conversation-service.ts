@@ -23,7 +23,7 @@ import {
 import type { SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
 import { privateParticipants } from "../../shared/ids.js";
-import { envelopeOf } from "../messages/conversation.js";
+import { envelopeOf } from "../messages/conversation-actor.js";
 import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
 import { requireParticipant, type ConversationAccess } from "../membership.js";

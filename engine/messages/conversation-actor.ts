@@ -10,7 +10,7 @@
 // out as ephemeral pushes; the database sees a stream twice, at START and at END or ERROR.
 //
 // The actor holds what its checks need in memory (membership.ts: participants, group status,
-// contacts and blocks of a pair, accounts) and is told when it changes (`conversation.forget`),
+// contacts and blocks of a pair, accounts) and is told when it changes (`messages.forget`),
 // so no message or delta reads it. It serves a conversation only while this node owns it
 // (ownership.ts): every write carries the lease's fence, and a write the store refuses drops what
 // the node held of the conversation (checks, sequence position, live streams) and answers a
@@ -61,7 +61,7 @@ import type { EngineDeps } from "../deps.js";
 import { FanOutPolicy, type PreparedFanOut } from "../delivery/fan-out.js";
 import { callEngine, type AdoptStreamParams, type EngineActions, type FinishFanOutsParams, type ForgetParams } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
-import { deliverCardAction, pushEphemeral } from "../delivery/inbox.js";
+import { deliverCardAction, pushEphemeral } from "../sync/inbox.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import {
   BoundedCache,
@@ -86,7 +86,7 @@ import {
   startsStream,
   streamStartBody,
 } from "./message-body.js";
-import { requestOfflinePush } from "../push/push.js";
+import { requestOfflinePush } from "../push/push-service.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "../agents/system-agent.js";
 import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "../ports/store/store.js";
@@ -726,7 +726,7 @@ export class ConversationActor {
     for (const open of adopting) {
       if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
       const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };
-      await callEngine(ctx, "conversation.adoptStream", params).catch(() => undefined);
+      await callEngine(ctx, "messages.adoptStream", params).catch(() => undefined);
     }
     let ended = 0;
     for (const [key, stream] of [...this.streams]) {
@@ -825,20 +825,20 @@ interface Admitted {
 
 const shardByConversation = routeToOwner("request.conversationId", "conversation");
 
-export function conversationService(deps: EngineDeps): ServiceSchema {
+export function messagesService(deps: EngineDeps): ServiceSchema {
   const actor = new ConversationActor(deps);
   const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
   let sweep: NodeJS.Timeout | undefined;
   let fanOutSweep: NodeJS.Timeout | undefined;
   let unsampleStreams = () => {};
   return {
-    name: "conversation",
+    name: "messages",
     started() {
       const broker = this.broker;
       unsampleStreams = streamsOpen.sample({}, () => actor.openStreams);
       // Each node owns the streams in its memory, so the sweep is called on this node only.
       sweep = setInterval(() => {
-        callEngine(broker, "conversation.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
+        callEngine(broker, "messages.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
       }, MessagePolicy.streamSweepIntervalMs);
       sweep.unref();
       fanOutSweep = setInterval(() => {
@@ -943,6 +943,6 @@ export function conversationService(deps: EngineDeps): ServiceSchema {
           actor.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),
         ),
       ),
-    } satisfies ActionsOf<EngineActions, "conversation">,
+    } satisfies ActionsOf<EngineActions, "messages">,
   };
 }

@@ -1,6 +1,6 @@
 // The inbox's promise that a stream takes a fan-out once, on the cluster's store: two engines,
 // each with its own handle on one keyspace, finish one fan-out across a lease move (the race is
-// told in test/support/fan-out-races.ts; engine/delivery/inbox.test.ts runs it on SQLite).
+// told in test/support/fan-out-races.ts; engine/sync/inbox.test.ts runs it on SQLite).
 import { expect } from "chai";
 import { AdjustableClock } from "../../shared/clock.js";
 import type { EngineDeps } from "../deps.js";
