@@ -1,14 +1,14 @@
 // What every engine service is built from, chosen once at start-up (see server.ts).
 import type { ParleyConfig } from "../shared/config.js";
 import type { Clock } from "../shared/clock.js";
-import type { CodeSender } from "./ports/code-delivery/code-sender.js";
-import type { EphemeralState } from "./ports/ephemeral/ephemeral-state.js";
+import type { CodeSender } from "../ports/code-delivery/code-sender.js";
+import type { EphemeralState } from "../ports/ephemeral/ephemeral-state.js";
 import type { FanOuts } from "./delivery/fan-out.js";
 import type { Ownership } from "./ownership.js";
-import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
-import type { PushNotifier } from "./ports/push-notifier/push-notifier.js";
+import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
+import type { PushNotifier } from "../ports/push-notifier/push-notifier.js";
 import type { Pushes } from "./delivery/push-router.js";
-import type { Store } from "./ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 
 export interface EngineDeps {
   config: ParleyConfig;

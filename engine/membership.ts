@@ -11,7 +11,7 @@ import type { Context } from "moleculer";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { callEngine, type EngineActions, type ForgetParams } from "./engine-actions.js";
 import { isGroupConversationId, privateParticipants } from "../shared/ids.js";
-import { AccountType, AgentStatus, ConversationKind, GroupStatus, type ConversationRecord, type GroupRecord, type Store, type UserRecord } from "./ports/store/store.js";
+import { AccountType, AgentStatus, ConversationKind, GroupStatus, type ConversationRecord, type GroupRecord, type Store, type UserRecord } from "../ports/store/store.js";
 
 export interface ConversationAccess {
   conversation: ConversationRecord;

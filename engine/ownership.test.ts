@@ -7,8 +7,8 @@ import { AdjustableClock } from "../shared/clock.js";
 import { loadConfig } from "../shared/config.js";
 import { Ownership, OwnershipPolicy, leaseTimings, type Placement } from "./ownership.js";
 import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
-import { openSqliteStore } from "./ports/store/sqlite/sqlite-store.js";
-import type { Store } from "./ports/store/store.js";
+import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
+import type { Store } from "../ports/store/store.js";
 
 describe("Ownership", () => {
   let dir: string;

@@ -27,7 +27,7 @@ import { randomBytes } from "node:crypto";
 import { Errors, ParleyError, parleyErrorParts } from "../shared/errors.js";
 import type { Clock } from "../shared/clock.js";
 import { shardCount, shardOf } from "../shared/shards.js";
-import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "./ports/store/store.js";
+import type { Fence, FenceHolder, LeaseHolder, LeaseStore } from "../ports/store/store.js";
 
 export const OwnershipPolicy = {
   /** The deployment's shard count (shared/shards.ts). */

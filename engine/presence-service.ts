@@ -4,8 +4,8 @@
 // answers it needed lately (`cache`), which the gateways' announcements keep true.
 import type { Context, ServiceSchema } from "moleculer";
 import { PresenceEvents, type OnlineAmongParams, type PresenceChangedEvent, type PresenceNodeResetEvent } from "../shared/presence.js";
-import type { CachedPresenceRegistry } from "./ports/presence/cached-presence-registry.js";
-import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
+import type { CachedPresenceRegistry } from "../ports/presence/cached-presence-registry.js";
+import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
 import type { EngineActions } from "./engine-actions.js";
 import type { ActionsOf } from "../shared/actions.js";
 

@@ -8,7 +8,7 @@ import type { Socket } from "node:net";
 import moleculer, { type Context, type ServiceBroker } from "moleculer";
 import { type Placement } from "./ownership.js";
 import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
-import type { LeaseHolder } from "./ports/store/store.js";
+import type { LeaseHolder } from "../ports/store/store.js";
 
 /** Node ids of the engines able to own keys: the nodes serving the sharded actor actions. */
 export function engineNodes(broker: ServiceBroker): string[] {

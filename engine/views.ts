@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { DeviceSchema, UserSchema, type Device, type User } from "../shared/gen/api/v1/common_pb.js";
 import { UserInfoSchema, type UserInfo } from "../shared/gen/shared/v1/common_pb.js";
 import { GroupInfoSchema, type GroupInfo } from "../shared/gen/shared/v1/group_pb.js";
-import type { GroupRecord, SessionRecord, UserRecord } from "./ports/store/store.js";
+import type { GroupRecord, SessionRecord, UserRecord } from "../ports/store/store.js";
 
 export function userInfoView(user: UserRecord): UserInfo {
   return create(UserInfoSchema, {

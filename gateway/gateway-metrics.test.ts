@@ -4,7 +4,7 @@
 // socket; here they are exact.
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
-import { MemoryPresenceRegistry } from "../engine/ports/presence/memory-presence-registry.js";
+import { MemoryPresenceRegistry } from "../ports/presence/memory-presence-registry.js";
 import type { PushEvent } from "../shared/bus.js";
 import { metricsRegistry } from "../shared/metrics.js";
 import { sumOf } from "../test/support/prometheus-text.js";

@@ -7,7 +7,7 @@ import { type FeedRelease, type ParkAgentFeedsParams, type ParkedAgentFeeds, typ
 import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
-import type { PresenceRegistry } from "../engine/ports/presence/presence-registry.js";
+import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
 import { PresenceEvents, type PresenceChangedEvent, type PresenceNodeResetEvent } from "../shared/presence.js";
 import { AgentFeed } from "./agent-feed.js";
 import { CloseCodes, Connection, type ConnectionPolicy, type Identity } from "./connection.js";

@@ -2,8 +2,8 @@
 // CASSANDRA_* settings name (shared/config.ts, as the server reads them), creating it when missing;
 // `npm run store -- status` prints the keyspace's schema version beside this build's.
 // Exit codes: 0 done, 1 failed, 2 bad usage or settings (nothing was attempted).
-import { Cql } from "../engine/ports/store/cassandra/cql.js";
-import { appliedVersions, cassandraMigrations, cassandraSchemaVersion, migrateKeyspace } from "../engine/ports/store/cassandra/schema.js";
+import { Cql } from "../ports/store/cassandra/cql.js";
+import { appliedVersions, cassandraMigrations, cassandraSchemaVersion, migrateKeyspace } from "../ports/store/cassandra/schema.js";
 import { cassandraSettingsFromEnv } from "../shared/config.js";
 
 const usage = "usage: npm run store -- migrate | status   (settings: CASSANDRA_CONTACT_POINTS, CASSANDRA_KEYSPACE, CASSANDRA_LOCAL_DC, CASSANDRA_REPLICATION)";

@@ -6,7 +6,7 @@ export interface OnlineAmongParams {
 
 /**
  * What gateways announce to the engines' presence services, which keep a copy of the answers they
- * needed (engine/ports/presence/cached-presence-registry.ts).
+ * needed (ports/presence/cached-presence-registry.ts).
  */
 export const PresenceEvents = {
   /** A gateway reported new connection counts (PresenceChangedEvent), before it answered the connection that changed them. */

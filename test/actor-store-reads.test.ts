@@ -3,7 +3,7 @@
 import { expect } from "chai";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { GroupService } from "../shared/gen/api/v1/group_pb.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { signInWithCode } from "./support/accounts.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";
 import { nextClientMessageId, streamStartBody, textBody } from "./support/messaging.js";

@@ -24,7 +24,7 @@ import type { Caller, RpcParams } from "../shared/caller.js";
 import { Errors, parleyErrorParts } from "../shared/errors.js";
 import { fromWire, toWire } from "../shared/wire.js";
 import { engineNodes } from "../engine/shard-owners.js";
-import { AgentStatus, DeliveryMode, type Store } from "../engine/ports/store/store.js";
+import { AgentStatus, DeliveryMode, type Store } from "../ports/store/store.js";
 import type { Parley } from "../server.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";

@@ -13,7 +13,7 @@ import { ownerOf } from "../engine/shard-owners.js";
 import { brokerOptions, meshTransporter } from "../moleculer.config.js";
 import { startParley, type Parley } from "../server.js";
 import { metricsRegistry } from "../shared/metrics.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, freePort, startTestServer, type TestServer } from "./support/harness.js";
 import { nextClientMessageId, textBody } from "./support/messaging.js";

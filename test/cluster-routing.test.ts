@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { conversationKey, shardOf, userStreamKey } from "../shared/shards.js";
 import { engineNodes, ownerOf, servedWhereCalled } from "../engine/shard-owners.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { MessageService, SendMessageRequestSchema } from "../shared/gen/api/v1/message_pb.js";
 import type { RpcParams } from "../shared/caller.js";
 import { parleyErrorParts } from "../shared/errors.js";

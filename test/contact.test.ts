@@ -8,7 +8,7 @@ import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import { Errors } from "../shared/errors.js";
 import { privateConversationId } from "../shared/ids.js";
-import { AgentStatus, AgentVisibility } from "../engine/ports/store/store.js";
+import { AgentStatus, AgentVisibility } from "../ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, openServerStore, startTestServer, wireModes, type TestServer } from "./support/harness.js";

@@ -8,7 +8,7 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { UserService } from "../shared/gen/api/v1/user_pb.js";
 import type { SnUpdate } from "../shared/gen/shared/v1/updates_pb.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, startTestServer, type TestServer } from "./support/harness.js";
 import { SyncService } from "../shared/gen/api/v1/sync_pb.js";

@@ -13,7 +13,7 @@ import { Errors } from "../shared/errors.js";
 import { AdjustableClock } from "../shared/clock.js";
 import { Ownership, OwnershipPolicy } from "../engine/ownership.js";
 import { conversationKey, shardOf } from "../shared/shards.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
 import { client, openServerStore, startTestServer, type TestServer } from "./support/harness.js";

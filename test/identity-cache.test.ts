@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import type { ServiceBroker } from "moleculer";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";
 import { AuthService } from "../shared/gen/api/v1/auth_pb.js";
 import { IdentityType } from "../shared/gen/api/v1/common_pb.js";

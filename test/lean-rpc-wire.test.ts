@@ -11,7 +11,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import { AdjustableClock } from "../shared/clock.js";
-import type { Store } from "../engine/ports/store/store.js";
+import type { Store } from "../ports/store/store.js";
 import { meshTransporter } from "../moleculer.config.js";
 import { startParley, type Parley } from "../server.js";
 import { AgentService } from "../shared/gen/api/v1/agent_pb.js";

@@ -7,8 +7,8 @@
 // them: a push whose lookup came back early must still wait for its turn.
 import { expect } from "chai";
 import { setTimeout as sleep } from "node:timers/promises";
-import { MemoryPresenceRegistry } from "../engine/ports/presence/memory-presence-registry.js";
-import type { PresenceRegistry } from "../engine/ports/presence/presence-registry.js";
+import { MemoryPresenceRegistry } from "../ports/presence/memory-presence-registry.js";
+import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { StreamPhase, type MessageEnvelope } from "../shared/gen/shared/v1/message_pb.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";

@@ -4,12 +4,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { openSqliteStore } from "../engine/ports/store/sqlite/sqlite-store.js";
-import type { Store } from "../engine/ports/store/store.js";
+import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
+import type { Store } from "../ports/store/store.js";
 import type { DeliveryOutcome } from "./delivery.js";
 import { WebhookDispatcher, type DispatcherOptions, type DispatcherPolicy, type WebhookPoster } from "./dispatcher.js";
 import { deliveryLocks } from "./fleet.js";
-import { MemoryEphemeralState } from "../engine/ports/ephemeral/memory-ephemeral-state.js";
+import { MemoryEphemeralState } from "../ports/ephemeral/memory-ephemeral-state.js";
 import { AdjustableClock } from "../shared/clock.js";
 
 // The SQLite queue answers synchronously, so once a timer fires every step in reach has run.

@@ -16,8 +16,8 @@
 // record lost with a crash delays a delivery until the dispatcher's poll, and a record read twice
 // wakes the dispatcher twice.
 import { randomBytes } from "node:crypto";
-import type { EphemeralState } from "../engine/ports/ephemeral/ephemeral-state.js";
-import { partitionOf, type LogConsumer, type UpdateLog } from "../engine/ports/update-log/update-log.js";
+import type { EphemeralState } from "../ports/ephemeral/ephemeral-state.js";
+import { partitionOf, type LogConsumer, type UpdateLog } from "../ports/update-log/update-log.js";
 import type { AgentSlice } from "../shared/agent-delivery.js";
 
 export const WebhookTopic = {

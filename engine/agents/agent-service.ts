@@ -59,7 +59,7 @@ import { Mailboxes } from "../../shared/mailbox.js";
 import { requireParticipant, tellConversationActors } from "../membership.js";
 import { MiniAppPermission, allMiniAppPermissions, signInitData } from "./mini-app.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
-import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "../ports/store/store.js";
+import { AgentChangeRefused, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type AgentChange, type AgentRecord, type EventsOf, type UserRecord } from "../../ports/store/store.js";
 import { usernameProblem } from "../users/user-service.js";
 import { userInfoView } from "../views.js";
 import { callEngine, type ConfigureWebhookParams, type EngineActions } from "../engine-actions.js";

@@ -19,7 +19,7 @@ import { SnUpdateSchema, type SnUpdate } from "../../shared/gen/shared/v1/update
 import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../../shared/wire.js";
 import type { Clock } from "../../shared/clock.js";
-import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "../ports/store/store.js";
+import { AccountType, AgentStatus, DeliveryMode, type AgentRecord, type Store } from "../../ports/store/store.js";
 import { snUpdateOf } from "../delivery/stream-entry.js";
 import { groupInfoView, userInfoView } from "../views.js";
 

@@ -16,7 +16,7 @@ import { parleyErrorParts } from "../../shared/errors.js";
 import { toWire } from "../../shared/wire.js";
 import { TokenPrefix, newToken } from "../auth/credentials.js";
 import type { EngineDeps } from "../deps.js";
-import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "../ports/store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, DeliveryMode, noMiniApp, type Store } from "../../ports/store/store.js";
 import { callEngine } from "../engine-actions.js";
 
 /** Reserved below the first ordinary user id (10001), so it is the same on every install. */

@@ -10,7 +10,7 @@ import { isIP } from "node:net";
 import type { AbuseLimitsConfig } from "../../shared/config.js";
 import { Errors, ParleyError, type CatalogueEntry } from "../../shared/errors.js";
 import { normalizeAddress } from "../../shared/ip.js";
-import type { EphemeralState } from "../ports/ephemeral/ephemeral-state.js";
+import type { EphemeralState } from "../../ports/ephemeral/ephemeral-state.js";
 
 const windowMs = 60_000;
 

@@ -56,7 +56,7 @@ import {
 } from "./credentials.js";
 import { forgetIdentities, reachesIdentityCache } from "./identity-revocation.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
-import { AccountType, AgentStatus, type UserRecord } from "../ports/store/store.js";
+import { AccountType, AgentStatus, type UserRecord } from "../../ports/store/store.js";
 import { deviceView, selfView } from "../views.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";

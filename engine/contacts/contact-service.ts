@@ -37,7 +37,7 @@ import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
 import { tellConversationActors } from "../membership.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
-import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "../ports/store/store.js";
+import { AccountType, AgentStatus, AgentVisibility, FriendRequestStatus, type FriendRequestRecord, type UserRecord } from "../../ports/store/store.js";
 import { normalizeIdentity } from "../auth/auth-service.js";
 import { IdentityType } from "../../shared/gen/api/v1/common_pb.js";
 import { userInfoView } from "../views.js";

@@ -28,7 +28,7 @@ import type { EngineDeps } from "../deps.js";
 import { accountScope, type EventBatch } from "../delivery/fan-out.js";
 import { requireParticipant, type ConversationAccess } from "../membership.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
-import { ConversationKind, type UserConversationRecord } from "../ports/store/store.js";
+import { ConversationKind, type UserConversationRecord } from "../../ports/store/store.js";
 import { groupInfoView, userInfoView } from "../views.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";

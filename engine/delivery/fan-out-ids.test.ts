@@ -5,8 +5,8 @@ import { expect } from "chai";
 import { Errors, parleyErrorParts } from "../../shared/errors.js";
 import { AdjustableClock } from "../../shared/clock.js";
 import { FanOutIds, type FanOutIdPolicy } from "./fan-out-ids.js";
-import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
-import type { Store } from "../ports/store/store.js";
+import { openSqliteStore } from "../../ports/store/sqlite/sqlite-store.js";
+import type { Store } from "../../ports/store/store.js";
 
 describe("Fan-out ids", () => {
   let dir: string;

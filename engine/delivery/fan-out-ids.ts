@@ -13,7 +13,7 @@
 import { Errors, ParleyError } from "../../shared/errors.js";
 import type { Clock } from "../../shared/clock.js";
 import { OwnershipPolicy, type LeaseTimings } from "../ownership.js";
-import type { Fence, LeaseHolder, LeaseStore } from "../ports/store/store.js";
+import type { Fence, LeaseHolder, LeaseStore } from "../../ports/store/store.js";
 
 const idEpochMs = Date.UTC(2026, 0, 1);
 const slotBits = 10n;

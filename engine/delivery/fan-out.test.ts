@@ -6,8 +6,8 @@ import type { AppendFanOutsParams, FanOutAppend } from "./fan-out-contracts.js";
 import { AdjustableClock } from "../../shared/clock.js";
 import { FanOutPolicy, FanOuts, accountScope } from "./fan-out.js";
 import { FanOutIds } from "./fan-out-ids.js";
-import { openSqliteStore } from "../ports/store/sqlite/sqlite-store.js";
-import type { FanOutRecord, Store } from "../ports/store/store.js";
+import { openSqliteStore } from "../../ports/store/sqlite/sqlite-store.js";
+import type { FanOutRecord, Store } from "../../ports/store/store.js";
 
 /** Records the appends a fan-out asks for; `hold` keeps them unanswered until released; `failing` refuses them. */
 class Inboxes {

@@ -40,7 +40,7 @@ import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "../../shared/clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
 import type { Pushes } from "./push-router.js";
-import type { FanOutRecord, Store, SystemMessageRecord } from "../ports/store/store.js";
+import type { FanOutRecord, Store, SystemMessageRecord } from "../../ports/store/store.js";
 import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../../shared/metrics.js";
 import { callEngine } from "../engine-actions.js";
 

@@ -2,7 +2,7 @@ import { EventEmitter } from "node:events";
 import { expect } from "chai";
 import type { ServiceBroker } from "moleculer";
 import type { PushEvent } from "../../shared/bus.js";
-import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
+import type { PresenceRegistry } from "../../ports/presence/presence-registry.js";
 import { PushRouter } from "./push-router.js";
 
 /** A broker that records the gateway calls it is asked for, in the order asked, and knows the nodes it was told of. */

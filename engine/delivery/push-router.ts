@@ -14,7 +14,7 @@
 import type { ServiceBroker } from "moleculer";
 import type { FeedRelease } from "../../shared/agent-delivery.js";
 import type { PushEvent } from "../../shared/bus.js";
-import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
+import type { PresenceRegistry } from "../../ports/presence/presence-registry.js";
 import { pushGatewayCalls } from "../../shared/metrics.js";
 import { callEngine } from "../engine-actions.js";
 

@@ -3,7 +3,7 @@
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { SnUpdateSchema, type SnUpdate } from "../../shared/gen/shared/v1/updates_pb.js";
 import { toWire, type WireMessage } from "../../shared/wire.js";
-import type { StoredUpdate } from "../ports/store/store.js";
+import type { StoredUpdate } from "../../ports/store/store.js";
 
 /**
  * A stream entry encoded once for every recipient: its wire form and its protobuf binary form

@@ -50,7 +50,7 @@ import {
   type GroupRecord,
   type MemberRecord,
   type UserRecord,
-} from "../ports/store/store.js";
+} from "../../ports/store/store.js";
 import { groupInfoView, userInfoView } from "../views.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";

@@ -37,13 +37,13 @@ import {
   type MediaDownloadParams,
   type RequestedRange,
 } from "../../shared/media-download.js";
-import type { BlobStore, ByteRange } from "../ports/blob-store/blob-store.js";
+import type { BlobStore, ByteRange } from "../../ports/blob-store/blob-store.js";
 import type { EngineDeps } from "../deps.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import { analyzeMedia, type MediaFacts } from "./media-analysis.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
-import type { MediaFileRecord, UploadSessionRecord } from "../ports/store/store.js";
+import type { MediaFileRecord, UploadSessionRecord } from "../../ports/store/store.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
 

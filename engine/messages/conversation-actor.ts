@@ -89,7 +89,7 @@ import {
 import { requestOfflinePush } from "../push/push-service.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
 import { systemAgentUserId, tellSystemAgent } from "../agents/system-agent.js";
-import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "../ports/store/store.js";
+import { OwnershipLostError, type Fence, type MessageRecord, type UserRecord } from "../../ports/store/store.js";
 import { userInfoView } from "../views.js";
 import { streamsEnded, streamsOpen, streamsStarted } from "../../shared/metrics.js";
 import { backgroundFailed } from "../../shared/background.js";

@@ -15,7 +15,7 @@ import { PushPlatform } from "../../shared/gen/shared/v1/common_pb.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
 import type { EngineDeps } from "../deps.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
-import { AccountType, type PushTokenRecord } from "../ports/store/store.js";
+import { AccountType, type PushTokenRecord } from "../../ports/store/store.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
 import { callEngine } from "../engine-actions.js";

@@ -6,8 +6,8 @@ import { AdjustableClock } from "../../shared/clock.js";
 import type { EngineDeps } from "../deps.js";
 import { Inbox } from "./inbox.js";
 import type { Ownership } from "../ownership.js";
-import type { Store } from "../ports/store/store.js";
-import type { CassandraStore } from "../ports/store/cassandra/cassandra-store.js";
+import type { Store } from "../../ports/store/store.js";
+import type { CassandraStore } from "../../ports/store/cassandra/cassandra-store.js";
 import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../test/support/cassandra.js";
 import { finishAcrossLeaseMove, nicknamesIn } from "../../test/support/fan-out-races.js";
 

@@ -44,7 +44,7 @@ import { userStreamKey } from "../../shared/shards.js";
 import type { Pushes } from "../delivery/push-router.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
-import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../ports/store/store.js";
+import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../../ports/store/store.js";
 import { snUpdateOf } from "../delivery/stream-entry.js";
 import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "../delivery/fan-out-contracts.js";
 import { callEngine, type CardActionParams, type EngineActions } from "../engine-actions.js";

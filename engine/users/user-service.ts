@@ -18,7 +18,7 @@ import type { EngineDeps } from "../deps.js";
 import { accountScope } from "../delivery/fan-out.js";
 import { tellConversationActors } from "../membership.js";
 import { requireCaller, requireUser, rpcAction } from "../rpc-action.js";
-import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "../ports/store/store.js";
+import { AccountType, AgentStatus, type ProfileChange, type UserRecord } from "../../ports/store/store.js";
 import { selfView, userInfoView } from "../views.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";

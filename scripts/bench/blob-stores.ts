@@ -7,9 +7,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import type { BlobStore } from "../../engine/ports/blob-store/blob-store.js";
-import { LocalDiskBlobStore } from "../../engine/ports/blob-store/local-disk-blob-store.js";
-import { S3BlobStore } from "../../engine/ports/blob-store/s3-blob-store.js";
+import type { BlobStore } from "../../ports/blob-store/blob-store.js";
+import { LocalDiskBlobStore } from "../../ports/blob-store/local-disk-blob-store.js";
+import { S3BlobStore } from "../../ports/blob-store/s3-blob-store.js";
 import { createTestBucket, releaseTestS3, testS3 } from "../../test/support/s3.js";
 
 const { values } = parseArgs({

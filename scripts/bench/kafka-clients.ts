@@ -14,7 +14,7 @@ import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Admin, Consumer as PlatformaticConsumer, Producer as PlatformaticProducer, ProduceAcks, type Message } from "@platformatic/kafka";
 import { Kafka, logLevel, type Consumer as KafkajsConsumer } from "kafkajs";
-import { partitionOf } from "../../engine/ports/update-log/update-log.js";
+import { partitionOf } from "../../ports/update-log/update-log.js";
 import { releaseTestKafka, testKafka } from "../../test/support/kafka.js";
 
 const { values } = parseArgs({ options: { runs: { type: "string", default: "3" }, smoke: { type: "boolean", default: false } } });

@@ -2,8 +2,8 @@
 // starts: the keyspace at this build's schema (one migration, not one per engine racing for the
 // lock), the media bucket, and the update log's topics.
 import { CreateBucketCommand, HeadBucketCommand, S3Client } from "@aws-sdk/client-s3";
-import { KafkaUpdateLog } from "../../engine/ports/update-log/kafka-update-log.js";
-import { openCassandraStore } from "../../engine/ports/store/cassandra/cassandra-store.js";
+import { KafkaUpdateLog } from "../../ports/update-log/kafka-update-log.js";
+import { openCassandraStore } from "../../ports/store/cassandra/cassandra-store.js";
 import { WebhookTopic, webhookTopicName } from "../../webhooks/fleet.js";
 import { cassandraPort } from "../services/cassandra.js";
 import { kafkaPort } from "../services/kafka.js";

@@ -6,8 +6,8 @@ import cassandra from "cassandra-driver";
 import { join } from "node:path";
 import { ensureCassandra } from "../../scripts/services/cassandra.js";
 import { createHash } from "node:crypto";
-import { openCassandraStore, type CassandraStore } from "../../engine/ports/store/cassandra/cassandra-store.js";
-import { cassandraMigrations } from "../../engine/ports/store/cassandra/schema.js";
+import { openCassandraStore, type CassandraStore } from "../../ports/store/cassandra/cassandra-store.js";
+import { cassandraMigrations } from "../../ports/store/cassandra/schema.js";
 
 /** Where the test Cassandra keeps its data: outlives runs, so a second run starts warm. */
 export const testServicesDir = join(tmpdir(), "parley-test-services");

@@ -9,7 +9,7 @@
 // conformance suite, and the cluster tests run it for real).
 import { basename } from "node:path";
 import { AdjustableClock } from "../../shared/clock.js";
-import { MemoryEphemeralState } from "../../engine/ports/ephemeral/memory-ephemeral-state.js";
+import { MemoryEphemeralState } from "../../ports/ephemeral/memory-ephemeral-state.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 import { StartupTimings } from "../../startup-timings.js";

@@ -3,7 +3,7 @@ import type { FanOutAppend } from "../../engine/delivery/fan-out-contracts.js";
 import type { AppendedFanOut } from "../../engine/delivery/fan-out-contracts.js";
 import type { Inbox } from "../../engine/sync/inbox.js";
 import { Ownership } from "../../engine/ownership.js";
-import type { Store } from "../../engine/ports/store/store.js";
+import type { Store } from "../../ports/store/store.js";
 import { encodeEntry, snUpdateOf } from "../../engine/delivery/stream-entry.js";
 import { nextTestFanOutId } from "./fan-outs.js";
 

@@ -9,14 +9,14 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdjustableClock } from "../../shared/clock.js";
 import { defaultSocketDriver, loadConfig, socketDrivers, type ParleyConfig, type SocketDriver } from "../../shared/config.js";
-import { openStore } from "../../engine/ports/store/open-store.js";
+import { openStore } from "../../ports/store/open-store.js";
 import { testBucketFor, testS3 } from "./s3.js";
 import { deleteTestRedisKeys, testRedis } from "./redis.js";
 import { clusterTestEnv, startTestCluster, testTopology } from "./cluster-topology.js";
 import { deleteTestKafkaTopics, testKafka } from "./kafka.js";
-import { MemoryEphemeralState } from "../../engine/ports/ephemeral/memory-ephemeral-state.js";
-import { MemoryPresenceRegistry } from "../../engine/ports/presence/memory-presence-registry.js";
-import type { Store } from "../../engine/ports/store/store.js";
+import { MemoryEphemeralState } from "../../ports/ephemeral/memory-ephemeral-state.js";
+import { MemoryPresenceRegistry } from "../../ports/presence/memory-presence-registry.js";
+import type { Store } from "../../ports/store/store.js";
 import { meshTransporter } from "../../moleculer.config.js";
 import { startParley, type Parley, type ParleyOptions, type Role } from "../../server.js";
 import { StartupTimings } from "../../startup-timings.js";
