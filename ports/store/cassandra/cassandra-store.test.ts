@@ -1,4 +1,4 @@
-import { describeStoreConformance } from "../store-conformance.js";
+import { describeStoreConformance } from "../conformance/store-conformance.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 

@@ -6,7 +6,7 @@ import { expect } from "chai";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { SnUpdateSchema } from "../../../shared/gen/shared/v1/updates_pb.js";
 import { snUpdateOf } from "../../../engine/delivery/stream-entry.js";
-import { describeStoreConformance } from "../store-conformance.js";
+import { describeStoreConformance } from "../conformance/store-conformance.js";
 import type { Store } from "../store.js";
 import { migrate, migrations } from "./migrations.js";
 import { beginTransactionsImmediately, openSqliteStore } from "./sqlite-store.js";
