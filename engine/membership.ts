@@ -90,7 +90,7 @@ export async function loadChecks(store: Store, conversationId: bigint, epoch: nu
   const conversation = pair && (await store.conversations.getConversation(conversationId));
   if (!conversation || !pair) throw new ParleyError(Errors.conversationNotFound);
   const [a, b] = pair;
-  const [blocked, aHasB, bHasA] = await Promise.all([store.social.isBlockedEitherWay(a, b), store.social.getContact(a, b), store.social.getContact(b, a)]);
+  const [blocked, aHasB, bHasA] = await Promise.all([store.contacts.isBlockedEitherWay(a, b), store.contacts.getContact(a, b), store.contacts.getContact(b, a)]);
   return { epoch, conversation, participants: pair, blocked, bothContacts: aHasB !== undefined && bHasA !== undefined };
 }
 

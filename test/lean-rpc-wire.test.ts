@@ -42,11 +42,11 @@ class FailingContacts {
   failing = false;
   wrap = (store: Store): Store => ({
     ...store,
-    social: {
-      ...store.social,
+    contacts: {
+      ...store.contacts,
       getContact: async (...args) => {
         if (this.failing) throw new Error("injected failure: contact read");
-        return store.social.getContact(...args);
+        return store.contacts.getContact(...args);
       },
     },
   });

@@ -384,7 +384,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
   /** Whether the user may see and launch the agent: it is public, theirs, or already their contact. */
   async function hasAccess(userId: number, agent: AgentRecord): Promise<boolean> {
     if (agent.visibility === AgentVisibility.public || agent.creatorId === userId) return true;
-    return (await store.social.getContact(userId, agent.agentUserId)) !== undefined;
+    return (await store.contacts.getContact(userId, agent.agentUserId)) !== undefined;
   }
 
   /** PERMISSION_DENIED unless the conversation is the user's PRIVATE one with the agent or a group both are in. */
@@ -460,7 +460,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         }
         const { user, agent } = created;
         const events = await deps.fanOuts.batch();
-        await store.social.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
+        await store.contacts.connect(creator.userId, user.userId, privateConversationId(creator.userId, user.userId), now, () => [
           events.add(accountScope(creator.userId), [creator.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: user.userId } }, [userInfoView(user)]),
         ]);
         await events.deliver(ctx);
@@ -523,7 +523,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
         // authentication checks: from this write on, every call made with the token answers AGENT_NOT_ACTIVE.
         const told = await deps.fanOuts.batch();
         const agentUserId = agent.agentUserId;
-        const contactOwners = await store.social.listContactOwners(agentUserId);
+        const contactOwners = await store.contacts.listContactOwners(agentUserId);
         const statusChanged = { case: "agentStatusChanged", value: { $typeName: "shared.v1.AgentStatusChangedEvent", agentUserId, newStatus: AgentStatusEnum.DELETED } } as const;
         await mailboxes.run(agentUserId, () =>
           writeWhileActive(agentUserId, { status: AgentStatus.deleted }, () => [told.add(accountScope(agentUserId), contactOwners, statusChanged, [userInfoView(user)])]),

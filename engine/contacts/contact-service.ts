@@ -64,7 +64,7 @@ function requestItem(request: FriendRequestRecord): PendingRequestItem {
 
 export function contactsService(deps: EngineDeps): ServiceSchema {
   const { store, clock } = deps;
-  const social = store.social;
+  const contacts = store.contacts;
 
   async function requireTarget(caller: Caller, targetUserId: number, self: CatalogueEntry = Errors.cannotTargetSelf): Promise<UserRecord> {
     if (targetUserId === caller.userId) throw new ParleyError(self);
@@ -82,7 +82,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
     event(events, ownerId, [ownerId], { case: "contactDeleted", value: { $typeName: "shared.v1.ContactDeletedEvent", peerUserId: peer.userId } }, [peer]);
 
   async function handleRequest(ctx: Context, caller: Caller, requestId: bigint, status: typeof FriendRequestStatus.accepted | typeof FriendRequestStatus.rejected) {
-    const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await social.getFriendRequest(Number(requestId)) : undefined;
+    const request = requestId <= BigInt(Number.MAX_SAFE_INTEGER) ? await contacts.getFriendRequest(Number(requestId)) : undefined;
     // Only the addressee may answer; to anyone else the request does not exist.
     if (!request || request.toUserId !== caller.userId) throw new ParleyError(Errors.friendRequestNotFound);
     if (request.status !== FriendRequestStatus.pending) throw new ParleyError(Errors.friendRequestHandled);
@@ -91,9 +91,9 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
       status === FriendRequestStatus.accepted
         ? { case: "friendRequestAccepted", value: { $typeName: "shared.v1.FriendRequestAcceptedEvent", request: requestItem(request) } }
         : { case: "friendRequestRejected", value: { $typeName: "shared.v1.FriendRequestRejectedEvent", requestId: BigInt(request.requestId), rejectorId: caller.userId } };
-    // Accepting connects the two users in the same write (SocialStore.resolveFriendRequest).
+    // Accepting connects the two users in the same write (ContactStore.resolveFriendRequest).
     const events = await deps.fanOuts.batch();
-    const resolved = await social.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
+    const resolved = await contacts.resolveFriendRequest(request.requestId, status, clock.now(), (done) =>
       done ? [event(events, caller.userId, [request.fromUserId, request.toUserId], update, users)] : [],
     );
     if (!resolved) throw new ParleyError(Errors.friendRequestHandled);
@@ -108,15 +108,15 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
       sendFriendRequest: rpcAction(SendFriendRequestRequestSchema, SendFriendRequestResponseSchema, async ({ request, caller, ctx }) => {
         const sender = requireUser(caller);
         const target = await requireTarget(sender, request.targetUserId);
-        if (await social.isBlockedEitherWay(sender.userId, target.userId)) throw new ParleyError(Errors.blocked);
+        if (await contacts.isBlockedEitherWay(sender.userId, target.userId)) throw new ParleyError(Errors.blocked);
         if (target.accountType === AccountType.agent) throw new ParleyError(Errors.invalidArgument, { field: "target_user_id" }, "agents are added with AddContact");
-        const [mine, theirs] = await Promise.all([social.getContact(sender.userId, target.userId), social.getContact(target.userId, sender.userId)]);
+        const [mine, theirs] = await Promise.all([contacts.getContact(sender.userId, target.userId), contacts.getContact(target.userId, sender.userId)]);
         // Contacts on both sides: nothing to request. One side deleted: a new request re-friends.
         if (mine && theirs) throw new ParleyError(Errors.alreadyContacts);
-        if (await social.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
+        if (await contacts.findPendingBetween(sender.userId, target.userId)) throw new ParleyError(Errors.friendRequestPending);
         const senderRecord = (await store.users.getUser(sender.userId))!;
         const events = await deps.fanOuts.batch();
-        const created = await social.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
+        const created = await contacts.createFriendRequest(sender.userId, target.userId, request.message, clock.now(), (made) => [
           event(events, sender.userId, [target.userId], { case: "friendRequestReceived", value: { $typeName: "shared.v1.FriendRequestReceivedEvent", request: requestItem(made) } }, [senderRecord]),
           event(
             events,
@@ -133,7 +133,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         const owner = requireCaller(caller);
         const limit = request.limit || SocialPolicy.pendingPageDefault;
         const before = request.beforeTime !== undefined ? Number(request.beforeTime) : Number.MAX_SAFE_INTEGER;
-        const rows = await social.listPendingRequests(owner.userId, before, limit + 1);
+        const rows = await contacts.listPendingRequests(owner.userId, before, limit + 1);
         const page = rows.slice(0, limit);
         const senders = await store.users.getUsers([...new Set(page.map((r) => r.fromUserId))]);
         return { items: page.map(requestItem), hasMore: rows.length > limit, users: senders.map(userInfoView) };
@@ -152,12 +152,12 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         if (!agent) throw new ParleyError(Errors.userNotFound);
         if (agent.status !== AgentStatus.active) throw new ParleyError(Errors.agentNotActive);
         if (agent.visibility === AgentVisibility.private && agent.creatorId !== owner.userId) throw new ParleyError(Errors.privateAgent);
-        if (await social.isBlockedEitherWay(owner.userId, target.userId)) throw new ParleyError(Errors.blocked);
-        if (await social.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
+        if (await contacts.isBlockedEitherWay(owner.userId, target.userId)) throw new ParleyError(Errors.blocked);
+        if (await contacts.getContact(owner.userId, target.userId)) throw new ParleyError(Errors.contactAlreadyExists);
         // The agent hears of it on its own stream (delivered by webhook or socket, per its mode).
         const ownerRecord = (await store.users.getUser(owner.userId))!;
         const events = await deps.fanOuts.batch();
-        await social.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
+        await contacts.connect(owner.userId, target.userId, privateConversationId(owner.userId, target.userId), clock.now(), () => [
           event(events, owner.userId, [owner.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: target.userId } }, [target]),
           event(events, owner.userId, [target.userId], { case: "contactAdded", value: { $typeName: "shared.v1.ContactAddedEvent", peerUserId: owner.userId } }, [ownerRecord]),
         ]);
@@ -168,7 +168,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
       listContacts: rpcAction(ListContactsRequestSchema, ListContactsResponseSchema, async ({ request, caller }) => {
         const owner = requireCaller(caller);
         const limit = request.limit || SocialPolicy.contactsPageDefault;
-        const rows = await social.listContacts(owner.userId, request.afterId ?? 0, limit + 1);
+        const rows = await contacts.listContacts(owner.userId, request.afterId ?? 0, limit + 1);
         const page = rows.slice(0, limit);
         const users = new Map((await store.users.getUsers(page.map((c) => c.contactId))).map((u) => [u.userId, u]));
         return {
@@ -178,7 +178,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
             const alias = user.accountType === AccountType.user && contact.alias !== null ? contact.alias : undefined;
             return [{ user: userInfoView(user), alias, createdAt: BigInt(contact.createdAt) }];
           }),
-          totalContacts: await social.countContacts(owner.userId),
+          totalContacts: await contacts.countContacts(owner.userId),
           hasMore: rows.length > limit,
         };
       }),
@@ -186,7 +186,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         const owner = requireCaller(caller);
         const peer = await store.users.getUser(request.contactUserId);
         const events = await deps.fanOuts.batch();
-        if (!peer || !(await social.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(events, owner.userId, peer)] : [])))) {
+        if (!peer || !(await contacts.removeContact(owner.userId, peer.userId, (existed) => (existed ? [contactDeleted(events, owner.userId, peer)] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
         await pairChanged(ctx, owner.userId, peer.userId);
@@ -203,7 +203,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         }
         const aliasUpdated: Event = { case: "contactAliasUpdated", value: { $typeName: "shared.v1.ContactAliasUpdatedEvent", contactUserId: peer.userId, newAlias: alias ?? "" } };
         const events = await deps.fanOuts.batch();
-        if (!(await social.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(events, owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
+        if (!(await contacts.setAlias(owner.userId, peer.userId, alias, (set) => (set ? [event(events, owner.userId, [owner.userId], aliasUpdated, [peer])] : [])))) {
           throw new ParleyError(Errors.contactNotFound);
         }
         await events.deliver(ctx);
@@ -220,7 +220,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         if (request.accountType !== SearchAccountType.USER) {
           found.push(...(await store.users.searchAgents(query.replace(/^@/, ""), SocialPolicy.agentSearchResults + 1)));
         }
-        const blocked = await social.blockedAmong(searcher.userId, found.map((u) => u.userId));
+        const blocked = await contacts.blockedAmong(searcher.userId, found.map((u) => u.userId));
         const visible = found.filter((u) => u.userId !== searcher.userId && !blocked.has(u.userId));
         const humans = visible.filter((u) => u.accountType === AccountType.user).slice(0, 1);
         const agents = visible.filter((u) => u.accountType === AccountType.agent).slice(0, SocialPolicy.agentSearchResults);
@@ -232,7 +232,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         const blocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: true } };
         // The blocker's contact side and the pending requests between them go in the same write.
         const events = await deps.fanOuts.batch();
-        const outcome = await social.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
+        const outcome = await contacts.block(blocker.userId, target.userId, clock.now(), ({ blocked: done, contactRemoved }) =>
           done ? [...(contactRemoved ? [contactDeleted(events, blocker.userId, target)] : []), event(events, blocker.userId, [blocker.userId], blocked, [target])] : [],
         );
         if (!outcome.blocked) throw new ParleyError(Errors.alreadyBlocked);
@@ -246,7 +246,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
         if (!target) throw new ParleyError(Errors.notBlocked);
         const unblocked: Event = { case: "userBlockToggled", value: { $typeName: "shared.v1.UserBlockToggledEvent", targetUserId: target.userId, isBlocked: false } };
         const events = await deps.fanOuts.batch();
-        if (!(await social.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
+        if (!(await contacts.unblock(blocker.userId, target.userId, (done) => (done ? [event(events, blocker.userId, [blocker.userId], unblocked, [target])] : [])))) {
           throw new ParleyError(Errors.notBlocked);
         }
         await pairChanged(ctx, blocker.userId, target.userId);
@@ -255,7 +255,7 @@ export function contactsService(deps: EngineDeps): ServiceSchema {
       }),
       listBlocked: rpcAction(ListBlockedRequestSchema, ListBlockedResponseSchema, async ({ caller }) => {
         const blocker = requireCaller(caller);
-        const rows = await social.listBlocked(blocker.userId);
+        const rows = await contacts.listBlocked(blocker.userId);
         const users = new Map((await store.users.getUsers(rows.map((r) => r.blockedId))).map((u) => [u.userId, u]));
         return {
           blocked: rows.flatMap((row) => {

@@ -81,7 +81,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
           }
           // A block hides the conversation from both users without deleting it; unblocking shows it again.
           const peers = usable.map((row) => privateParticipants(row.conversation.conversationId)?.find((id) => id !== user.userId) ?? 0);
-          const blocked = await store.social.blockedAmong(user.userId, peers);
+          const blocked = await store.contacts.blockedAmong(user.userId, peers);
           rows.push(...usable.filter((_, index) => !blocked.has(peers[index])));
           if (next === undefined) break;
           cursor = next;
@@ -111,7 +111,7 @@ export function conversationsService(deps: EngineDeps): ServiceSchema {
         const user = requireCaller(caller);
         const access = await requireParticipant(store, request.conversationId, user.userId);
         // The relationship decides access: a PRIVATE conversation belongs to the caller's contacts.
-        if (!access.group && !(await store.social.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
+        if (!access.group && !(await store.contacts.getContact(user.userId, access.peerId))) throw new ParleyError(Errors.contactNotFound);
         const events = await deps.fanOuts.batch();
         const clearMessages = request.action === ConversationActionType.DELETE && request.clearMessages;
         const actionEvent = () => [

@@ -111,7 +111,7 @@ export function groupsService(deps: EngineDeps): ServiceSchema {
   async function eligible(actorId: number, ids: readonly number[]): Promise<UserRecord[]> {
     const unique = [...new Set(ids)].filter((id) => id !== actorId && id > 0);
     const found = await store.users.getUsers(unique);
-    const blocked = await store.social.blockedAmong(actorId, found.map((u) => u.userId));
+    const blocked = await store.contacts.blockedAmong(actorId, found.map((u) => u.userId));
     const result: UserRecord[] = [];
     for (const user of found) {
       if (blocked.has(user.userId)) continue;

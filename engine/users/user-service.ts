@@ -99,7 +99,7 @@ export function usersService(deps: EngineDeps): ServiceSchema {
         const resolver = requireCaller(caller);
         const user = await users.findByUsername(request.username.toLowerCase());
         if (!user) throw new ParleyError(Errors.userNotFound);
-        return { user: userInfoView(user), isContact: (await deps.store.social.getContact(resolver.userId, user.userId)) !== undefined };
+        return { user: userInfoView(user), isContact: (await deps.store.contacts.getContact(resolver.userId, user.userId)) !== undefined };
       }),
       batchGetUserInfo: rpcAction(BatchGetUserInfoRequestSchema, BatchGetUserInfoResponseSchema, async ({ request, caller }) => {
         requireCaller(caller);

@@ -32,7 +32,7 @@ export interface BlockOutcome {
   contactRemoved: boolean;
 }
 
-export interface SocialStore {
+export interface ContactStore {
   /** Creates a PENDING request, with its events, and answers it with its id (increasing). */
   createFriendRequest(fromUserId: number, toUserId: number, message: string, createdAt: number, events?: EventsOf<FriendRequestRecord>): Promise<FriendRequestRecord>;
   /** The request with this id, or undefined. */

@@ -6,7 +6,7 @@
 // Every method is async so that networked adapters fit the same port. Values are plain data. Ids that are int64 in the protocol are bigint here; user ids are int32
 // numbers. Timestamps are Unix milliseconds as numbers.
 import type { AgentStore } from "./agent-store.js";
-import type { SocialStore } from "./contact-store.js";
+import type { ContactStore } from "./contact-store.js";
 import type { ConversationStore } from "./conversation-store.js";
 import type { GroupStore } from "./group-store.js";
 import type { LeaseStore } from "./lease-store.js";
@@ -40,7 +40,7 @@ export interface Store {
   pushTokens: PushTokenStore;
   updates: UpdateLogStore;
   agents: AgentStore;
-  social: SocialStore;
+  contacts: ContactStore;
   groups: GroupStore;
   webhookJobs: WebhookJobStore;
   conversations: ConversationStore;

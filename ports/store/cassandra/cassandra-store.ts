@@ -11,7 +11,7 @@ import { messageStore } from "./messages.js";
 import { outboxStore } from "./outbox.js";
 import { migrateKeyspace } from "./schema.js";
 import { pushTokenStore, sessionStore } from "./sessions.js";
-import { socialStore } from "./social.js";
+import { contactStore } from "./contacts.js";
 import { updateLogStore } from "./updates.js";
 import { userStore } from "./users.js";
 import { webhookJobStore } from "./webhook-jobs.js";
@@ -42,7 +42,7 @@ export async function openCassandraStore(settings: CassandraStoreSettings): Prom
     pushTokens: pushTokenStore(ctx),
     updates: updateLogStore(ctx),
     agents: agentStore(ctx),
-    social: socialStore(ctx),
+    contacts: contactStore(ctx),
     groups: groupStore(ctx),
     webhookJobs: webhookJobStore(ctx),
     conversations: conversationStore(ctx),

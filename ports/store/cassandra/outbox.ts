@@ -8,7 +8,7 @@ import type { CassandraContext } from "./context.js";
 import { conversationHeads } from "./conversation-head.js";
 import { conversationOfScope, conversationOfSystemMessagesItem } from "./outbox-rows.js";
 import { isAgentChangeGuard, settleAgentChange } from "./agents.js";
-import { settleTentative } from "./social.js";
+import { settleTentative } from "./contacts.js";
 import type { SweepItem } from "./sweep-index.js";
 import { tentativeSettleAfterMs } from "./tentative-outbox.js";
 

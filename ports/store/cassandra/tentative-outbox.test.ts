@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { afterEach, before, beforeEach, describe, it } from "mocha";
 import { FriendRequestStatus } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
-import { settleTentative } from "./social.js";
+import { settleTentative } from "./contacts.js";
 import { tentativeEvents } from "./tentative-outbox.js";
 import { adapterTestKeyspace, cassandraStarts, openTestCassandraStore } from "../../../test/support/cassandra.js";
 
@@ -19,7 +19,7 @@ describe("cassandra store: tentative events of a friend request's resolution", (
   const outboxRow = (fanOutId: bigint) => store.cql.row("SELECT tentative, guard FROM account_outbox WHERE scope = 'user:8' AND fan_out_id = ?", [fanOutId]);
 
   it("settles the events of a resolver that died after its LWT: its connection is rolled forward and its events confirmed", async () => {
-    const request = await store.social.createFriendRequest(8, 9, "", 1);
+    const request = await store.contacts.createFriendRequest(8, 9, "", 1);
     const guard = `friend_request:${request.requestId}:tok`;
     // What resolveFriendRequest writes before dying: the tentative events, then its LWT.
     const decided = await tentativeEvents(store.cql, true, () => [fanOut(1n)], guard);
@@ -30,34 +30,34 @@ describe("cassandra store: tentative events of a friend request's resolution", (
       2n,
       request.requestId,
     ]);
-    expect(await store.social.getContact(8, 9)).to.equal(undefined);
+    expect(await store.contacts.getContact(8, 9)).to.equal(undefined);
 
     expect(await settleTentative(store.cql, fanOut(1n), guard)).to.equal(true);
     expect(await outboxRow(1n)).to.deep.include({ tentative: false, guard: null });
-    expect((await store.social.getContact(8, 9))?.createdAt).to.equal(2);
-    expect((await store.social.getContact(9, 8))?.createdAt).to.equal(2);
-    expect(await store.social.findPendingBetween(8, 9)).to.equal(undefined);
+    expect((await store.contacts.getContact(8, 9))?.createdAt).to.equal(2);
+    expect((await store.contacts.getContact(9, 8))?.createdAt).to.equal(2);
+    expect(await store.contacts.findPendingBetween(8, 9)).to.equal(undefined);
   });
 
   it("deletes the events of a resolver whose LWT another resolver won", async () => {
-    const request = await store.social.createFriendRequest(8, 9, "", 1);
+    const request = await store.contacts.createFriendRequest(8, 9, "", 1);
     const guard = `friend_request:${request.requestId}:lost`;
     await store.cql.batch((await tentativeEvents(store.cql, true, () => [fanOut(2n)], guard)).tentative);
-    expect(await store.social.resolveFriendRequest(request.requestId, FriendRequestStatus.rejected, 2)).to.equal(true);
+    expect(await store.contacts.resolveFriendRequest(request.requestId, FriendRequestStatus.rejected, 2)).to.equal(true);
     expect(await settleTentative(store.cql, fanOut(2n), guard)).to.equal(false);
     expect(await outboxRow(2n)).to.equal(undefined);
-    expect(await store.social.getContact(8, 9)).to.equal(undefined);
+    expect(await store.contacts.getContact(8, 9)).to.equal(undefined);
   });
 
   it("confirms the events of an applied resolution and deletes those of a refused one", async () => {
-    const request = await store.social.createFriendRequest(8, 9, "", 1);
-    expect(await store.social.resolveFriendRequest(request.requestId, FriendRequestStatus.accepted, 2, (done) => (done ? [fanOut(3n)] : []))).to.equal(true);
+    const request = await store.contacts.createFriendRequest(8, 9, "", 1);
+    expect(await store.contacts.resolveFriendRequest(request.requestId, FriendRequestStatus.accepted, 2, (done) => (done ? [fanOut(3n)] : []))).to.equal(true);
     expect(await outboxRow(3n)).to.deep.include({ tentative: false, guard: null });
     // Two resolvers racing: one LWT applies; the other's tentative events go (or were never written).
-    const other = await store.social.createFriendRequest(8, 9, "", 3);
+    const other = await store.contacts.createFriendRequest(8, 9, "", 3);
     const outcomes = await Promise.all([
-      store.social.resolveFriendRequest(other.requestId, FriendRequestStatus.accepted, 4, (done) => (done ? [fanOut(4n)] : [])),
-      store.social.resolveFriendRequest(other.requestId, FriendRequestStatus.rejected, 4, (done) => (done ? [fanOut(5n)] : [])),
+      store.contacts.resolveFriendRequest(other.requestId, FriendRequestStatus.accepted, 4, (done) => (done ? [fanOut(4n)] : [])),
+      store.contacts.resolveFriendRequest(other.requestId, FriendRequestStatus.rejected, 4, (done) => (done ? [fanOut(5n)] : [])),
     ]);
     expect(outcomes.filter(Boolean)).to.have.length(1);
     const [winner, loser] = outcomes[0] ? [4n, 5n] : [5n, 4n];

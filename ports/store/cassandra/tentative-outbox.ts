@@ -4,7 +4,7 @@
 // report a change that did not happen. A process that dies in between leaves tentative rows: the
 // outbox reader skips rows with `tentative = true` and, once one is older than
 // `tentativeSettleAfterMs` (by WRITETIME(tentative)), hands it to its guard's owner (`settleTentative`
-// of social.ts for friend requests, `settleAgentChange` of agents.ts for agent changes), which
+// of contacts.ts for friend requests, `settleAgentChange` of agents.ts for agent changes), which
 // confirms or deletes it.
 import type { EventsOf, FanOutRecord } from "../store.js";
 import type { Cql, Statement } from "./cql.js";

@@ -13,7 +13,7 @@ export function describeConversations(t: StoreSuite): void {
 
     it("answers which of the users muted a conversation, without creating state", async () => {
       const conversationId = (2n ** 40n) | 3n;
-      await store.social.connect(1, 2, conversationId, 10);
+      await store.contacts.connect(1, 2, conversationId, 10);
       await store.conversations.setMuted(2, conversationId, true);
       expect(await store.conversations.mutedAmong(conversationId, [1, 2, 3])).to.deep.equal([2]);
       expect(await store.conversations.mutedAmong(conversationId + 1n, [2])).to.deep.equal([]);
@@ -35,13 +35,13 @@ export function describeConversations(t: StoreSuite): void {
       (await store.conversations.listForUser(userId, beforeTime, limit)).map((row) => [row.conversation.conversationId, row.conversation.lastMessageTime]);
 
     it("lists newest last message first, moves a conversation with its new last message, and pages by time", async () => {
-      await store.social.connect(1, 2, pairWith(2), 3 * minute);
+      await store.contacts.connect(1, 2, pairWith(2), 3 * minute);
       const group = await store.groups.createGroup({ name: "g", avatarUrl: "", description: "", ownerId: 1, createdAt: 5 * minute + 1 }, [
         { userId: 1, role: 1, joinedAt: 1 },
         { userId: 3, role: 2, joinedAt: 1 },
       ]);
       const groupId = BigInt(group.groupId);
-      await store.social.connect(1, 4, pairWith(4), 5 * minute + 2);
+      await store.contacts.connect(1, 4, pairWith(4), 5 * minute + 2);
       expect(await listed(1)).to.deep.equal([
         [pairWith(4), 5 * minute + 2],
         [groupId, 5 * minute + 1],
@@ -65,8 +65,8 @@ export function describeConversations(t: StoreSuite): void {
     });
 
     it("leaves out a deleted conversation until a new message lists it again", async () => {
-      await store.social.connect(1, 2, pairWith(2), 1000);
-      await store.social.connect(1, 3, pairWith(3), 2000);
+      await store.contacts.connect(1, 2, pairWith(2), 1000);
+      await store.contacts.connect(1, 3, pairWith(3), 2000);
       await store.conversations.markDeleted(1, pairWith(3), 0n);
       expect(await listed(1)).to.deep.equal([[pairWith(2), 1000]]);
       expect(await listed(3)).to.deep.equal([[pairWith(3), 2000]]);
@@ -82,10 +82,10 @@ export function describeConversations(t: StoreSuite): void {
       const expected: [bigint, number][] = [];
       for (let other = 2; other < 42; other++) {
         const at = 7 * minute + (other % 5);
-        await store.social.connect(1, other, pairWith(other), at);
+        await store.contacts.connect(1, other, pairWith(other), at);
         expected.push([pairWith(other), at]);
       }
-      await store.social.connect(1, 50, pairWith(50), 2 * minute);
+      await store.contacts.connect(1, 50, pairWith(50), 2 * minute);
       expected.push([pairWith(50), 2 * minute]);
       expected.sort((x, y) => y[1] - x[1] || (y[0] > x[0] ? 1 : -1));
       expect(await listed(1)).to.deep.equal(expected);

@@ -53,7 +53,7 @@ export function describeOutbox(t: StoreSuite): void {
 
     it("records a message's fan-out and its place as the last message with the message, in one write", async () => {
       const conversationId = 2n ** 33n + 3n;
-      await store.social.connect(7, 8, conversationId, 500);
+      await store.contacts.connect(7, 8, conversationId, 500);
       await store.conversations.markDeleted(8, conversationId, 0n);
       const message = { conversationId, messageId: 1n, senderId: 7, clientMessageId: 1n, body: new Uint8Array([1]), replyTo: null, metadata: {}, createdAt: 1000, updatedAt: null, edited: false };
       const inserted = fanOut(String(conversationId), 1000);
@@ -77,18 +77,18 @@ export function describeOutbox(t: StoreSuite): void {
       await store.users.updateProfile(a.userId, { nickname: "N" }, (user) => [fanOut(`profile:${user.nickname}`, 1)]);
       expect(await store.users.setCustomUsername(a.userId, "taken_name", tagged("username"))).to.equal("ok");
       expect(await store.users.setCustomUsername(b.userId, "taken_name", (outcome) => (outcome === "ok" ? [fanOut("never", 1)] : []))).to.equal("taken");
-      const request = await store.social.createFriendRequest(a.userId, b.userId, "hi", 5, (made) => [fanOut(`request:${made.requestId}`, 1)]);
-      expect(await store.social.resolveFriendRequest(request.requestId, 2, 6, tagged("accepted"))).to.equal(true);
-      expect(await store.social.resolveFriendRequest(request.requestId, 2, 7, (done) => (done ? [fanOut("never", 1)] : []))).to.equal(false);
-      expect(await store.social.setAlias(a.userId, b.userId, "B", tagged("alias"))).to.equal(true);
-      expect(await store.social.removeContact(a.userId, b.userId, (existed) => [fanOut(`removed:${existed}`, 1)])).to.equal(true);
+      const request = await store.contacts.createFriendRequest(a.userId, b.userId, "hi", 5, (made) => [fanOut(`request:${made.requestId}`, 1)]);
+      expect(await store.contacts.resolveFriendRequest(request.requestId, 2, 6, tagged("accepted"))).to.equal(true);
+      expect(await store.contacts.resolveFriendRequest(request.requestId, 2, 7, (done) => (done ? [fanOut("never", 1)] : []))).to.equal(false);
+      expect(await store.contacts.setAlias(a.userId, b.userId, "B", tagged("alias"))).to.equal(true);
+      expect(await store.contacts.removeContact(a.userId, b.userId, (existed) => [fanOut(`removed:${existed}`, 1)])).to.equal(true);
       const conversationId = (BigInt(b.userId) << 32n) | BigInt(a.userId);
       await store.conversations.setMuted(a.userId, conversationId, true, tagged("muted"));
       expect(await store.conversations.advanceRead(a.userId, conversationId, 3n, (position) => [fanOut(`read:${position}`, 1)])).to.equal(3n);
       await store.conversations.clearHistory(a.userId, conversationId, 2n, tagged("cleared"));
       await store.conversations.markDeleted(a.userId, conversationId, 0n, tagged("deleted"));
       expect(await store.messages.deleteFor(a.userId, conversationId, [9n], 0n, (ids) => [fanOut(`deleted:${ids.length}`, 1)])).to.deep.equal([]);
-      expect(await store.social.unblock(a.userId, b.userId, (done) => [fanOut(`unblocked:${done}`, 1)])).to.equal(false);
+      expect(await store.contacts.unblock(a.userId, b.userId, (done) => [fanOut(`unblocked:${done}`, 1)])).to.equal(false);
       expect(await recorded()).to.deep.equal([
         "profile:N",
         "username",

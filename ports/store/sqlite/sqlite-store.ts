@@ -27,7 +27,7 @@ import { outboxStore, outboxWriter, recorder, type Recorder } from "./outbox.js"
 import { mediaStore } from "./media.js";
 import { measureQueries } from "./measured-queries.js";
 import { migrate } from "./migrations.js";
-import { socialStore } from "./social.js";
+import { contactStore } from "./contacts.js";
 import { updateLogStore } from "./updates.js";
 
 interface UserRow {
@@ -354,7 +354,7 @@ export async function openSqliteStore(dataDir: string): Promise<Store> {
   return {
     users,
     agents: agentStore(db, (userId) => toUser(getUserNow.get(userId)!), record),
-    social: socialStore(db, record),
+    contacts: contactStore(db, record),
     groups: groupStore(db, record, requireFence),
     webhookJobs: webhookJobStore(db, agentDelivery),
     conversations: conversationStore(db, recordAsLast, record),

@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import type { BlockRecord, ContactRecord, FriendRequestRecord, FriendRequestStatusValue, SocialStore } from "../store.js";
+import type { BlockRecord, ContactRecord, FriendRequestRecord, FriendRequestStatusValue, ContactStore } from "../store.js";
 import { ConversationKind, FriendRequestStatus } from "../store.js";
 import { privateConversationId } from "../../../shared/ids.js";
 import type { Recorder } from "./outbox.js";
@@ -31,7 +31,7 @@ const toRequest = (row: RequestRow): FriendRequestRecord => ({
 
 const toContact = (row: ContactRow): ContactRecord => ({ ownerId: row.owner_id, contactId: row.contact_id, alias: row.alias, createdAt: row.created_at });
 
-export function socialStore(db: Database.Database, record: Recorder): SocialStore {
+export function contactStore(db: Database.Database, record: Recorder): ContactStore {
   const insertRequest = db.prepare("INSERT INTO friend_requests (from_user_id, to_user_id, message, status, created_at) VALUES (?, ?, ?, ?, ?)");
   const requestById = db.prepare<[number], RequestRow>("SELECT * FROM friend_requests WHERE request_id = ?");
   const pendingBetween = db.prepare<[number, number, number, number, number], RequestRow>(

@@ -5,7 +5,7 @@
 // change with its events in one logged batch (P2): two identical calls racing may both answer that
 // they did it, and both record their (identical) events; the rows they write are the same.
 import { randomBytes } from "node:crypto";
-import { ConversationKind, FriendRequestStatus, type BlockRecord, type ContactRecord, type FanOutRecord, type FriendRequestRecord, type FriendRequestStatusValue, type SocialStore } from "../store.js";
+import { ConversationKind, FriendRequestStatus, type BlockRecord, type ContactRecord, type FanOutRecord, type FriendRequestRecord, type FriendRequestStatusValue, type ContactStore } from "../store.js";
 import { privateConversationId } from "../../../shared/ids.js";
 import type { CassandraContext } from "./context.js";
 import { fitsInt32, isUnknownLwtOutcome, numberOf, type Cql, type Row, type Statement } from "./cql.js";
@@ -41,7 +41,7 @@ const pairOf = (a: number, b: number): [number, number] => (a < b ? [a, b] : [b,
 /** The guard of a resolution's tentative events: the request, and the token only that resolution wrote. */
 const resolutionGuard = (requestId: number, token: string) => `friend_request:${requestId}:${token}`;
 
-export function socialStore(ctx: CassandraContext): SocialStore {
+export function contactStore(ctx: CassandraContext): ContactStore {
   const { cql } = ctx;
   const readRequest = (requestId: number) => readRequestRow(cql, requestId);
   const readRequests = async (ids: readonly number[]) => (await Promise.all(ids.map((id) => readRequest(id)))).filter((row): row is Row => row !== undefined);
