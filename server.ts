@@ -24,7 +24,7 @@ import { openEphemeralState } from "./ports/ephemeral/open-ephemeral-state.js";
 import { openPresenceRegistry } from "./ports/presence/open-presence-registry.js";
 import { CachedPresenceRegistry } from "./ports/presence/cached-presence-registry.js";
 import type { PresenceRegistry } from "./ports/presence/presence-registry.js";
-import { PushRouter } from "./engine/delivery/push-router.js";
+import { LiveRouter } from "./engine/delivery/live-router.js";
 import { webhookTarget } from "./engine/agents/event-routing.js";
 import { FanOuts } from "./engine/delivery/fan-out.js";
 import { FanOutIds } from "./engine/delivery/fan-out-ids.js";
@@ -255,7 +255,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       fanOuts,
       ownership: engineOwnership,
       presence,
-      pushes: new PushRouter(broker, presence),
+      live: new LiveRouter(broker, presence),
       webhookQueued: (agentUserId) =>
         void log.append(webhookTopic, [webhookQueuedRecord(agentUserId)]).catch((err: unknown) => backgroundFailed("webhook_announce", err, logger, "announcing webhook jobs (the fleet's poll finds them)")),
     };

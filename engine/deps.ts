@@ -7,7 +7,7 @@ import type { FanOuts } from "./delivery/fan-out.js";
 import type { Ownership } from "./ownership.js";
 import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
 import type { PushNotifier } from "../ports/push-notifier/push-notifier.js";
-import type { Pushes } from "./delivery/push-router.js";
+import type { LiveDelivery } from "./delivery/live-router.js";
 import type { Store } from "../ports/store/store.js";
 
 export interface EngineDeps {
@@ -24,7 +24,7 @@ export interface EngineDeps {
   /** Which users have live connections, on which gateway nodes. */
   presence: PresenceRegistry;
   /** Live pushes to the gateways holding the recipients. */
-  pushes: Pushes;
+  live: LiveDelivery;
   /** Tells the webhook fleet that the agent's queue grew (webhooks/fleet.ts); never throws. */
   webhookQueued(agentUserId: number): void;
 }

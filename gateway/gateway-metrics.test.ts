@@ -5,7 +5,7 @@
 import { expect } from "chai";
 import moleculer, { type ServiceBroker } from "moleculer";
 import { MemoryPresenceRegistry } from "../ports/presence/memory-presence-registry.js";
-import type { PushEvent } from "../shared/bus.js";
+import type { LiveEvent } from "../shared/bus.js";
 import { metricsRegistry } from "../shared/metrics.js";
 import { sumOf } from "../test/support/prometheus-text.js";
 import { CloseCodes } from "./connection.js";
@@ -67,7 +67,7 @@ describe("gateway metrics", () => {
     return { socket, handlers };
   }
 
-  const push = (text: string) => broker.call("gateway.deliver", { update: { nonSnUpdate: { typing: { text } } }, userIds: [userId] } as unknown as PushEvent);
+  const push = (text: string) => broker.call("gateway.deliver", { update: { nonSnUpdate: { typing: { text } } }, userIds: [userId] } as unknown as LiveEvent);
 
   it("counts each pushed frame and its bytes once queued on a socket", async () => {
     const { socket, handlers } = await connect();

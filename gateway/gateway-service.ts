@@ -1,10 +1,10 @@
 // The WebSocket gateway: holds the connections of this node, tells the presence registry whose they
-// are, and delivers to them what the engine sends this node (engine/delivery/push-router.ts) or broadcasts
+// are, and delivers to them what the engine sends this node (engine/delivery/live-router.ts) or broadcasts
 // (revoked sessions and tokens).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceBroker, ServiceSchema } from "moleculer";
 import { type FeedRelease, type ParkAgentFeedsParams, type ParkedAgentFeeds, type ReleaseAgentFeedsParams } from "../shared/agent-delivery.js";
-import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type PushEvent, type SessionsRevokedEvent } from "../shared/bus.js";
+import { BusEvents, type AgentTokenRevokedEvent, type AgentWhitelistChangedEvent, type LiveEvent, type SessionsRevokedEvent } from "../shared/bus.js";
 import { Errors, ParleyError } from "../shared/errors.js";
 import { addressList, listContains, resolveClientAddress } from "../shared/ip.js";
 import type { PresenceRegistry } from "../ports/presence/presence-registry.js";
@@ -109,7 +109,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     if (unlist(connection)) reportPresence(connection.identity!.userId);
   };
 
-  const deliver = (event: PushEvent) => {
+  const deliver = (event: LiveEvent) => {
     if ("recipients" in event) {
       // One encoding of the entry, whatever the number of recipients this node holds; each
       // recipient's frame only puts its sn in.
@@ -169,7 +169,7 @@ export function gatewayService(options: GatewayOptions): ServiceSchema {
     },
     actions: {
       deliver: {
-        handler(ctx: { params: PushEvent }) {
+        handler(ctx: { params: LiveEvent }) {
           deliver(ctx.params);
           return null;
         },

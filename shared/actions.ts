@@ -6,7 +6,7 @@
 import type { Readable } from "node:stream";
 import type { CallingOptions, ServiceActionsSchema } from "moleculer";
 import type { AgentBacklog, AgentBacklogParams, DeliveryModeChangedParams, MarkDeliveredParams, ParkAgentFeedsParams, ParkedAgentFeeds, ReleaseAgentFeedsParams } from "./agent-delivery.js";
-import type { PushEvent } from "./bus.js";
+import type { LiveEvent } from "./bus.js";
 import type { RpcParams } from "./caller.js";
 import type { ForgetIdentitiesParams, ResolveTokenParams, TokenIdentity } from "./identity.js";
 import type { MediaDownloadParams } from "./media-download.js";
@@ -132,7 +132,7 @@ export type Actions = { [Name in RpcActionName]: Rpc } & {
   /** Engine (engine/media/media-service.ts): a download by URL; the answer is the byte stream, or null for HEAD. */
   "media.download": Action<MediaDownloadParams, Readable | null>;
   /** One gateway node (gateway/gateway-service.ts): a live push to the connections it holds. */
-  "gateway.deliver": Action<PushEvent, unknown>;
+  "gateway.deliver": Action<LiveEvent, unknown>;
   /** One gateway node: parks an agent's feeds before a switch into WEBHOOK mode (gateway/agent-feed.ts). */
   "gateway.parkAgentFeeds": Action<ParkAgentFeedsParams, ParkedAgentFeeds>;
   /** One gateway node: tells an agent's feeds how a mode switch ended. */

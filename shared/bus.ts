@@ -1,5 +1,5 @@
 // What crosses from the engine to the gateways and the webhook fleet. Live pushes are calls to the
-// gateway nodes holding the recipients (engine/delivery/push-router.ts); the rest are Moleculer broadcasts,
+// gateway nodes holding the recipients (engine/delivery/live-router.ts); the rest are Moleculer broadcasts,
 // rare and heard by every node. Payloads are JSON-safe (the proto3 JSON form of the protocol messages).
 import type { UpdateJson } from "./gen/api/v1/updates_pb.js";
 
@@ -19,7 +19,7 @@ export const BusEvents = {
  * carries no sn, each recipient's sn comes with it, and a gateway builds each recipient's frame
  * from one encoding by putting the sn in. An ephemeral update goes to its users as it is.
  */
-export type PushEvent =
+export type LiveEvent =
   // toWebhook: the recipients (WEBHOOK-mode agents) whose entry went to their webhook queue; their sockets do not carry it.
   | { update: UpdateJson; recipients: [userId: number, sn: number][]; toWebhook?: number[] }
   | { update: UpdateJson; userIds: number[] };

@@ -21,7 +21,7 @@ import { FanOutIds } from "../engine/delivery/fan-out-ids.js";
 import { Ownership, OwnershipPolicy } from "../engine/ownership.js";
 import { conversationKey } from "../shared/shards.js";
 import { MemoryPresenceRegistry } from "../ports/presence/memory-presence-registry.js";
-import { PushRouter } from "../engine/delivery/push-router.js";
+import { LiveRouter } from "../engine/delivery/live-router.js";
 import type { Store } from "../ports/store/store.js";
 import { signInWithCode, type SignedIn } from "./support/accounts.js";
 import { expectError } from "./support/expect-error.js";
@@ -74,7 +74,7 @@ for (const mode of wireModes) {
         fanOuts: new FanOuts(storeB, clock, fanOutIdsB),
         ownership: ownershipB,
         presence,
-        pushes: new PushRouter(server.broker, presence),
+        live: new LiveRouter(server.broker, presence),
         webhookQueued: () => {},
       };
       return { actor: new ConversationActor(deps), ctx: moleculer.Context.create(server.broker) as Context };

@@ -2,7 +2,7 @@
 // nobody waits for them: SendMessage answers once the START is stored, and the agent pushes its
 // deltas at once. In a cluster the START is appended by the engines owning the recipients'
 // streams and the deltas come from the conversation's engine; both leave that engine on one
-// ordered path to each gateway (engine/delivery/push-router.ts), or a delta could overtake its START.
+// ordered path to each gateway (engine/delivery/live-router.ts), or a delta could overtake its START.
 // The presence lookups each push needs are made slow and uneven here, as a loaded Redis makes
 // them: a push whose lookup came back early must still wait for its turn.
 import { expect } from "chai";

@@ -237,7 +237,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
             // Before the mode is written: the agent's sockets stop carrying its entries, and what
             // they were sent and the agent confirmed is recorded, so the webhook does not repeat it.
             parked = true;
-            const confirmedSn = await deps.pushes.parkAgentFeeds(agentUserId);
+            const confirmedSn = await deps.live.parkAgentFeeds(agentUserId);
             if (confirmedSn > 0) await store.webhookJobs.advanceDelivered(agentUserId, confirmedSn);
           }
           const saved = await writeConfig(agent, written.update, attempt);
@@ -250,7 +250,7 @@ export function agentsService(deps: EngineDeps): ServiceSchema {
       } catch (err) {
         // No switch was made, or it was not carried out: the sockets go on from what they were
         // sent, and a read of the agent's mode tells them if the webhook has their entries now.
-        if (parked) void deps.pushes.releaseAgentFeeds(agentUserId, { toWebhook: false });
+        if (parked) void deps.live.releaseAgentFeeds(agentUserId, { toWebhook: false });
         throw err;
       }
     });

@@ -1,7 +1,7 @@
 // What recorded fan-outs (fan-out.ts) hand to the actors that carry them out: the inbox's
 // appendFanOuts and the conversation's system-message action. Kept apart from both actors so that
 // the fan-out machinery, which every engine service depends on, depends on neither of them.
-import type { PushEvent } from "../../shared/bus.js";
+import type { LiveEvent } from "../../shared/bus.js";
 import type { WireMessage } from "../../shared/wire.js";
 import type { EncodedEntry } from "./stream-entry.js";
 
@@ -52,8 +52,8 @@ export function relatedParts(params: { users?: WireMessage[]; groups?: WireMessa
 }
 
 /** The live push of an appended fan-out: the entry once, each recipient's sn beside it. */
-export function sequencedPush(fanOut: Pick<FanOutAppend, "entry" | "users" | "groups">, appended: AppendedFanOut): PushEvent {
-  const update = { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as PushEvent["update"];
+export function sequencedPush(fanOut: Pick<FanOutAppend, "entry" | "users" | "groups">, appended: AppendedFanOut): LiveEvent {
+  const update = { ...relatedParts(fanOut), snUpdate: fanOut.entry.wire } as LiveEvent["update"];
   return { update, recipients: appended.sns, ...(appended.toWebhook?.length ? { toWebhook: appended.toWebhook } : {}) };
 }
 

@@ -39,7 +39,7 @@ import { Mailboxes } from "../../shared/mailbox.js";
 import { encodeEntry, type EncodedEntry } from "./stream-entry.js";
 import type { Clock } from "../../shared/clock.js";
 import type { FanOutIds } from "./fan-out-ids.js";
-import type { Pushes } from "./push-router.js";
+import type { LiveDelivery } from "./live-router.js";
 import type { FanOutRecord, Store, SystemMessageRecord } from "../../ports/store/store.js";
 import { fanOutFailures, fanOutsDelivered, fanOutsInFlight, fanOutUnfinishedScopes } from "../../shared/metrics.js";
 import { callEngine } from "../engine-actions.js";
@@ -126,7 +126,7 @@ const oneOwner: RecipientsByOwner = (recipients) => new Map(recipients.length ==
 interface QueuedFanOut {
   fanOut: PreparedFanOut;
   /** The deliverer's pushes, when it pushes this fan-out itself (see deliver). */
-  pushVia?: Pushes;
+  pushVia?: LiveDelivery;
   delivered(): void;
   failed(err: unknown): void;
 }
@@ -282,7 +282,7 @@ export class FanOuts {
    * the inbox answers, ahead of anything the deliverer pushes after this resolves; without it,
    * each inbox pushes its part.
    */
-  deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, pushVia?: Pushes): Promise<void> {
+  deliver(ctx: Pick<Context, "call">, fanOut: PreparedFanOut, pushVia?: LiveDelivery): Promise<void> {
     const { fanOutId, scope, recipients } = fanOut.record;
     this.inFlight.add(fanOutId);
     return new Promise<void>((delivered, failed) => {

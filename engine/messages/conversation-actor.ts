@@ -61,7 +61,7 @@ import type { EngineDeps } from "../deps.js";
 import { FanOutPolicy, type PreparedFanOut } from "../delivery/fan-out.js";
 import { callEngine, type AdoptStreamParams, type EngineActions, type FinishFanOutsParams, type ForgetParams } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
-import { deliverCardAction, pushEphemeral } from "../sync/inbox.js";
+import { deliverCardAction, sendEphemeral } from "../sync/inbox.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import {
   BoundedCache,
@@ -360,7 +360,7 @@ export class ConversationActor {
    * gateway, so no socket sees a delta before the START or after the end.
    */
   private startDelivery(ctx: Context, fanOut: PreparedFanOut, options: { opensOrClosesStream?: boolean } = {}): void {
-    const delivered = this.deps.fanOuts.deliver(ctx, fanOut, options.opensOrClosesStream ? this.deps.pushes : undefined);
+    const delivered = this.deps.fanOuts.deliver(ctx, fanOut, options.opensOrClosesStream ? this.deps.live : undefined);
     // A failure stays recorded in the outbox; whoever awaits it hears it, nobody else must.
     delivered.catch(() => undefined);
     const started = this.deliveries.get(ctx);
@@ -664,7 +664,7 @@ export class ConversationActor {
           createdAt: BigInt(stream.createdAt),
           clientMessageId: stream.clientMessageId,
         });
-        pushEphemeral(this.deps.pushes, access.participants, { case: "messageEnvelope", value: envelope });
+        sendEphemeral(this.deps.live, access.participants, { case: "messageEnvelope", value: envelope });
       }
       return {};
     });
@@ -807,8 +807,8 @@ export class ConversationActor {
       throw new ParleyError(Errors.cardActionNotFound);
     }
     const agent = (await this.account(caller.userId))?.user;
-    pushEphemeral(
-      this.deps.pushes,
+    sendEphemeral(
+      this.deps.live,
       [action.submitterId],
       { case: "cardActionAnswer", value: { $typeName: "shared.v1.CardActionAnswer", actionId, conversationId, messageId, agentUserId: caller.userId, text, showAlert } },
       agent ? [userInfoView(agent)] : [],

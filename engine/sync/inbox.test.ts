@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
 import { loadConfig } from "../../shared/config.js";
-import type { PushEvent } from "../../shared/bus.js";
+import type { LiveEvent } from "../../shared/bus.js";
 import { AdjustableClock } from "../../shared/clock.js";
 import type { EngineDeps } from "../deps.js";
 import { MemoryEphemeralState } from "../../ports/ephemeral/memory-ephemeral-state.js";
@@ -40,7 +40,7 @@ describe("Inbox actor", () => {
       ownership: new Ownership(store.leases, clock, "inbox-test"),
       presence: new MemoryPresenceRegistry(),
       // The Inbox is given its publisher directly in these tests.
-      pushes: { send: async () => {}, parkAgentFeeds: async () => 0, releaseAgentFeeds: async () => {} },
+      live: { send: async () => {}, parkAgentFeeds: async () => 0, releaseAgentFeeds: async () => {} },
       webhookQueued: () => {},
     };
   });
@@ -56,7 +56,7 @@ describe("Inbox actor", () => {
     (await store.updates.readUpdates(userId, 0, 1000)).map(snUpdateOf).map((u) => [u.sn, u.update.case === "userProfileUpdated" && u.update.value.newNickname]);
 
   it("appends fan-outs arriving together in one write, in arrival order, with dense sn values per user", async () => {
-    const published: PushEvent[] = [];
+    const published: LiveEvent[] = [];
     let writes = 0;
     const counting: Store = { ...store, updates: { ...store.updates, append: (write) => (writes++, store.updates.append(write)) } };
     const inbox = new Inbox({ ...deps, store: counting }, (event) => void published.push(event));
@@ -85,7 +85,7 @@ describe("Inbox actor", () => {
   });
 
   it("leaves a fan-out its deliverer pushes itself unpushed, and answers what that push needs: the sns and the webhook's recipients", async () => {
-    const published: PushEvent[] = [];
+    const published: LiveEvent[] = [];
     const inbox = new Inbox(deps, (event) => void published.push(event));
     const mine = { ...fanOut([534, 535], "pushed by its deliverer"), pushedByDeliverer: true };
     const [appended] = await inbox.appendFanOuts([mine, fanOut([534], "pushed by the inbox")]);

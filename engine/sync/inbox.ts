@@ -34,14 +34,14 @@ import {
 import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
 import { type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../../shared/agent-delivery.js";
-import { BusEvents, type AgentChangedEvent, type PushEvent } from "../../shared/bus.js";
+import { BusEvents, type AgentChangedEvent, type LiveEvent } from "../../shared/bus.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
 import { toWire } from "../../shared/wire.js";
 import { WebhookRouting, agentFeedPage } from "../agents/event-routing.js";
 import type { EngineDeps } from "../deps.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import { userStreamKey } from "../../shared/shards.js";
-import type { Pushes } from "../delivery/push-router.js";
+import type { LiveDelivery } from "../delivery/live-router.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../../ports/store/store.js";
@@ -87,7 +87,7 @@ export class Inbox {
   constructor(
     private readonly deps: EngineDeps,
     /** Sends a push; a promise, when answered, settles once it was delivered or failed. */
-    private readonly publish: (event: PushEvent) => Promise<void> | void,
+    private readonly publish: (event: LiveEvent) => Promise<void> | void,
     private readonly webhookQueued: (agentUserId: number) => void = () => {},
   ) {
     this.webhooks = new WebhookRouting(deps.store, deps.clock, webhookQueued);
@@ -285,7 +285,7 @@ export class Inbox {
    * Delivers a card action to the agent that sent the card: live on its sockets, and for a
    * WEBHOOK-mode agent queued for its webhook, in turn with the appends, so the route is read and
    * the job queued with no mode switch in between. It is the only ephemeral entry agents get by
-   * webhook; every other one is a plain broadcast (see pushEphemeral below).
+   * webhook; every other one is a plain broadcast (see sendEphemeral below).
    */
   async deliverCardAction(params: CardActionParams): Promise<void> {
     const { userId } = params;
@@ -331,10 +331,10 @@ export class Inbox {
 /**
  * Pushes an ephemeral entry (a stream delta, a card action answer) live to the users'
  * connections: nothing is stored and no sn is assigned, so no inbox is involved. It goes to the
- * gateways holding the users (push-router.ts), encoded once.
+ * gateways holding the users (live-router.ts), encoded once.
  */
-export function pushEphemeral(
-  pushes: Pushes,
+export function sendEphemeral(
+  pushes: LiveDelivery,
   userIds: readonly number[],
   entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
   users: UserInfo[] = [],
@@ -343,7 +343,7 @@ export function pushEphemeral(
     ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
     nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
   } as UpdateJson;
-  void pushes.send({ update, userIds: [...userIds] } satisfies PushEvent);
+  void pushes.send({ update, userIds: [...userIds] } satisfies LiveEvent);
 }
 
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
@@ -366,7 +366,7 @@ export function syncService(deps: EngineDeps): ServiceSchema {
     created() {
       inbox = new Inbox(
         deps,
-        (event) => deps.pushes.send(event),
+        (event) => deps.live.send(event),
         (agentUserId) => deps.webhookQueued(agentUserId),
       );
     },
@@ -398,7 +398,7 @@ export function syncService(deps: EngineDeps): ServiceSchema {
           const release = await inbox.deliveryModeChanged(ctx.params.userId);
           // Parked feeds (a switch into WEBHOOK) learn through which sn the webhook took over;
           // feeds of an agent that left WEBHOOK mode start again from the delivered position.
-          await deps.pushes.releaseAgentFeeds(ctx.params.userId, release);
+          await deps.live.releaseAgentFeeds(ctx.params.userId, release);
           return {};
         },
       },

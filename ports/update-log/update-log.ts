@@ -1,5 +1,7 @@
 // The update log port: durable, partitioned, ordered per key, consumed by groups that split the
-// partitions among their members (what the engine's sequenced updates and the webhook fleet read).
+// partitions among their members. It carries the webhook fleet's wake-ups (which agents' queues
+// have work, keyed by agent, so one fleet node owns each agent); the update streams themselves
+// are the store's (store.updates), and live updates go to the gateways by call.
 // Drivers: memory (embedded mode, unit tests) and Kafka (cluster mode). Both pick a record's
 // partition with partitionOf, so a key lands on the same partition whichever driver wrote it and
 // whatever process runs.

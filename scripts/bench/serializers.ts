@@ -13,7 +13,7 @@ import { UserInfoSchema } from "../../shared/gen/shared/v1/common_pb.js";
 import { MessageEnvelopeSchema, MessageType } from "../../shared/gen/shared/v1/message_pb.js";
 import { toWire } from "../../shared/wire.js";
 import { encodeEntry } from "../../engine/delivery/stream-entry.js";
-import type { PushEvent } from "../../shared/bus.js";
+import type { LiveEvent } from "../../shared/bus.js";
 
 const iterationsAt = process.argv.indexOf("--iterations");
 const iterations = iterationsAt > 0 ? Number(process.argv[iterationsAt + 1]) : 20_000;
@@ -24,7 +24,7 @@ const conversationId = 8_130_424_601_722_880n;
 const envelope = create(MessageEnvelopeSchema, { conversationId, messageId: 4211n, senderId: 100_231, clientMessageId: 77n, body, createdAt: 1_764_400_000_000n });
 const sender = toWire(UserInfoSchema, { userId: 100_231, nickname: "alice", avatarUrl: "https://cdn.example.com/a/100231.png" });
 const entry = encodeEntry({ case: "messageEnvelope", value: envelope });
-const update = { snUpdate: entry.wire, users: [sender] } as unknown as PushEvent["update"];
+const update = { snUpdate: entry.wire, users: [sender] } as unknown as LiveEvent["update"];
 const users = (count: number, from = 200_000) => Array.from({ length: count }, (_, i) => from + i);
 
 /** A request packet's payload as Moleculer's transit builds it. */
@@ -45,7 +45,7 @@ const request = (action: string, params: unknown) => ({
 });
 const response = (data: unknown) => ({ ver: "4", sender: "parley-engine1", id: "5f1c2a8e-7b1d-4c55-9a3e-0b9d7c1e2f3a", success: true, data, meta: {}, stream: false });
 const fanOut = (recipients: number[]) => ({ fanOutId: "18446744073709551", entry, users: [sender], recipients });
-const push = (recipients: number[]): PushEvent => ({ update, recipients: recipients.map((userId, i) => [userId, 1_000 + i]) });
+const push = (recipients: number[]): LiveEvent => ({ update, recipients: recipients.map((userId, i) => [userId, 1_000 + i]) });
 
 const packets = {
   sendMessage: request("messages.sendMessage", {

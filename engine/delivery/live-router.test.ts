@@ -1,9 +1,9 @@
 import { EventEmitter } from "node:events";
 import { expect } from "chai";
 import type { ServiceBroker } from "moleculer";
-import type { PushEvent } from "../../shared/bus.js";
+import type { LiveEvent } from "../../shared/bus.js";
 import type { PresenceRegistry } from "../../ports/presence/presence-registry.js";
-import { PushRouter } from "./push-router.js";
+import { LiveRouter } from "./live-router.js";
 
 /** A broker that records the gateway calls it is asked for, in the order asked, and knows the nodes it was told of. */
 class RecordingBroker {
@@ -13,7 +13,7 @@ class RecordingBroker {
   readonly logger = { warn: () => {} };
   readonly registry = { nodes: { get: (id: string) => (this.known.has(id) ? { available: true } : undefined) } };
 
-  async call(_action: string, params: PushEvent, options: { nodeID: string }): Promise<null> {
+  async call(_action: string, params: LiveEvent, options: { nodeID: string }): Promise<null> {
     const users = "recipients" in params ? params.recipients.map(([userId]) => userId) : params.userIds;
     this.calls.push(`${options.nodeID}: ${(params.update as { note: string }).note} to ${users.join(",")}`);
     return null;
@@ -46,19 +46,19 @@ class HeldPresence {
   }
 }
 
-const push = (note: string, ...userIds: number[]): PushEvent => ({ update: { note } as never, userIds });
-const sequenced = (note: string, ...userIds: number[]): PushEvent => ({ update: { note } as never, recipients: userIds.map((userId) => [userId, 1]) });
+const push = (note: string, ...userIds: number[]): LiveEvent => ({ update: { note } as never, userIds });
+const sequenced = (note: string, ...userIds: number[]): LiveEvent => ({ update: { note } as never, recipients: userIds.map((userId) => [userId, 1]) });
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
-describe("PushRouter", () => {
+describe("LiveRouter", () => {
   let broker: RecordingBroker;
   let presence: HeldPresence;
-  let router: PushRouter;
+  let router: LiveRouter;
   beforeEach(() => {
     broker = new RecordingBroker();
     broker.known.add("gw-a").add("gw-b");
     presence = new HeldPresence({ 1: ["gw-a"], 2: ["gw-b"], 3: ["gw-a", "gw-b"], 4: ["gw-new"] });
-    router = new PushRouter(broker as unknown as ServiceBroker, presence as unknown as PresenceRegistry);
+    router = new LiveRouter(broker as unknown as ServiceBroker, presence as unknown as PresenceRegistry);
   });
 
   it("issues the pushes in the order they were sent, whichever lookup answers first, each gateway only its recipients", async () => {

@@ -13,18 +13,18 @@
 // keeps its turn).
 import type { ServiceBroker } from "moleculer";
 import type { FeedRelease } from "../../shared/agent-delivery.js";
-import type { PushEvent } from "../../shared/bus.js";
+import type { LiveEvent } from "../../shared/bus.js";
 import type { PresenceRegistry } from "../../ports/presence/presence-registry.js";
 import { pushGatewayCalls } from "../../shared/metrics.js";
 import { callEngine } from "../engine-actions.js";
 
-export interface Pushes {
+export interface LiveDelivery {
   /**
    * Sends the update live to the recipients' connections, after every update sent before it.
    * Resolves once every gateway concerned answered (it wrote the frames) or failed; never
    * rejects (see above).
    */
-  send(event: PushEvent): Promise<void>;
+  send(event: LiveEvent): Promise<void>;
   /**
    * Parks the agent's feeds on the gateways holding its connections before a switch into WEBHOOK
    * mode (see gateway/agent-feed.ts); answers the highest sn the agent confirmed on any of them,
@@ -44,7 +44,7 @@ const discoveryWaitMs = 5_000;
 const gatewayCallsOk = pushGatewayCalls.bind({ result: "ok" });
 const gatewayCallsFailed = pushGatewayCalls.bind({ result: "error" });
 
-export class PushRouter implements Pushes {
+export class LiveRouter implements LiveDelivery {
   /** Settles once every push sent so far was issued to its gateways. */
   private issued: Promise<void> = Promise.resolve();
   /** Gateways not discovered yet, each with the issuing of the calls waiting for it to be. */
@@ -113,7 +113,7 @@ export class PushRouter implements Pushes {
     );
   }
 
-  send(event: PushEvent): Promise<void> {
+  send(event: LiveEvent): Promise<void> {
     const userIds = "recipients" in event ? event.recipients.map(([userId]) => userId) : event.userIds;
     const lookup = this.presence.gatewaysOf(userIds);
     // A failed lookup is reported in this push's turn; until then it must not count as unhandled.
@@ -132,7 +132,7 @@ export class PushRouter implements Pushes {
   }
 
   /** Issues the push's call to each gateway holding some of its users, now or, for one not discovered yet, in its turn once it is. */
-  private issue(event: PushEvent, gateways: Map<number, Iterable<string>>): Promise<void>[] {
+  private issue(event: LiveEvent, gateways: Map<number, Iterable<string>>): Promise<void>[] {
     const byGateway = new Map<string, Set<number>>();
     for (const [userId, nodes] of gateways) {
       for (const node of nodes) {
@@ -142,7 +142,7 @@ export class PushRouter implements Pushes {
       }
     }
     return [...byGateway].map(([nodeID, users]) => {
-      const part: PushEvent = "recipients" in event ? sequencedPart(event, users) : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
+      const part: LiveEvent = "recipients" in event ? sequencedPart(event, users) : { update: event.update, userIds: event.userIds.filter((userId) => users.has(userId)) };
       const waiting = this.undiscovered.get(nodeID) ?? this.discovered(nodeID);
       if (!waiting) return this.deliver(nodeID, part);
       let answer: Promise<void> | undefined;
@@ -155,7 +155,7 @@ export class PushRouter implements Pushes {
     });
   }
 
-  private async deliver(nodeID: string, part: PushEvent): Promise<void> {
+  private async deliver(nodeID: string, part: LiveEvent): Promise<void> {
     try {
       await callEngine(this.broker, "gateway.deliver", part, { nodeID, retries: 0 });
     } catch (err) {
@@ -167,7 +167,7 @@ export class PushRouter implements Pushes {
 }
 
 /** The part of a sequenced push for one gateway's users. */
-function sequencedPart(event: Extract<PushEvent, { recipients: unknown }>, users: Set<number>): PushEvent {
+function sequencedPart(event: Extract<LiveEvent, { recipients: unknown }>, users: Set<number>): LiveEvent {
   const toWebhook = event.toWebhook?.filter((userId) => users.has(userId));
   return { update: event.update, recipients: event.recipients.filter(([userId]) => users.has(userId)), ...(toWebhook?.length ? { toWebhook } : {}) };
 }
