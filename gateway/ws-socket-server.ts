@@ -24,8 +24,9 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     }
   };
   const upgrade = (req: IncomingMessage, stream: Duplex, head: Buffer) => {
-    // Once the server stopped listening (shutting down), upgrades are refused.
-    const refusal = upgradeRefusal((req.url ?? "").split("?", 1)[0], path, req.headers.host, server.listening);
+    // Once the server stopped listening or this socket server closed (shutting down), upgrades
+    // are refused.
+    const refusal = upgradeRefusal((req.url ?? "").split("?", 1)[0], path, req.headers.host, server.listening && !closed);
     if (refusal) {
       refuse(stream, refusal);
       return;
@@ -33,7 +34,8 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
     wss.handleUpgrade(req, stream, head, (ws: WebSocket) => {
       const address = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
       const socket: GatewaySocket = {
-        send: (data, onWritten) => ws.send(data, { binary: typeof data !== "string" }, onWritten),
+        // ws answers a written frame with null; the port's promise is no error at all.
+        send: (data, onWritten) => ws.send(data, { binary: typeof data !== "string" }, onWritten && ((err) => onWritten(err ?? undefined))),
         get bufferedAmount() {
           return ws.bufferedAmount;
         },
@@ -50,11 +52,14 @@ export function attachWsServer(server: Server, path: string, onConnection: (sock
       ws.on("error", () => ws.terminate());
     });
   };
+  // Stays attached once closed: without an upgrade listener node:http would hand the request to
+  // no one, and the client would wait for an answer that never comes.
+  let closed = false;
   server.on("upgrade", onUpgrade);
   return {
     close: () =>
       new Promise<void>((resolve) => {
-        server.off("upgrade", onUpgrade);
+        closed = true;
         // The callback runs once every client has gone; clients that do not answer the close
         // frame in time are dropped.
         const cutoff = setTimeout(() => {
