@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { SMTPServer } from "smtp-server";
 import type { VerificationCode } from "./code-sender.js";
+import { describeCodeDeliveryConformance } from "./code-delivery-conformance.js";
 import { createCodeSender } from "./open-code-sender.js";
 
 const sample = (code: string, identityValue = "ada@example.com"): VerificationCode => ({
@@ -87,4 +88,57 @@ describe("verification code delivery", () => {
       await sender.close();
     });
   });
+});
+
+describeCodeDeliveryConformance("console", async () => {
+  const lines: string[] = [];
+  return { sender: createCodeSender({ kind: "console" }, { info: (line) => lines.push(line) }), received: async () => [...lines], cleanup: async () => {} };
+});
+
+describeCodeDeliveryConformance("file", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "parley-codes-"));
+  const path = join(dir, "codes.jsonl");
+  const sender = createCodeSender({ kind: "file", path }, { info: () => {} });
+  return {
+    sender,
+    received: async () => {
+      try {
+        return readFileSync(path, "utf8").split("\n").filter(Boolean);
+      } catch {
+        return [];
+      }
+    },
+    cleanup: async () => {
+      await sender.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+describeCodeDeliveryConformance("smtp", async () => {
+  const messages: string[] = [];
+  const smtp = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ["STARTTLS", "AUTH"],
+    logger: false,
+    onData(stream, _session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("end", () => {
+        messages.push(Buffer.concat(chunks).toString("utf8"));
+        callback();
+      });
+    },
+  });
+  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
+  const port = (smtp.server.address() as AddressInfo).port;
+  const sender = createCodeSender({ kind: "smtp", url: `smtp://127.0.0.1:${port}`, from: "Parley <codes@parley.test>" }, { info: () => {} });
+  return {
+    sender,
+    received: async () => [...messages],
+    cleanup: async () => {
+      await sender.close();
+      await new Promise<void>((resolve) => smtp.close(() => resolve()));
+    },
+  };
 });
