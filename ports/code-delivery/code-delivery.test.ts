@@ -16,6 +16,26 @@ const sample = (code: string, identityValue = "ada@example.com"): VerificationCo
   at: 1763800000000,
 });
 
+/** A real SMTP server on an ephemeral port, keeping each message's recipients and raw text. */
+async function startSmtp(): Promise<{ port: number; received: { to: string[]; raw: string }[]; close(): Promise<void> }> {
+  const received: { to: string[]; raw: string }[] = [];
+  const smtp = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ["STARTTLS", "AUTH"],
+    logger: false,
+    onData(stream, session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("end", () => {
+        received.push({ to: session.envelope.rcptTo.map((r) => r.address), raw: Buffer.concat(chunks).toString("utf8") });
+        callback();
+      });
+    },
+  });
+  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
+  return { port: (smtp.server.address() as AddressInfo).port, received, close: () => new Promise<void>((resolve) => smtp.close(() => resolve())) };
+}
+
 describe("verification code delivery", () => {
   it("console: logs one line carrying the code", async () => {
     const lines: string[] = [];
@@ -46,27 +66,14 @@ describe("verification code delivery", () => {
   });
 
   describe("smtp", () => {
-    let smtp: SMTPServer;
+    let smtp: Awaited<ReturnType<typeof startSmtp>>;
     let port: number;
-    const received: { to: string[]; raw: string }[] = [];
+    let received: { to: string[]; raw: string }[];
     before(async () => {
-      smtp = new SMTPServer({
-        authOptional: true,
-        disabledCommands: ["STARTTLS", "AUTH"],
-        logger: false,
-        onData(stream, session, callback) {
-          const chunks: Buffer[] = [];
-          stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-          stream.on("end", () => {
-            received.push({ to: session.envelope.rcptTo.map((r) => r.address), raw: Buffer.concat(chunks).toString("utf8") });
-            callback();
-          });
-        },
-      });
-      await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-      port = (smtp.server.address() as AddressInfo).port;
+      smtp = await startSmtp();
+      ({ port, received } = smtp);
     });
-    after(async () => new Promise<void>((resolve) => smtp.close(() => resolve())));
+    after(() => smtp.close());
 
     it("sends a real email to the identity with the code", async () => {
       const sender = createCodeSender({ kind: "smtp", url: `smtp://127.0.0.1:${port}`, from: "Parley <codes@parley.test>" }, { info: () => {} });
@@ -116,29 +123,14 @@ describeCodeDeliveryConformance("file", async () => {
 });
 
 describeCodeDeliveryConformance("smtp", async () => {
-  const messages: string[] = [];
-  const smtp = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ["STARTTLS", "AUTH"],
-    logger: false,
-    onData(stream, _session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("end", () => {
-        messages.push(Buffer.concat(chunks).toString("utf8"));
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-  const port = (smtp.server.address() as AddressInfo).port;
-  const sender = createCodeSender({ kind: "smtp", url: `smtp://127.0.0.1:${port}`, from: "Parley <codes@parley.test>" }, { info: () => {} });
+  const smtp = await startSmtp();
+  const sender = createCodeSender({ kind: "smtp", url: `smtp://127.0.0.1:${smtp.port}`, from: "Parley <codes@parley.test>" }, { info: () => {} });
   return {
     sender,
-    received: async () => [...messages],
+    received: async () => smtp.received.map(({ raw }) => raw),
     cleanup: async () => {
       await sender.close();
-      await new Promise<void>((resolve) => smtp.close(() => resolve()));
+      await smtp.close();
     },
   };
 });
