@@ -9,7 +9,7 @@ import { identityCacheOf, identityCacheService } from "./api/identity-cache.js";
 import { mediaDownloadHandler } from "./edge/media-http.js";
 import { authService } from "./engine/auth/auth-service.js";
 import { agentsService } from "./engine/agents/agent-service.js";
-import { messagesService } from "./engine/messages/conversation-actor.js";
+import { messagesService } from "./engine/messages/message-service.js";
 import { conversationsService } from "./engine/conversations/conversation-service.js";
 import { groupsService } from "./engine/groups/group-service.js";
 import { openBlobStore } from "./ports/blob-store/open-blob-store.js";

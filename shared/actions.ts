@@ -53,7 +53,7 @@ export type RpcActionName =
   | "agents.regenerateAgentSecretKey"
   | "agents.setAgentMiniApp"
   | "agents.updateAgentSelfConfig"
-  // MessageService's per-conversation methods (engine/messages/conversation-actor.ts)
+  // MessageService's per-conversation methods (engine/messages/message-service.ts)
   | "messages.sendMessage"
   | "messages.editMessage"
   | "messages.recallMessage"
