@@ -13,7 +13,7 @@ import { SyncService } from "../shared/gen/api/v1/sync_pb.js";
 import { Errors } from "../shared/errors.js";
 import type { Caller } from "../shared/caller.js";
 import { AdjustableClock } from "../shared/clock.js";
-import { ConversationActor } from "../engine/messages/conversation-actor.js";
+import { ConversationActors } from "../engine/messages/conversation-actor.js";
 import type { EngineDeps } from "../engine/deps.js";
 import { MemoryEphemeralState } from "../ports/ephemeral/memory-ephemeral-state.js";
 import { FanOuts } from "../engine/delivery/fan-out.js";
@@ -77,7 +77,7 @@ for (const mode of wireModes) {
         live: new LiveRouter(server.broker, presence),
         webhookQueued: () => {},
       };
-      return { actor: new ConversationActor(deps), ctx: moleculer.Context.create(server.broker) as Context };
+      return { actor: new ConversationActors(deps), ctx: moleculer.Context.create(server.broker) as Context };
     }
 
     it("refuses the old owner's writes; the new owner rebuilds the stream, END persists the full text, ids stay dense, nothing is written twice", async () => {

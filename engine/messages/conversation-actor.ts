@@ -37,8 +37,7 @@ import { isGroupConversationId } from "../../shared/ids.js";
 import type { EngineDeps } from "../deps.js";
 import type { PreparedFanOut } from "../delivery/fan-out.js";
 import { callEngine, type AdoptStreamParams, type ForgetParams } from "../engine-actions.js";
-import { deliverCardAction, sendEphemeral } from "../sync/inbox.js";
-import { Mailboxes } from "../../shared/mailbox.js";
+import { deliverCardAction, sendEphemeral } from "../delivery/ephemeral.js";
 import {
   BoundedCache,
   accessOf,
@@ -149,7 +148,66 @@ interface CardAction {
   submitterId: number;
 }
 
-const streamKey = (conversationId: bigint, messageId: bigint) => `${conversationId}:${messageId}`;
+/**
+ * One conversation's actor, as Tinode has one object per topic: what this node holds of the
+ * conversation while it owns it. Its mailbox runs the conversation's writes one at a time; the rest
+ * is what those writes keep between them, all of it rebuilt from the store by whoever owns the
+ * conversation next. What it may check from memory (membership, accounts) is shared by the actors
+ * of this node under one memory bound (ConversationActors).
+ */
+export class ConversationActor {
+  private tail: Promise<unknown> = Promise.resolve();
+  private queued = 0;
+  /** The last message id written (the next one is one more), once read from the store. */
+  latestId: bigint | undefined;
+  /** The lease epoch under which the fan-outs an earlier holder left unfinished were finished (finishInheritedFanOuts). */
+  settledUnder: number | undefined;
+  /** Streamed messages open in memory, by message id; made when the first one opens. */
+  private liveStreams: Map<bigint, LiveStream> | undefined;
+
+  constructor(readonly conversationId: bigint) {}
+
+  /** Runs `work` after every task queued before it has settled; resolves with its result. */
+  run<T>(work: () => Promise<T>): Promise<T> {
+    this.queued += 1;
+    const result = this.tail.then(work, work);
+    this.tail = result.then(
+      () => (this.queued -= 1),
+      () => (this.queued -= 1),
+    );
+    return result;
+  }
+
+  /** Nothing queued in the mailbox: a new actor for the conversation could take over at once. */
+  get idle(): boolean {
+    return this.queued === 0;
+  }
+
+  stream(messageId: bigint): LiveStream | undefined {
+    return this.liveStreams?.get(messageId);
+  }
+
+  openStream(messageId: bigint, stream: LiveStream): void {
+    (this.liveStreams ??= new Map()).set(messageId, stream);
+  }
+
+  closeStream(messageId: bigint): void {
+    this.liveStreams?.delete(messageId);
+    if (this.liveStreams?.size === 0) this.liveStreams = undefined;
+  }
+
+  /** The streams open in memory, with their message ids. */
+  streams(): [bigint, LiveStream][] {
+    return this.liveStreams ? [...this.liveStreams] : [];
+  }
+
+  /** Forgets what was built under a lease this node no longer holds; the mailbox goes on. */
+  reset(): void {
+    this.latestId = undefined;
+    this.settledUnder = undefined;
+    this.liveStreams = undefined;
+  }
+}
 
 function isJson(text: string): boolean {
   try {
@@ -186,12 +244,14 @@ export function envelopeOf(record: MessageRecord, live?: LiveStream): MessageEnv
   });
 }
 
-export class ConversationActor {
-  private readonly mailboxes = new Mailboxes();
-  private readonly latestId = new Map<bigint, bigint>();
-  /** The lease epoch under which each conversation's inherited fan-outs were finished (finishInheritedFanOuts). */
-  private readonly settledUnder = new Map<bigint, number>();
-  private readonly streams = new Map<string, LiveStream>();
+/**
+ * The conversation actors of this node, one ConversationActor per conversation it has written or
+ * streamed in, and the calls every actor serves (send, edit, recall, streams, card actions). What
+ * the actors check from memory is shared here under one bound: the conversations' checks and the
+ * accounts' facts, dropped when they change (`messages.forget`).
+ */
+export class ConversationActors {
+  private readonly actors = new Map<bigint, ConversationActor>();
   /** Deliveries a call's writes started, awaited once the call has left the mailbox. */
   private readonly deliveries = new WeakMap<Context, Promise<void>[]>();
   private readonly checks = new BoundedCache<bigint, ConversationChecks>(CheckCachePolicy.conversations, CheckCachePolicy.participants, (checks) => checks.participants.length);
@@ -208,9 +268,26 @@ export class ConversationActor {
     return this.deps.store;
   }
 
+  /** The conversation's actor, made when first needed. */
+  private actor(conversationId: bigint): ConversationActor {
+    let actor = this.actors.get(conversationId);
+    if (!actor) {
+      actor = new ConversationActor(conversationId);
+      this.actors.set(conversationId, actor);
+    }
+    return actor;
+  }
+
+  /** A stream open in this node's memory, without making an actor for a conversation it never held. */
+  private liveStreamIn(conversationId: bigint, messageId: bigint): LiveStream | undefined {
+    return this.actors.get(conversationId)?.stream(messageId);
+  }
+
   /** Streams open in this node's memory. */
   get openStreams(): number {
-    return this.streams.size;
+    let open = 0;
+    for (const actor of this.actors.values()) open += actor.streams().length;
+    return open;
   }
 
   /**
@@ -265,9 +342,12 @@ export class ConversationActor {
     this.forgotten += 1;
     const inShard = (conversationId: bigint) => shardOf(conversationKey(conversationId)) === shard;
     this.checks.deleteWhere(inShard);
-    for (const conversationId of [...this.latestId.keys()]) if (inShard(conversationId)) this.latestId.delete(conversationId);
-    for (const conversationId of [...this.settledUnder.keys()]) if (inShard(conversationId)) this.settledUnder.delete(conversationId);
-    for (const key of [...this.streams.keys()]) if (inShard(BigInt(key.slice(0, key.indexOf(":"))))) this.streams.delete(key);
+    for (const [conversationId, actor] of [...this.actors]) {
+      if (!inShard(conversationId)) continue;
+      actor.reset();
+      // A write under way keeps its actor, so the next write of the conversation queues behind it.
+      if (actor.idle) this.actors.delete(conversationId);
+    }
   }
 
   /**
@@ -276,7 +356,7 @@ export class ConversationActor {
    * answers a retryable UNAVAILABLE.
    */
   private owned<T>(conversationId: bigint, work: () => Promise<T>): Promise<T> {
-    return this.mailboxes.run(String(conversationId), () =>
+    return this.actor(conversationId).run(() =>
       work().catch((err: unknown) => {
         if (!(err instanceof OwnershipLostError)) throw err;
         this.deps.ownership.lost(err.fence);
@@ -286,10 +366,10 @@ export class ConversationActor {
   }
 
   private async nextIds(conversationId: bigint): Promise<bigint> {
-    const cached = this.latestId.get(conversationId);
-    if (cached !== undefined) return cached + 1n;
+    const actor = this.actor(conversationId);
+    if (actor.latestId !== undefined) return actor.latestId + 1n;
     const latest = await this.store.messages.latestMessageId(conversationId);
-    this.latestId.set(conversationId, latest);
+    actor.latestId = latest;
     return latest + 1n;
   }
 
@@ -322,9 +402,10 @@ export class ConversationActor {
    */
   private async finishInheritedFanOuts(ctx: Context, conversationId: bigint): Promise<void> {
     const fence = await this.deps.ownership.fence(conversationKey(conversationId));
-    if (this.settledUnder.get(conversationId) === fence.epoch) return;
+    const actor = this.actor(conversationId);
+    if (actor.settledUnder === fence.epoch) return;
     await this.deps.fanOuts.finishScopeInOrder(ctx, String(conversationId));
-    if (this.deps.ownership.holds(fence)) this.settledUnder.set(conversationId, fence.epoch);
+    if (this.deps.ownership.holds(fence)) actor.settledUnder = fence.epoch;
   }
 
   /**
@@ -368,12 +449,12 @@ export class ConversationActor {
         fence: options.fence,
       });
       if (result.outcome === "ok") {
-        this.latestId.set(record.conversationId, messageId);
+        this.actor(record.conversationId).latestId = messageId;
         this.startDelivery(ctx, fanOut, { opensOrClosesStream: options.opensStream });
         return { record: candidate, duplicate: false };
       }
       if (result.outcome === "duplicate") return { record: result.existing, duplicate: true };
-      this.latestId.delete(record.conversationId);
+      this.actor(record.conversationId).latestId = undefined;
     }
     throw new ParleyError(Errors.unavailable, { reason: "message sequence contention" });
   }
@@ -386,7 +467,7 @@ export class ConversationActor {
     const sender = (await this.account(updated.senderId))?.user;
     const fanOut = await this.messageFanOut(updated, access.participants, sender ? [sender] : []);
     await this.store.messages.updateMessage(updated.conversationId, updated.messageId, updated, { ...options, fanOut: fanOut.record });
-    if (options.closesStream) this.streams.delete(streamKey(updated.conversationId, updated.messageId));
+    if (options.closesStream) this.actor(updated.conversationId).closeStream(updated.messageId);
     this.startDelivery(ctx, fanOut, { opensOrClosesStream: options.closesStream });
     return sender;
   }
@@ -458,7 +539,7 @@ export class ConversationActor {
       if (duplicate) return { messageId: record.messageId, createdAt: BigInt(record.createdAt) };
       if (isStream) {
         const contentType = body.content.case === "stream" ? body.content.value.contentType : "text/plain";
-        this.streams.set(streamKey(record.conversationId, record.messageId), newLiveStream(record, contentType, 1, now, fence));
+        this.actor(record.conversationId).openStream(record.messageId, newLiveStream(record, contentType, 1, now, fence));
         streamsStarted.inc();
       }
       if (!isStream) this.offlinePush(ctx, access, record, body, sender);
@@ -566,7 +647,7 @@ export class ConversationActor {
   async getMessage(caller: Caller, conversationId: bigint, messageId: bigint) {
     accessOf((await this.enter(conversationId)).checks, caller.userId);
     const record = await this.visibleMessage(caller.userId, conversationId, messageId);
-    return { message: envelopeOf(record, this.streams.get(streamKey(conversationId, messageId))) };
+    return { message: envelopeOf(record, this.liveStreamIn(conversationId, messageId)) };
   }
 
   async history(caller: Caller, conversationId: bigint, before: bigint | undefined, after: bigint | undefined, limit: number) {
@@ -581,7 +662,7 @@ export class ConversationActor {
         ? await this.store.messages.listVisible(caller.userId, conversationId, "after", after, state.clearedUpTo, pageSize + 1)
         : await this.store.messages.listVisible(caller.userId, conversationId, "before", before ?? BigInt(Number.MAX_SAFE_INTEGER) * 1024n, state.clearedUpTo, pageSize + 1);
     const page = rows.slice(0, pageSize);
-    const messages = page.map((record) => envelopeOf(record, this.streams.get(streamKey(conversationId, record.messageId))));
+    const messages = page.map((record) => envelopeOf(record, this.liveStreamIn(conversationId, record.messageId)));
     const relatedIds = new Set<number>();
     for (const message of messages) {
       if (message.senderId) relatedIds.add(message.senderId);
@@ -598,8 +679,8 @@ export class ConversationActor {
   private async liveStream(caller: Caller, conversationId: bigint, messageId: bigint): Promise<{ fence: Fence; access: ConversationAccess; stream: LiveStream }> {
     const { fence, checks } = await this.enter(conversationId);
     const access = accessOf(checks, caller.userId);
-    const key = streamKey(conversationId, messageId);
-    const live = this.streams.get(key);
+    const actor = this.actor(conversationId);
+    const live = actor.stream(messageId);
     if (live && live.senderId === caller.userId && live.epoch === fence.epoch) return { fence, access, stream: live };
     const record = await this.store.messages.getMessage(conversationId, messageId);
     const body = record && fromBinary(MessageBodySchema, record.body);
@@ -607,7 +688,7 @@ export class ConversationActor {
     const open = openStreamOf(body);
     if (!open) throw new ParleyError(Errors.streamFinished);
     const stream = newLiveStream(record, open.contentType, 0, this.deps.clock.now(), fence);
-    this.streams.set(key, stream);
+    actor.openStream(messageId, stream);
     return { fence, access, stream };
   }
 
@@ -697,14 +778,15 @@ export class ConversationActor {
     });
     const adopting = looking ? await this.store.messages.listOpenStreams(cutoff, MessagePolicy.adoptedStreamsPerSweep) : [];
     for (const open of adopting) {
-      if (this.streams.has(streamKey(open.conversationId, open.messageId))) continue;
+      if (this.liveStreamIn(open.conversationId, open.messageId)) continue;
       const params: AdoptStreamParams = { request: { conversationId: String(open.conversationId) }, messageId: String(open.messageId), senderId: open.senderId };
       await callEngine(ctx, "messages.adoptStream", params).catch(() => undefined);
     }
     let ended = 0;
-    for (const [key, stream] of [...this.streams]) {
+    const open = [...this.actors.values()].flatMap((actor) => actor.streams().map(([messageId, stream]) => ({ actor, messageId, stream })));
+    for (const { actor, messageId, stream } of open) {
       if (stream.lastActivityAt > cutoff) continue;
-      const [conversationId, messageId] = key.split(":").map(BigInt);
+      const { conversationId } = actor;
       const sender: Caller = { kind: "agent", userId: stream.senderId, deviceId: "" };
       try {
         if (await this.finishStreamUnlessActiveSince(ctx, sender, conversationId, messageId, { error: abandonedStreamError }, cutoff)) {
@@ -718,7 +800,7 @@ export class ConversationActor {
         const code = parleyErrorParts(err)?.entry.code;
         if (code === Code.NotFound || code === Code.PermissionDenied || code === Code.FailedPrecondition) {
           await this.closeOrphanedStream(conversationId, messageId, stream);
-          this.streams.delete(key);
+          actor.closeStream(messageId);
         }
       }
     }
@@ -739,18 +821,18 @@ export class ConversationActor {
 
   /** Finishes the conversation's recorded fan-outs (the sweep found some cut short), in its mailbox. */
   async finishFanOuts(ctx: Context, conversationId: bigint): Promise<void> {
-    await this.mailboxes.run(String(conversationId), () => this.deps.fanOuts.finishScopeInOrder(ctx, String(conversationId)));
+    await this.actor(conversationId).run(() => this.deps.fanOuts.finishScopeInOrder(ctx, String(conversationId)));
   }
 
   /** Takes a persisted open stream into memory (the owner restarted since it started). */
   async adoptStream(conversationId: bigint, messageId: bigint, senderId: number): Promise<void> {
     await this.owned(conversationId, async () => {
       const fence = await this.deps.ownership.fence(conversationKey(conversationId));
-      const key = streamKey(conversationId, messageId);
-      if (this.streams.get(key)?.epoch === fence.epoch) return;
+      const actor = this.actor(conversationId);
+      if (actor.stream(messageId)?.epoch === fence.epoch) return;
       const record = await this.store.messages.getMessage(conversationId, messageId);
       const open = record && record.senderId === senderId ? openStreamOf(fromBinary(MessageBodySchema, record.body)) : undefined;
-      if (open) this.streams.set(key, newLiveStream(record!, open.contentType, 0, this.deps.clock.now(), fence));
+      if (open) actor.openStream(messageId, newLiveStream(record!, open.contentType, 0, this.deps.clock.now(), fence));
     });
   }
 

@@ -1,5 +1,5 @@
-// The messages service: MessageService's per-conversation methods and the conversation actor's
-// internal actions, bound to Moleculer (the actor itself is conversation-actor.ts). Each call is
+// The messages service: MessageService's per-conversation methods and the conversation actors'
+// internal actions, bound to Moleculer (the actors are conversation-actor.ts). Each call is
 // routed to the engine owning the conversation's shard.
 import type { Context, ServiceSchema } from "moleculer";
 import {
@@ -35,12 +35,12 @@ import type { SystemMessageParams } from "../delivery/fan-out-contracts.js";
 import { callEngine, type AdoptStreamParams, type EngineActions, type FinishFanOutsParams, type ForgetParams } from "../engine-actions.js";
 import { requireCaller, rpcAction } from "../rpc-action.js";
 import { routeToOwner } from "../shard-owners.js";
-import { ConversationActor, MessagePolicy } from "./conversation-actor.js";
+import { ConversationActors, MessagePolicy } from "./conversation-actor.js";
 
 const shardByConversation = routeToOwner("request.conversationId", "conversation");
 
 export function messagesService(deps: EngineDeps): ServiceSchema {
-  const actor = new ConversationActor(deps);
+  const actors = new ConversationActors(deps);
   const sharded = <T>(handler: T) => ({ ...shardByConversation, handler });
   let sweep: NodeJS.Timeout | undefined;
   let fanOutSweep: NodeJS.Timeout | undefined;
@@ -49,7 +49,7 @@ export function messagesService(deps: EngineDeps): ServiceSchema {
     name: "messages",
     started() {
       const broker = this.broker;
-      unsampleStreams = streamsOpen.sample({}, () => actor.openStreams);
+      unsampleStreams = streamsOpen.sample({}, () => actors.openStreams);
       // Each node owns the streams in its memory, so the sweep is called on this node only.
       sweep = setInterval(() => {
         callEngine(broker, "messages.endAbandonedStreams", {}, { nodeID: broker.nodeID }).catch((err: unknown) => backgroundFailed("stream_sweep", err, broker.logger, "ending abandoned streams"));
@@ -70,79 +70,79 @@ export function messagesService(deps: EngineDeps): ServiceSchema {
     events: {
       // A node that lost sight of others (or sees a new one) may have missed a change meant for it.
       "$node.connected"() {
-        actor.forgetAll();
+        actors.forgetAll();
       },
       "$node.disconnected"() {
-        actor.forgetAll();
+        actors.forgetAll();
       },
     },
     actions: {
       forget: {
         handler: (ctx: Context<ForgetParams>) => {
-          actor.forget(ctx.params);
+          actors.forget(ctx.params);
           return {};
         },
       },
       adoptStream: {
         ...shardByConversation,
         handler: async (ctx: Context<AdoptStreamParams>) => {
-          await actor.adoptStream(BigInt(ctx.params.request.conversationId), BigInt(ctx.params.messageId), ctx.params.senderId);
+          await actors.adoptStream(BigInt(ctx.params.request.conversationId), BigInt(ctx.params.messageId), ctx.params.senderId);
           return {};
         },
       },
       finishFanOuts: {
         ...shardByConversation,
         handler: async (ctx: Context<FinishFanOutsParams>) => {
-          await actor.finishFanOuts(ctx, BigInt(ctx.params.request.conversationId));
+          await actors.finishFanOuts(ctx, BigInt(ctx.params.request.conversationId));
           return {};
         },
       },
       endAbandonedStreams: {
-        handler: async (ctx: Context) => ({ ended: await actor.endAbandonedStreams(ctx) }),
+        handler: async (ctx: Context) => ({ ended: await actors.endAbandonedStreams(ctx) }),
       },
-      sendMessage: sharded(rpcAction(SendMessageRequestSchema, SendMessageResponseSchema, ({ request, caller, ctx }) => actor.send(ctx, requireCaller(caller), request))),
+      sendMessage: sharded(rpcAction(SendMessageRequestSchema, SendMessageResponseSchema, ({ request, caller, ctx }) => actors.send(ctx, requireCaller(caller), request))),
       editMessage: sharded(
         rpcAction(EditMessageRequestSchema, EditMessageResponseSchema, ({ request, caller, ctx }) =>
-          actor.edit(ctx, requireCaller(caller), request.conversationId, request.messageId, request.newBody!),
+          actors.edit(ctx, requireCaller(caller), request.conversationId, request.messageId, request.newBody!),
         ),
       ),
       recallMessage: sharded(
         rpcAction(RecallMessageRequestSchema, RecallMessageResponseSchema, ({ request, caller, ctx }) =>
-          actor.recall(ctx, requireCaller(caller), request.conversationId, request.messageId),
+          actors.recall(ctx, requireCaller(caller), request.conversationId, request.messageId),
         ),
       ),
       getMessage: sharded(
-        rpcAction(GetMessageRequestSchema, GetMessageResponseSchema, ({ request, caller }) => actor.getMessage(requireCaller(caller), request.conversationId, request.messageId)),
+        rpcAction(GetMessageRequestSchema, GetMessageResponseSchema, ({ request, caller }) => actors.getMessage(requireCaller(caller), request.conversationId, request.messageId)),
       ),
       getMessageHistory: sharded(
         rpcAction(GetMessageHistoryRequestSchema, GetMessageHistoryResponseSchema, ({ request, caller }) =>
-          actor.history(requireCaller(caller), request.conversationId, request.beforeMessageId, request.afterMessageId, request.limit),
+          actors.history(requireCaller(caller), request.conversationId, request.beforeMessageId, request.afterMessageId, request.limit),
         ),
       ),
       submitCardAction: sharded(
         rpcAction(SubmitCardActionRequestSchema, SubmitCardActionResponseSchema, ({ request, caller, ctx }) =>
-          actor.submitCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionData, request.verb),
+          actors.submitCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionData, request.verb),
         ),
       ),
       pushStreamDelta: sharded(
         rpcAction(PushStreamDeltaRequestSchema, PushStreamDeltaResponseSchema, ({ request, caller, ctx }) =>
-          actor.pushDelta(ctx, requireCaller(caller), request.conversationId, request.messageId, request.seq, request.delta),
+          actors.pushDelta(ctx, requireCaller(caller), request.conversationId, request.messageId, request.seq, request.delta),
         ),
       ),
       endStream: sharded(
         rpcAction(EndStreamRequestSchema, EndStreamResponseSchema, ({ request, caller, ctx }) =>
-          actor.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { text: request.accumulatedText, entities: request.entities }),
+          actors.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { text: request.accumulatedText, entities: request.entities }),
         ),
       ),
       errorStream: sharded(
         rpcAction(ErrorStreamRequestSchema, ErrorStreamResponseSchema, ({ request, caller, ctx }) =>
-          actor.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { error: request.errorMessage }),
+          actors.finishStream(ctx, requireCaller(caller), request.conversationId, request.messageId, { error: request.errorMessage }),
         ),
       ),
       postSystemMessage: {
         ...shardByConversation,
         handler: async (ctx: Context<SystemMessageParams>) => {
-          const { messageId } = await actor.postSystemMessage(
+          const { messageId } = await actors.postSystemMessage(
             ctx,
             BigInt(ctx.params.request.conversationId),
             fromWire(MessageBodySchema, ctx.params.body),
@@ -154,7 +154,7 @@ export function messagesService(deps: EngineDeps): ServiceSchema {
       },
       answerCardAction: sharded(
         rpcAction(AnswerCardActionRequestSchema, AnswerCardActionResponseSchema, ({ request, caller, ctx }) =>
-          actor.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),
+          actors.answerCardAction(ctx, requireCaller(caller), request.conversationId, request.messageId, request.actionId, request.text ?? "", request.showAlert),
         ),
       ),
     } satisfies ActionsOf<EngineActions, "messages">,

@@ -22,32 +22,27 @@
 // forgets the shard and its callers retry through the new owner. The store also refuses an sn
 // already taken, and an event a stream already holds: a writer with a stale cached sn reloads
 // those users' latest sn, reads again which streams hold its fan-outs, and retries.
-import { type MessageInitShape } from "@bufbuild/protobuf";
 import type { Context, ServiceSchema } from "moleculer";
-import { UserInfoSchema, type UserInfo } from "../../shared/gen/shared/v1/common_pb.js";
 import {
   GetCurrentStateRequestSchema,
   GetCurrentStateResponseSchema,
   GetDifferenceRequestSchema,
   GetDifferenceResponseSchema,
 } from "../../shared/gen/api/v1/sync_pb.js";
-import { CardActionPayloadSchema, NonSnUpdateSchema, type CardActionPayload } from "../../shared/gen/shared/v1/updates_pb.js";
 import { type UpdateJson } from "../../shared/gen/api/v1/updates_pb.js";
 import { type AgentBacklogParams, type DeliveryModeChangedParams, type FeedRelease, type MarkDeliveredParams } from "../../shared/agent-delivery.js";
 import { BusEvents, type AgentChangedEvent, type LiveEvent } from "../../shared/bus.js";
 import { Errors, ParleyError } from "../../shared/errors.js";
-import { toWire } from "../../shared/wire.js";
 import { WebhookRouting, agentFeedPage } from "../agents/event-routing.js";
 import type { EngineDeps } from "../deps.js";
 import { Mailboxes } from "../../shared/mailbox.js";
 import { userStreamKey } from "../../shared/shards.js";
-import type { LiveDelivery } from "../delivery/live-router.js";
 import { routeToOwner } from "../shard-owners.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { OwnershipLostError, type Fence, type LoggedEvent, type StreamEntry, type WebhookHandoff } from "../../ports/store/store.js";
 import { snUpdateOf } from "../delivery/stream-entry.js";
 import { relatedParts, sequencedPush, type AppendedFanOut, type AppendFanOutsAnswer, type AppendFanOutsParams, type FanOutAppend } from "../delivery/fan-out-contracts.js";
-import { callEngine, type CardActionParams, type EngineActions } from "../engine-actions.js";
+import type { CardActionParams, EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
 
 export const InboxPolicy = {
@@ -285,7 +280,7 @@ export class Inbox {
    * Delivers a card action to the agent that sent the card: live on its sockets, and for a
    * WEBHOOK-mode agent queued for its webhook, in turn with the appends, so the route is read and
    * the job queued with no mode switch in between. It is the only ephemeral entry agents get by
-   * webhook; every other one is a plain broadcast (see sendEphemeral below).
+   * webhook; every other one is a plain broadcast (see sendEphemeral, delivery/ephemeral.ts).
    */
   async deliverCardAction(params: CardActionParams): Promise<void> {
     const { userId } = params;
@@ -326,34 +321,6 @@ export class Inbox {
     const last = updates[updates.length - 1]?.sn ?? sn;
     return { updates, sn: last, hasMore: last < latest, updateTooLong: false };
   }
-}
-
-/**
- * Pushes an ephemeral entry (a stream delta, a card action answer) live to the users'
- * connections: nothing is stored and no sn is assigned, so no inbox is involved. It goes to the
- * gateways holding the users (live-router.ts), encoded once.
- */
-export function sendEphemeral(
-  pushes: LiveDelivery,
-  userIds: readonly number[],
-  entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
-  users: UserInfo[] = [],
-): void {
-  const update: UpdateJson = {
-    ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
-    nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
-  } as UpdateJson;
-  void pushes.send({ update, userIds: [...userIds] } satisfies LiveEvent);
-}
-
-/** Delivers a card action to the agent that sent the card, through the agent's inbox actor (see deliverCardAction). */
-export async function deliverCardAction(ctx: Pick<Context, "call">, agentUserId: number, cardAction: CardActionPayload, submitter: UserInfo | undefined): Promise<void> {
-  const params: CardActionParams = {
-    userId: agentUserId,
-    cardAction: toWire(CardActionPayloadSchema, cardAction),
-    users: submitter ? [toWire(UserInfoSchema, submitter)] : [],
-  };
-  await callEngine(ctx, "sync.deliverCardAction", params);
 }
 
 const shardByUser = routeToOwner("userId", "user");
