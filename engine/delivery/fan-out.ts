@@ -9,7 +9,7 @@
 //   clientMessageId) finishes it and later events of the scope still follow it in every stream;
 // - a periodic sweep finishes what neither reached.
 // Each stream takes a given fan-out at most once: the store refuses a stream's second entry of an
-// event (UpdateLogStore.append), whatever engines deliver it at once; a fan-out delivered again
+// event (UpdateStreamStore.append), whatever engines deliver it at once; a fan-out delivered again
 // asks the inbox to skip the streams that hold it (a first delivery need not, and the check is
 // not free), and a fan-out still being delivered by this process is never delivered again beside it.
 //

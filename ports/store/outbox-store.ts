@@ -5,7 +5,7 @@
  * transaction as the change it reports, so a change is never durable without its event; the
  * engine then appends it to each recipient's stream and finishes it. A fan-out cut short (a crash,
  * a failed append) is finished again, at start-up or by the next write of its scope, and every
- * stream takes a given fan-out at most once (UpdateLogStore.append refuses a second entry of it),
+ * stream takes a given fan-out at most once (UpdateStreamStore.append refuses a second entry of it),
  * so a repeat is harmless.
  */
 export interface FanOutRecord {

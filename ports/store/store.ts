@@ -15,7 +15,7 @@ import type { MessageStore } from "./message-store.js";
 import type { OutboxStore } from "./outbox-store.js";
 import type { PushTokenStore } from "./push-token-store.js";
 import type { SessionStore } from "./session-store.js";
-import type { UpdateLogStore } from "./update-store.js";
+import type { UpdateStreamStore } from "./update-store.js";
 import type { UserStore } from "./user-store.js";
 import type { WebhookJobStore } from "./webhook-job-store.js";
 
@@ -38,7 +38,7 @@ export interface Store {
   users: UserStore;
   sessions: SessionStore;
   pushTokens: PushTokenStore;
-  updates: UpdateLogStore;
+  updates: UpdateStreamStore;
   agents: AgentStore;
   contacts: ContactStore;
   groups: GroupStore;

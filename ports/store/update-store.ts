@@ -2,7 +2,7 @@
 import type { Fence } from "./lease-store.js";
 
 /**
- * An event as the update log keeps it: its entry stored once, however many streams hold it. Each
+ * An event as the update streams keep it: its entry stored once, however many streams hold it. Each
  * stream holds it by reference (a StreamEntry), so a group event costs one entry plus one small
  * row per member.
  */
@@ -39,7 +39,7 @@ export interface WebhookHandoff {
 }
 
 /**
- * One write of the update log, committed as a whole or not at all: events, the stream entries
+ * One write of the update streams, committed as a whole or not at all: events, the stream entries
  * that reference them (several users, several events), and the webhook hand-offs of the agents
  * among those users. An object, so that conditions on the write (an owner's fence) can join it.
  */
@@ -81,7 +81,7 @@ export type AppendOutcome = { ok: true } | { ok: false; conflicts: number[] };
  * ordered by sn (sn -> event id), events are keyed by id. An event is kept while any stream still
  * holds it; how the adapter knows (reference counts, a scan) is its own affair.
  */
-export interface UpdateLogStore {
+export interface UpdateStreamStore {
   /** The highest sn stored for the user, 0 when none. */
   latestSn(userId: number): Promise<number>;
   /** latestSn of each of these users, in one read. */

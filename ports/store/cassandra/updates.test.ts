@@ -7,7 +7,7 @@
 import cassandra from "cassandra-driver";
 import { expect } from "chai";
 import { shardOf, userStreamKey } from "../../../shared/shards.js";
-import { OwnershipLostError, type Fence, type FenceHolder, type UpdateLogStore, type WebhookJobStore } from "../store.js";
+import { OwnershipLostError, type Fence, type FenceHolder, type UpdateStreamStore, type WebhookJobStore } from "../store.js";
 import type { CassandraStore } from "./cassandra-store.js";
 import { cassandraContext } from "./context.js";
 import { leaseStore } from "./leases.js";
@@ -34,7 +34,7 @@ describe("cassandra update streams and webhook queue", () => {
   });
 
   /** The parts on a handle of their own (a node's), with 4-entry buckets. */
-  const parts = async (indexWalkMs = 0): Promise<{ updates: UpdateLogStore; jobs: WebhookJobStore; handle: CassandraStore }> => {
+  const parts = async (indexWalkMs = 0): Promise<{ updates: UpdateStreamStore; jobs: WebhookJobStore; handle: CassandraStore }> => {
     const handle = await openTestCassandraStore(keyspace, { fresh: false });
     handles.push(handle);
     const ctx = cassandraContext(handle.cql);
@@ -42,7 +42,7 @@ describe("cassandra update streams and webhook queue", () => {
   };
   /** A writer that still trusts its lease by its own clock (a pause it did not notice). */
   const unaware = (instance: string): FenceHolder => ({ instance, untrusted: () => undefined });
-  const fencedAppend = (updates: UpdateLogStore, fence: Fence, holder: FenceHolder, entries: [number, number, number][]) =>
+  const fencedAppend = (updates: UpdateStreamStore, fence: Fence, holder: FenceHolder, entries: [number, number, number][]) =>
     updates.append({
       events: [...new Set(entries.map(([, , eventId]) => eventId))].map(event),
       entries: entries.map(([userId, sn, eventId]) => ({ userId, sn, eventId: BigInt(eventId) })),
@@ -69,13 +69,13 @@ describe("cassandra update streams and webhook queue", () => {
     return { a, b, fenceA, takeOver };
   };
   const event = (eventId: number) => ({ eventId: BigInt(eventId), entry: new Uint8Array([eventId % 256]) });
-  const append = (updates: UpdateLogStore, entries: [number, number, number][]) =>
+  const append = (updates: UpdateStreamStore, entries: [number, number, number][]) =>
     updates.append({
       events: [...new Set(entries.map(([, , eventId]) => eventId))].map(event),
       entries: entries.map(([userId, sn, eventId]) => ({ userId, sn, eventId: BigInt(eventId) })),
       createdAt: 1,
     });
-  const sns = async (updates: UpdateLogStore, userId: number, afterSn = 0, limit = 100) => (await updates.readUpdates(userId, afterSn, limit)).map((row) => row.sn);
+  const sns = async (updates: UpdateStreamStore, userId: number, afterSn = 0, limit = 100) => (await updates.readUpdates(userId, afterSn, limit)).map((row) => row.sn);
   const buckets = async (userId: number) => (await store.cql.rows("SELECT first_sn FROM stream_buckets WHERE user_id = ?", [userId])).map((row) => row.first_sn as number);
 
   it("appends across bucket boundaries, never splitting one append's entries, and reads and prunes across them", async () => {

@@ -12,7 +12,7 @@
 // already holds (`repeats`: a stream holds an event once), and event ids met with other bytes.
 import cassandra from "cassandra-driver";
 import { shardOf, userStreamKey } from "../../../shared/shards.js";
-import { OwnershipLostError, type AppendOutcome, type Fence, type FenceHolder, type LoggedEvent, type UpdateAppend, type UpdateLogStore, type WebhookHandoff } from "../store.js";
+import { OwnershipLostError, type AppendOutcome, type Fence, type FenceHolder, type LoggedEvent, type UpdateAppend, type UpdateStreamStore, type WebhookHandoff } from "../store.js";
 import type { CassandraContext } from "./context.js";
 import { bytesOf, type Row, type Statement } from "./cql.js";
 import { readStreamHead, streamClaimTimestamp, streamPruneTimestamp, streamWriteTimestamp } from "./stream-head.js";
@@ -85,7 +85,7 @@ const holderUser = (holder: unknown) => (holder as InstanceType<typeof Tuple>).g
 const holderSn = (holder: unknown) => (holder as InstanceType<typeof Tuple>).get(1) as number;
 const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
 
-export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions = {}): UpdateLogStore {
+export function updateLogStore(ctx: CassandraContext, options: UpdateLogOptions = {}): UpdateStreamStore {
   const { cql } = ctx;
   const bucketSize = options.bucketSize ?? 1024;
   const delivery = agentDeliveryOf(ctx);

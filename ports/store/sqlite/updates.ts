@@ -9,7 +9,7 @@
 // write looked up in the user's own stream. A unique index on (user_id, event_id) did the same
 // for every entry and doubled the cost of an append's inserts (schema version 13, dropped in 14).
 import type Database from "better-sqlite3";
-import type { AppendOutcome, UpdateAppend, UpdateLogStore } from "../store.js";
+import type { AppendOutcome, UpdateAppend, UpdateStreamStore } from "../store.js";
 import type { FenceCheck } from "./leases.js";
 import type { AgentDeliveryWriters } from "./webhook-jobs.js";
 
@@ -20,7 +20,7 @@ class SnTaken extends Error {
   }
 }
 
-export function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters, requireFence: FenceCheck): UpdateLogStore {
+export function updateLogStore(db: Database.Database, agentDelivery: AgentDeliveryWriters, requireFence: FenceCheck): UpdateStreamStore {
   const latest = db.prepare<[number], { sn: number | null }>("SELECT MAX(sn) AS sn FROM updates WHERE user_id = ?");
   // A correlated MAX per user uses the key's last entry; MAX ... GROUP BY would walk every row.
   const latestOf = db.prepare<[string], { user_id: number; sn: number | null }>(
