@@ -196,6 +196,11 @@ export class ConversationActor {
     if (this.liveStreams?.size === 0) this.liveStreams = undefined;
   }
 
+  /** How many streams are open in memory. */
+  get openStreams(): number {
+    return this.liveStreams?.size ?? 0;
+  }
+
   /** The streams open in memory, with their message ids. */
   streams(): [bigint, LiveStream][] {
     return this.liveStreams ? [...this.liveStreams] : [];
@@ -286,7 +291,7 @@ export class ConversationActors {
   /** Streams open in this node's memory. */
   get openStreams(): number {
     let open = 0;
-    for (const actor of this.actors.values()) open += actor.streams().length;
+    for (const actor of this.actors.values()) open += actor.openStreams;
     return open;
   }
 
@@ -783,7 +788,7 @@ export class ConversationActors {
       await callEngine(ctx, "messages.adoptStream", params).catch(() => undefined);
     }
     let ended = 0;
-    const open = [...this.actors.values()].flatMap((actor) => actor.streams().map(([messageId, stream]) => ({ actor, messageId, stream })));
+    const open = [...this.actors.values()].flatMap((actor) => (actor.openStreams === 0 ? [] : actor.streams().map(([messageId, stream]) => ({ actor, messageId, stream }))));
     for (const { actor, messageId, stream } of open) {
       if (stream.lastActivityAt > cutoff) continue;
       const { conversationId } = actor;
