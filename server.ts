@@ -33,7 +33,7 @@ import { leaseTimings, newLeaseHolder, Ownership, OwnershipPolicy } from "./engi
 import { userStreamKey } from "./shared/shards.js";
 import { announceToMesh, ClusterPlacement, coalescedMeshWrites, engineNodes, keysByOwner, outnumberEarlierInstances, ownerForwarding, settleWithMesh, withoutConnectPause } from "./engine/shard-owners.js";
 import { syncService } from "./engine/sync/inbox.js";
-import { LogPushNotifier } from "./ports/push-notifier/log-push-notifier.js";
+import { openPushNotifier } from "./ports/push-notifier/open-push-notifier.js";
 import { presenceService } from "./engine/presence-service.js";
 import { pushService } from "./engine/push/push-service.js";
 import { openStore } from "./ports/store/open-store.js";
@@ -251,7 +251,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       store,
       ephemeral,
       codeSender,
-      pushNotifier: options.adapters?.pushNotifier ?? new LogPushNotifier(logger),
+      pushNotifier: options.adapters?.pushNotifier ?? openPushNotifier(config.pushNotifier, logger),
       fanOuts,
       ownership: engineOwnership,
       presence,

@@ -26,6 +26,7 @@ export interface ParleyConfig {
   publicUrl: string | undefined;
   publicWsUrl: string | undefined;
   codeDelivery: CodeDelivery;
+  pushNotifier: PushNotifierKind;
   webhookAllowPrivateNetworks: boolean;
   /** Webhook requests in flight at once across agents (one per agent at a time). */
   webhookConcurrency: number;
@@ -142,6 +143,10 @@ function blobsConfig(env: NodeJS.ProcessEnv): BlobsConfig {
     forcePathStyle: forcePathStyle === "true",
   };
 }
+
+/** PUSH_NOTIFIER: how offline notifications leave the server (ports/push-notifier/open-push-notifier.ts). */
+export const pushNotifiers = ["log"] as const;
+export type PushNotifierKind = (typeof pushNotifiers)[number];
 
 export const socketDrivers = ["ws", "uws"] as const;
 export type SocketDriver = (typeof socketDrivers)[number];
@@ -284,6 +289,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     publicUrl: env.PUBLIC_URL || undefined,
     publicWsUrl: env.PUBLIC_WS_URL || undefined,
     codeDelivery: parseCodeDelivery(env.CODE_DELIVERY, env.SMTP_FROM),
+    pushNotifier: choiceSetting(env, "PUSH_NOTIFIER", pushNotifiers, "log"),
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
     webhookConcurrency: integerSetting(env, "WEBHOOK_CONCURRENCY", 32, 1, 10_000),
     trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),

@@ -1,6 +1,7 @@
 // The push-notification port: how the platform reaches a device that has no open connection.
-// Drivers: ./log-push-notifier.ts (embedded default: no provider credentials are configured, so
-// each notification is written to the log, one line each). APNs and FCM drivers plug in here.
+// Drivers: ./log-push-notifier.ts (the default: no provider credentials are configured, so each
+// notification is written to the log, one line each); open-push-notifier.ts picks the driver
+// PUSH_NOTIFIER names, and push-notifier-conformance.ts holds what every driver must do.
 import type { PushTokenRecord } from "../store/store.js";
 
 /** What a new-message alert carries for the app to open the right conversation. */
