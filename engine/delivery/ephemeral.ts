@@ -19,7 +19,7 @@ import type { LiveDelivery } from "./live-router.js";
  * gateways holding the users (live-router.ts), encoded once.
  */
 export function sendEphemeral(
-  pushes: LiveDelivery,
+  live: LiveDelivery,
   userIds: readonly number[],
   entry: MessageInitShape<typeof NonSnUpdateSchema>["update"],
   users: UserInfo[] = [],
@@ -28,7 +28,7 @@ export function sendEphemeral(
     ...relatedParts({ users: users.map((user) => toWire(UserInfoSchema, user)) }),
     nonSnUpdate: toWire(NonSnUpdateSchema, { update: entry } as MessageInitShape<typeof NonSnUpdateSchema>),
   } as UpdateJson;
-  void pushes.send({ update, userIds: [...userIds] } satisfies LiveEvent);
+  void live.send({ update, userIds: [...userIds] } satisfies LiveEvent);
 }
 
 /** Delivers a card action to the agent that sent the card, through the agent's inbox actor (Inbox.deliverCardAction). */

@@ -38,6 +38,7 @@ import type { EngineDeps } from "../deps.js";
 import type { PreparedFanOut } from "../delivery/fan-out.js";
 import { callEngine, type AdoptStreamParams, type ForgetParams } from "../engine-actions.js";
 import { deliverCardAction, sendEphemeral } from "../delivery/ephemeral.js";
+import { Mailbox } from "../../shared/mailbox.js";
 import {
   BoundedCache,
   accessOf,
@@ -156,8 +157,7 @@ interface CardAction {
  * of this node under one memory bound (ConversationActors).
  */
 export class ConversationActor {
-  private tail: Promise<unknown> = Promise.resolve();
-  private queued = 0;
+  private readonly mailbox = new Mailbox();
   /** The last message id written (the next one is one more), once read from the store. */
   latestId: bigint | undefined;
   /** The lease epoch under which the fan-outs an earlier holder left unfinished were finished (finishInheritedFanOuts). */
@@ -167,20 +167,14 @@ export class ConversationActor {
 
   constructor(readonly conversationId: bigint) {}
 
-  /** Runs `work` after every task queued before it has settled; resolves with its result. */
+  /** Runs `work` in the conversation's mailbox, after every write queued before it. */
   run<T>(work: () => Promise<T>): Promise<T> {
-    this.queued += 1;
-    const result = this.tail.then(work, work);
-    this.tail = result.then(
-      () => (this.queued -= 1),
-      () => (this.queued -= 1),
-    );
-    return result;
+    return this.mailbox.run(work);
   }
 
   /** Nothing queued in the mailbox: a new actor for the conversation could take over at once. */
   get idle(): boolean {
-    return this.queued === 0;
+    return this.mailbox.idle;
   }
 
   stream(messageId: bigint): LiveStream | undefined {
