@@ -20,12 +20,12 @@ export type { StoreUnderTest } from "./suite.js";
 
 export function describeStoreConformance(name: string, open: () => Promise<StoreUnderTest>): void {
   describe(`store conformance: ${name}`, () => {
-    let subject: StoreUnderTest;
+    const t = storeSuite();
     beforeEach(async () => {
-      subject = await open();
+      t.subject = await open();
+      t.store = t.subject.store;
     });
-    afterEach(async () => subject.cleanup());
-    const t = storeSuite(() => subject);
+    afterEach(async () => t.subject.cleanup());
 
     describeUsers(t);
     describeSessions(t);
@@ -42,6 +42,7 @@ export function describeStoreConformance(name: string, open: () => Promise<Store
     describeLeases(t);
 
     it("keeps everything across close and reopen", async function () {
+      const { subject } = t;
       if (!subject.reopen) this.skip();
       const a = await t.newUser("a@x.io");
       await t.store.sessions.upsertSession(t.session(a.userId, "d1"));
