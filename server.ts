@@ -158,6 +158,10 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
   coalescedMeshWrites(broker);
   const createService = (schema: moleculer.ServiceSchema) => broker.createService(timings.service(schema));
   const cleanups: (() => Promise<void>)[] = [];
+  // First, before anything is opened: reading the provider credentials stops a start that has bad
+  // ones, instead of failing the first offline push. No connection is made until a push needs one.
+  const pushNotifier = roles.includes("engine") ? (options.adapters?.pushNotifier ?? openPushNotifier(config.push, broker.getLogger("push"))) : undefined;
+  if (pushNotifier) cleanups.push(async () => pushNotifier.close?.());
   // The update log: Kafka in a cluster, in memory when one process runs everything.
   let log: UpdateLog | undefined;
   let webhookTopicFirstTry: Promise<unknown> | undefined;
@@ -220,7 +224,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
     }
   }
 
-  if (roles.includes("engine") && store && presence && log && ephemeral) {
+  if (roles.includes("engine") && store && presence && log && ephemeral && pushNotifier) {
     const logger = broker.getLogger("engine");
     const codeSender = createCodeSender(config.codeDelivery, { info: (message) => logger.info(message) });
     cleanups.push(() => codeSender.close());
@@ -251,7 +255,7 @@ export async function startParley(options: ParleyOptions): Promise<Parley> {
       store,
       ephemeral,
       codeSender,
-      pushNotifier: options.adapters?.pushNotifier ?? openPushNotifier(config.pushNotifier, logger),
+      pushNotifier,
       fanOuts,
       ownership: engineOwnership,
       presence,

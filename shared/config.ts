@@ -26,7 +26,8 @@ export interface ParleyConfig {
   publicUrl: string | undefined;
   publicWsUrl: string | undefined;
   codeDelivery: CodeDelivery;
-  pushNotifier: PushNotifierKind;
+  /** How offline notifications leave the server (PUSH_NOTIFIER and the APNS_*, FCM_* and PUSH_* settings). */
+  push: PushConfig;
   webhookAllowPrivateNetworks: boolean;
   /** Webhook requests in flight at once across agents (one per agent at a time). */
   webhookConcurrency: number;
@@ -144,9 +145,116 @@ function blobsConfig(env: NodeJS.ProcessEnv): BlobsConfig {
   };
 }
 
-/** PUSH_NOTIFIER: how offline notifications leave the server (ports/push-notifier/open-push-notifier.ts). */
-export const pushNotifiers = ["log"] as const;
+/**
+ * PUSH_NOTIFIER: the drivers offline notifications leave by (ports/push-notifier/open-push-notifier.ts),
+ * a comma-separated list. A token goes to its platform's provider driver when that is listed, else
+ * to the log driver when that is listed, else nowhere (counted as `no_driver`).
+ */
+export const pushNotifiers = ["log", "apns", "fcm"] as const;
 export type PushNotifierKind = (typeof pushNotifiers)[number];
+
+/** A credential given either as a file (…_FILE) or as the variable's own text, for secret stores that inject variables. */
+export type CredentialSource = { file: string } | { text: string; variable: string };
+
+export interface ApnsSettings {
+  /** The .p8 signing key Apple issued (PKCS#8, P-256). */
+  key: CredentialSource;
+  keyId: string;
+  teamId: string;
+  /** The app's bundle id, sent as apns-topic. */
+  topic: string;
+  productionUrl: string;
+  sandboxUrl: string;
+}
+
+export interface FcmSettings {
+  /** The Google service account JSON (type, project_id, private_key, client_email, token_uri). */
+  serviceAccount: CredentialSource;
+  /** The Firebase project; the service account's project_id when unset. */
+  projectId: string | undefined;
+  url: string;
+}
+
+export interface PushConfig {
+  drivers: PushNotifierKind[];
+  apns: ApnsSettings | undefined;
+  fcm: FcmSettings | undefined;
+  /** How long a provider keeps trying to reach an offline device (APNs expiration, FCM ttl). */
+  ttlSeconds: number;
+  /** HTTP/2 connections per provider host and node; requests multiplex over them. */
+  connectionsPerHost: number;
+  /** Provider requests in flight at once per provider and node; more wait in the queue. */
+  concurrency: number;
+  /** Notifications a provider's queue holds per node; beyond it new ones are dropped (counted as `queue_full`). */
+  queueLimit: number;
+  /** How long a notification is retried (429, 5xx, network) before it is given up. */
+  retryWindowMs: number;
+  /** How long one provider request may take. */
+  requestTimeoutMs: number;
+}
+
+function credentialSetting(env: NodeJS.ProcessEnv, name: string, needs: string): CredentialSource {
+  const file = env[`${name}_FILE`]?.trim();
+  const text = env[name]?.trim();
+  if (file && text) throw new Error(`${needs}: set ${name}_FILE or ${name}, not both`);
+  if (file) return { file: resolve(file) };
+  if (text) return { text, variable: name };
+  throw new Error(`${needs}: set ${name}_FILE (a file) or ${name} (its text)`);
+}
+
+function requiredSetting(env: NodeJS.ProcessEnv, name: string, needs: string): string {
+  const value = env[name]?.trim();
+  if (!value) throw new Error(`${needs}: ${name} is not set`);
+  return value;
+}
+
+function httpsUrlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
+  const raw = env[name]?.trim() || fallback;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`${name} must be an https:// URL; got ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== "https:" || url.pathname !== "/" || url.search || url.hash) throw new Error(`${name} must be an https:// origin with no path; got ${JSON.stringify(raw)}`);
+  return url.origin;
+}
+
+function pushConfig(env: NodeJS.ProcessEnv): PushConfig {
+  const listed = (env.PUSH_NOTIFIER?.trim() || "log").split(",").map((name) => name.trim());
+  const unknown = listed.filter((name) => !(pushNotifiers as readonly string[]).includes(name));
+  if (unknown.length > 0) throw new Error(`PUSH_NOTIFIER must list some of ${pushNotifiers.join(", ")}; got ${JSON.stringify(env.PUSH_NOTIFIER)}`);
+  const drivers = pushNotifiers.filter((name) => listed.includes(name));
+  const apnsNeeds = "PUSH_NOTIFIER names apns";
+  const fcmNeeds = "PUSH_NOTIFIER names fcm";
+  return {
+    drivers,
+    apns: drivers.includes("apns")
+      ? {
+          key: credentialSetting(env, "APNS_KEY", apnsNeeds),
+          keyId: requiredSetting(env, "APNS_KEY_ID", apnsNeeds),
+          teamId: requiredSetting(env, "APNS_TEAM_ID", apnsNeeds),
+          topic: requiredSetting(env, "APNS_TOPIC", apnsNeeds),
+          productionUrl: httpsUrlSetting(env, "APNS_PRODUCTION_URL", "https://api.push.apple.com"),
+          sandboxUrl: httpsUrlSetting(env, "APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com"),
+        }
+      : undefined,
+    fcm: drivers.includes("fcm")
+      ? {
+          serviceAccount: credentialSetting(env, "FCM_SERVICE_ACCOUNT", fcmNeeds),
+          projectId: env.FCM_PROJECT_ID?.trim() || undefined,
+          url: httpsUrlSetting(env, "FCM_URL", "https://fcm.googleapis.com"),
+        }
+      : undefined,
+    // APNs keeps a notification at most 30 days; 0 means try once, now.
+    ttlSeconds: integerSetting(env, "PUSH_TTL_SECONDS", 86_400, 0, 2_592_000),
+    connectionsPerHost: integerSetting(env, "PUSH_CONNECTIONS_PER_HOST", 1, 1, 16),
+    concurrency: integerSetting(env, "PUSH_CONCURRENCY", 256, 1, 10_000),
+    queueLimit: integerSetting(env, "PUSH_QUEUE_LIMIT", 50_000, 1, 10_000_000),
+    retryWindowMs: integerSetting(env, "PUSH_RETRY_WINDOW_MS", 30_000, 0, 3_600_000),
+    requestTimeoutMs: integerSetting(env, "PUSH_REQUEST_TIMEOUT_MS", 10_000, 100, 120_000),
+  };
+}
 
 export const socketDrivers = ["ws", "uws"] as const;
 export type SocketDriver = (typeof socketDrivers)[number];
@@ -289,7 +397,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ParleyConfig {
     publicUrl: env.PUBLIC_URL || undefined,
     publicWsUrl: env.PUBLIC_WS_URL || undefined,
     codeDelivery: parseCodeDelivery(env.CODE_DELIVERY, env.SMTP_FROM),
-    pushNotifier: choiceSetting(env, "PUSH_NOTIFIER", pushNotifiers, "log"),
+    push: pushConfig(env),
     webhookAllowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS === "true",
     webhookConcurrency: integerSetting(env, "WEBHOOK_CONCURRENCY", 32, 1, 10_000),
     trustedProxies: parseTrustedProxies(env.TRUSTED_PROXIES),

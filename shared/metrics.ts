@@ -172,6 +172,45 @@ export const webhookSlots = new SampledGauge(metricsRegistry, {
   labelNames: [],
 });
 
+// Offline push (engine): requests to APNs and FCM.
+
+export const pushSent = new BoundCounter(metricsRegistry, {
+  name: "parley_push_sent_total",
+  help: "Notifications a provider accepted, by provider (apns, fcm)",
+  labelNames: ["provider"],
+});
+
+export const pushFailed = new BoundCounter(metricsRegistry, {
+  name: "parley_push_failed_total",
+  help: "Notifications that reached no device, by provider and reason (unregistered, bad_token: the token is removed; rate_limited, provider_error, timeout, network: given up after retries; auth, bad_request: refused; queue_full, no_driver, driver_error)",
+  labelNames: ["provider", "reason"],
+});
+
+export const pushRetries = new BoundCounter(metricsRegistry, {
+  name: "parley_push_retries_total",
+  help: "Provider requests retried after passing trouble, by provider and reason (rate_limited, provider_error, timeout, network, auth: a credential renewed)",
+  labelNames: ["provider", "reason"],
+});
+
+export const pushRemovedTokens = new BoundCounter(metricsRegistry, {
+  name: "parley_push_removed_tokens_total",
+  help: "Device tokens removed from the store because their provider called them unregistered or invalid, by provider",
+  labelNames: ["provider"],
+});
+
+export const pushRequestDuration = new BoundHistogram(metricsRegistry, {
+  name: "parley_push_request_duration_seconds",
+  help: "Time of one provider request until its answer, by provider",
+  labelNames: ["provider"],
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+});
+
+export const pushQueueDepth = new SampledGauge(metricsRegistry, {
+  name: "parley_push_queue_depth",
+  help: "Notifications waiting on this node for a provider request slot or a retry, by provider",
+  labelNames: ["provider"],
+});
+
 // The update log (Kafka in a cluster, process memory embedded).
 
 export const updateLogAppendDuration = new BoundHistogram(metricsRegistry, {

@@ -9,7 +9,7 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { MessageType } from "../shared/gen/shared/v1/message_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
-import type { PushNotification, PushNotifier } from "../ports/push-notifier/push-notifier.js";
+import type { PushNotification, PushNotifier, PushReport } from "../ports/push-notifier/push-notifier.js";
 import type { PushTokenRecord, Store } from "../ports/store/store.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { client, openServerStore, startTestServer, startTwoNodes, wireModes, type TestServer, type TwoNodes } from "./support/harness.js";
@@ -28,10 +28,11 @@ class RecordingNotifier implements PushNotifier {
   behaviour: "answer" | "fail" | "hold" = "answer";
   private readonly held: (() => void)[] = [];
 
-  async send(tokens: readonly PushTokenRecord[], notification: PushNotification): Promise<void> {
+  async send(tokens: readonly PushTokenRecord[], notification: PushNotification): Promise<PushReport> {
     this.sent.push({ tokens, notification });
     if (this.behaviour === "fail") throw new Error("provider unavailable");
     if (this.behaviour === "hold") await new Promise<void>((resolve) => this.held.push(resolve));
+    return { rejected: [] };
   }
 
   get pending(): number {
@@ -102,7 +103,12 @@ for (const mode of wireModes) {
       await eventually(() => notifier.about(sent).length > 0, `a notification for message ${sent.messageId}`);
       return notifier.about(sent)[0];
     };
-    const tokenOwners = (push: SentPush) => [...new Set(push.tokens.map((t) => t.userId))].sort((a, b) => a - b);
+    const tokenOwners = (pushes: SentPush[]) => [...new Set(pushes.flatMap((push) => push.tokens.map((t) => t.userId)))].sort((a, b) => a - b);
+    /** Each user gets their own notification (their badge is theirs): waits for `count` users' and answers whose arrived. */
+    const alertedUsers = async (sent: { conversationId: bigint; messageId: bigint }, count: number) => {
+      await eventually(() => tokenOwners(notifier.about(sent)).length >= count, `notifications of message ${sent.messageId} to ${count} users`);
+      return tokenOwners(notifier.about(sent));
+    };
     const ids = (...users: { userId: number }[]) => users.map((u) => u.userId).sort((a, b) => a - b);
     const makeGroup = async (owner: SignedIn, members: { userId: number }[]) =>
       BigInt((await client(server, GroupService, mode, owner.accessToken).createGroup({ name: "team", memberIds: members.map((m) => m.userId) })).group!.groupId);
@@ -119,18 +125,20 @@ for (const mode of wireModes) {
       const { messageId } = first;
       const push = await alertFor(first);
       const nickname = (await store.users.getUser(alice.userId))!.nickname;
-      const preview = "x".repeat(100);
+      const preview = `${"x".repeat(99)}…`;
       expect(push.tokens.map((t) => t.token).sort()).to.deep.equal([`bob-phone-${bob.userId}`, `bob-tablet-${bob.userId}`]);
       expect(push.notification).to.deep.equal({
         silent: false,
+        // Bob's first unread message.
+        badge: 1,
         title: nickname,
         body: preview,
         message: { conversationId: String(conversationId), messageId: String(messageId), senderId: alice.userId, senderNickname: nickname, preview },
       });
 
-      // Media say what they are; the later alert also shows the first one was not repeated.
+      // Media say what they are; the badge counts both unread messages; the later alert also shows the first one was not repeated.
       const image = await send(alice, conversationId, imageBody);
-      expect((await alertFor(image)).notification.body).to.equal("[image]");
+      expect((await alertFor(image)).notification).to.include({ body: "[Photo]", badge: 2 });
       expect(notifier.about(first)).to.have.length(1);
     });
 
@@ -141,14 +149,14 @@ for (const mode of wireModes) {
 
       // The witness is offline, so the alert proves the decision for everyone was taken.
       const first = await send(owner, groupId);
-      expect(tokenOwners(await alertFor(first))).to.deep.equal([witness.userId]);
+      expect(await alertedUsers(first, 1)).to.deep.equal([witness.userId]);
 
       socket.close();
       await socket.closed;
       // The server learns of the close on its own schedule; the tracker says when it has.
       await untilOffline(bob.userId);
       const second = await send(owner, groupId);
-      expect(tokenOwners(await alertFor(second))).to.deep.equal(ids(bob, witness));
+      expect(await alertedUsers(second, 2)).to.deep.equal(ids(bob, witness));
     });
 
     it("never alerts the sender, agents, or a recipient who muted the conversation, until they unmute", async () => {
@@ -161,26 +169,53 @@ for (const mode of wireModes) {
       await conversations.updateConversationAction({ conversationId: groupId, action: ConversationActionType.MUTE });
 
       const fromOwner = await send(owner, groupId);
-      expect(tokenOwners(await alertFor(fromOwner))).to.deep.equal([witness.userId]);
+      expect(await alertedUsers(fromOwner, 1)).to.deep.equal([witness.userId]);
 
       const fromAgent = await send(agent, groupId, textBody("agent says hi"));
-      const agentPush = await alertFor(fromAgent);
-      expect(tokenOwners(agentPush)).to.deep.equal(ids(owner, witness));
+      expect(await alertedUsers(fromAgent, 2)).to.deep.equal(ids(owner, witness));
+      const agentPush = notifier.about(fromAgent)[0];
       expect(agentPush.notification.message).to.include({ senderId: agent.userId, preview: "agent says hi" });
 
       await conversations.updateConversationAction({ conversationId: groupId, action: ConversationActionType.UNMUTE });
       const afterUnmute = await send(owner, groupId);
-      expect(tokenOwners(await alertFor(afterUnmute))).to.deep.equal(ids(muted, witness));
+      expect(await alertedUsers(afterUnmute, 2)).to.deep.equal(ids(muted, witness));
     });
 
-    it("alerts each offline member of a group who has a token, in one notification", async () => {
+    it("alerts each offline member of a group who has a token, once each, titled with the group and naming the sender", async () => {
       const owner = await personWithToken("owner");
       const members = [await personWithToken("m1"), await personWithToken("m2"), await personWithToken("m3")];
       const tokenless = await signInWithCode(server, mode);
       const groupId = await makeGroup(owner, [...members, tokenless]);
-      const push = await alertFor(await send(members[0], groupId, textBody("hi all")));
-      expect(tokenOwners(push)).to.deep.equal(ids(owner, members[1], members[2]));
-      expect(push.notification.message).to.deep.include({ conversationId: String(groupId), senderId: members[0].userId, preview: "hi all" });
+      const sent = await send(members[0], groupId, textBody("hi all"));
+      expect(await alertedUsers(sent, 3)).to.deep.equal(ids(owner, members[1], members[2]));
+      const pushes = notifier.about(sent);
+      expect(pushes).to.have.length(3);
+      const nickname = (await store.users.getUser(members[0].userId))!.nickname;
+      for (const push of pushes) {
+        expect(push.notification).to.deep.include({ title: "team", body: `${nickname}: hi all` });
+        expect(push.notification.message).to.deep.include({ conversationId: String(groupId), senderId: members[0].userId, preview: "hi all" });
+      }
+    });
+
+    it("badges each user with their own unread count: read messages and muted conversations do not count", async () => {
+      const [alice, bob, carol] = [await personWithToken("alice"), await personWithToken("bob"), await personWithToken("carol")];
+      const withAlice = await befriend(server, alice, bob, mode);
+      const withCarol = await befriend(server, carol, bob, mode);
+      const bobsConversations = client(server, ConversationService, mode, bob.accessToken);
+      const badgeOf = async (sent: { conversationId: bigint; messageId: bigint }) => (await alertFor(sent)).notification.badge;
+
+      await send(alice, withAlice);
+      const second = await send(alice, withAlice);
+      expect(await badgeOf(second)).to.equal(2);
+      expect(await badgeOf(await send(carol, withCarol))).to.equal(3);
+
+      await bobsConversations.markAsRead({ conversationId: withAlice, upToMessageId: second.messageId });
+      expect(await badgeOf(await send(carol, withCarol))).to.equal(2);
+
+      // A muted conversation neither alerts nor counts.
+      await bobsConversations.updateConversationAction({ conversationId: withCarol, action: ConversationActionType.MUTE });
+      await send(carol, withCarol);
+      expect(await badgeOf(await send(alice, withAlice))).to.equal(1);
     });
 
     it("alerts once for a stream, at END with its final text; not at START, not for ERROR, not for edits or recalls", async () => {
@@ -228,7 +263,7 @@ for (const mode of wireModes) {
       // The push service survives the failure: the next message is alerted as usual.
       notifier.behaviour = "answer";
       const next = await send(alice, conversationId);
-      expect(tokenOwners(await alertFor(next))).to.deep.equal([bob.userId]);
+      expect(await alertedUsers(next, 1)).to.deep.equal([bob.userId]);
     });
   });
 }

@@ -70,7 +70,7 @@ for (const mode of wireModes) {
         store: storeB,
         ephemeral: new MemoryEphemeralState(clock),
         codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
-        pushNotifier: { send: async () => {} },
+        pushNotifier: { send: async () => ({ rejected: [] }) },
         fanOuts: new FanOuts(storeB, clock, fanOutIdsB),
         ownership: ownershipB,
         presence,

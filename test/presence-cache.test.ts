@@ -25,6 +25,7 @@ describe("presence answers kept by the engines", () => {
   const recordingNotifier: PushNotifier = {
     async send(tokens, notification) {
       notified.push({ tokens, notification });
+      return { rejected: [] };
     },
   };
   before(async function () {

@@ -18,6 +18,7 @@ for (const mode of wireModes) {
     const recordingNotifier: PushNotifier = {
       async send(tokens, notification) {
         sent.push({ tokens, notification });
+        return { rejected: [] };
       },
     };
     before(async () => {

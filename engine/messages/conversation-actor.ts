@@ -54,6 +54,7 @@ import {
   checkEntities,
   checkOutgoingBody,
   contentPreview,
+  notificationPreview,
   finishedStreamBody,
   groupEventUserIds,
   openStreamOf,
@@ -478,8 +479,9 @@ export class ConversationActors {
       messageId: String(record.messageId),
       senderId: record.senderId,
       senderNickname: sender?.nickname ?? "",
+      ...(access.group ? { groupName: access.group.name } : {}),
       participants: access.participants,
-      preview: contentPreview(body),
+      preview: notificationPreview(body),
     });
   }
 

@@ -208,3 +208,48 @@ export function contentPreview(body: MessageBody): string {
                 : "";
   return [...text].slice(0, 100).join("");
 }
+
+/** How much of a message a lock screen shows, in characters. */
+const notificationPreviewLength = 100;
+
+/**
+ * What an offline notification says of a message: its words where it has some (Markdown without
+ * its marks, a card's fallback text, a stream's final text), a label where it has none, cut at
+ * notificationPreviewLength characters with an ellipsis (docs/behaviour.md, offline push).
+ */
+export function notificationPreview(body: MessageBody): string {
+  const content = body.content;
+  const words = (() => {
+    switch (content.case) {
+      case "text":
+        return content.value.text;
+      case "markdown":
+        return withoutMarkdownMarks(content.value.rawMarkdown);
+      case "card":
+        return content.value.fallbackText || "[Card]";
+      case "stream":
+        return content.value.accumulatedText || "[Message]";
+      case "image":
+        return "[Photo]";
+      case "audio":
+        return "[Voice message]";
+      case "video":
+        return "[Video]";
+      case "file":
+        return `[File] ${content.value.filename}`;
+      default:
+        return "[Message]";
+    }
+  })();
+  const characters = [...words.replace(/\s+/g, " ").trim()];
+  return characters.length > notificationPreviewLength ? `${characters.slice(0, notificationPreviewLength - 1).join("")}…` : characters.join("");
+}
+
+/** Markdown as a reader sees it: links as their text, no emphasis, heading or quote marks, no code fences. */
+function withoutMarkdownMarks(markdown: string): string {
+  return markdown
+    .replace(/```[^\n]*\n?/g, "")
+    .replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
+    .replace(/^\s{0,3}(#{1,6}|>+|[-*+]|\d+\.)\s+/gm, "")
+    .replace(/(\*\*|__|\*|_|~~|`)(?=\S)([^]*?\S)\1/g, "$2");
+}

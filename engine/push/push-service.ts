@@ -16,6 +16,8 @@ import { Errors, ParleyError } from "../../shared/errors.js";
 import type { EngineDeps } from "../deps.js";
 import { requireUser, rpcAction } from "../rpc-action.js";
 import { AccountType, type PushTokenRecord } from "../../ports/store/store.js";
+import type { PushNotification } from "../../ports/push-notifier/push-notifier.js";
+import { pushRemovedTokens } from "../../shared/metrics.js";
 import type { EngineActions } from "../engine-actions.js";
 import type { ActionsOf } from "../../shared/actions.js";
 import { callEngine } from "../engine-actions.js";
@@ -34,7 +36,9 @@ export interface NewMessagePush {
   senderNickname: string;
   /** The conversation's participants when the message was sequenced, sender included. */
   participants: number[];
-  /** contentPreview of the body. */
+  /** The group's name; absent in a private chat. */
+  groupName?: string;
+  /** notificationPreview of the body. */
   preview: string;
 }
 
@@ -69,31 +73,78 @@ async function offlineRecipientTokens(deps: EngineDeps, ctx: Context, message: N
 /** How long stopping waits for offline pushes already under way. */
 const pushDrainMs = 5_000;
 
+/** The conversations a badge counts: the user's most recently active ones (older ones rarely hold unread messages). */
+const badgeConversations = 200;
+
+/**
+ * The badge of a user's app icon: the unread messages of their listed conversations that they
+ * did not mute, counted as clients count them (lastMessageId - lastReadMessageId).
+ */
+export async function unreadBadge(store: EngineDeps["store"], userId: number): Promise<number> {
+  const listed = await store.conversations.listForUser(userId, Number.MAX_SAFE_INTEGER, badgeConversations);
+  let unread = 0n;
+  for (const { conversation, state } of listed) {
+    if (state.isMuted) continue;
+    const readUpTo = state.lastReadMessageId > state.clearedUpTo ? state.lastReadMessageId : state.clearedUpTo;
+    if (conversation.lastMessageId > readUpTo) unread += conversation.lastMessageId - readUpTo;
+  }
+  return Number(unread);
+}
+
+/** The alert's title and text: the sender in a private chat; the group, then "sender: text", in a group. */
+export function alertText(message: Pick<NewMessagePush, "senderNickname" | "groupName" | "preview">): { title: string; body: string } {
+  if (message.groupName === undefined) return { title: message.senderNickname, body: message.preview };
+  return { title: message.groupName, body: message.senderNickname ? `${message.senderNickname}: ${message.preview}` : message.preview };
+}
+
+const providerOf = (platform: number) => (platform === PushPlatform.APNS ? "apns" : "fcm");
+
 export function pushService(deps: EngineDeps): ServiceSchema {
   const { store } = deps;
   // Pushes run after their message was answered; stopping lets the ones under way finish (a
   // broker-wide context tracker would do it too, at a cost on every call of every service).
   const underWay = new Set<Promise<void>>();
-  /** Alerts the offline recipients' devices of a message; a failure is logged, never thrown. */
+  let logger: { warn(message: string): void } | undefined;
+  const track = (work: Promise<void>): Promise<void> => {
+    underWay.add(work);
+    void work.finally(() => underWay.delete(work));
+    return work;
+  };
+  /** Sends, then removes the tokens the provider called dead, unless the device registered another since. */
+  const sendAndForgetRejected = async (tokens: PushTokenRecord[], notification: PushNotification): Promise<void> => {
+    const { rejected } = await deps.pushNotifier.send(tokens, notification);
+    for (const token of rejected) {
+      if (await store.pushTokens.deleteRejectedPushToken(token.userId, token.deviceId, token.token)) pushRemovedTokens.bind({ provider: providerOf(token.platform) }).inc();
+    }
+  };
+  /** Alerts the offline recipients' devices of a message, each user with their own badge; a failure is logged, never thrown. */
   const alertOffline = async (ctx: Context<NewMessagePush>, logger: { warn(message: string): void }): Promise<void> => {
     const { conversationId, messageId, senderId, senderNickname, preview } = ctx.params;
+    const failed = (err: unknown) => logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
     try {
       const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
-      if (tokens.length === 0) return;
-      // Every recipient gets the same alert (the server keeps no unread count to badge), so
-      // one call carries all devices and a provider driver can batch them.
-      await deps.pushNotifier.send(tokens, {
-        silent: false,
-        title: senderNickname,
-        body: preview,
-        message: { conversationId, messageId, senderId, senderNickname, preview },
-      });
+      const byUser = new Map<number, PushTokenRecord[]>();
+      for (const token of tokens) byUser.set(token.userId, [...(byUser.get(token.userId) ?? []), token]);
+      const { title, body } = alertText(ctx.params);
+      await Promise.all(
+        [...byUser].map(async ([userId, userTokens]) => {
+          try {
+            const badge = await unreadBadge(store, userId);
+            await sendAndForgetRejected(userTokens, { silent: false, badge, title, body, message: { conversationId, messageId, senderId, senderNickname, preview } });
+          } catch (err) {
+            failed(err);
+          }
+        }),
+      );
     } catch (err) {
-      logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
+      failed(err);
     }
   };
   return {
     name: "push",
+    created(this: { logger: { warn(message: string): void } }) {
+      logger = this.logger;
+    },
     async stopped() {
       if (underWay.size === 0) return;
       let timer: NodeJS.Timeout | undefined;
@@ -103,10 +154,7 @@ export function pushService(deps: EngineDeps): ServiceSchema {
     events: {
       [PushEvents.newMessage]: {
         handler(this: { logger: { warn(message: string): void } }, ctx: Context<NewMessagePush>) {
-          const work = alertOffline(ctx, this.logger);
-          underWay.add(work);
-          void work.finally(() => underWay.delete(work));
-          return work;
+          return track(alertOffline(ctx, this.logger));
         },
       },
     },
@@ -135,7 +183,12 @@ export function pushService(deps: EngineDeps): ServiceSchema {
         const user = requireUser(caller);
         // Android clears its badge locally; only APNs devices need a silent push with badge 0.
         const apnsTokens = (await store.pushTokens.listPushTokens(user.userId)).filter((t) => t.platform === PushPlatform.APNS);
-        if (apnsTokens.length > 0) await deps.pushNotifier.send(apnsTokens, { badge: 0, silent: true });
+        // Answered without waiting for Apple: a slow or failing provider must not slow the app down.
+        if (apnsTokens.length > 0) {
+          void track(sendAndForgetRejected(apnsTokens, { badge: 0, silent: true })).catch((err: unknown) =>
+            logger?.warn(`ClearBadge push for user ${user.userId} failed: ${err instanceof Error ? err.message : String(err)}`),
+          );
+        }
         return {};
       }),
     } satisfies ActionsOf<EngineActions, "push">,

@@ -35,7 +35,7 @@ describe("Inbox actor", () => {
       store,
       ephemeral: new MemoryEphemeralState(clock),
       codeSender: { supports: () => true, send: async () => {}, close: async () => {} },
-      pushNotifier: { send: async () => {} },
+      pushNotifier: { send: async () => ({ rejected: [] }) },
       fanOuts: new FanOuts(store, clock, fanOutIds),
       ownership: new Ownership(store.leases, clock, "inbox-test"),
       presence: new MemoryPresenceRegistry(),

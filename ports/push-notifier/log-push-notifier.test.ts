@@ -22,7 +22,7 @@ function readLogLine(line: string): DeliveredPush {
 
 describePushNotifierConformance("log", async () => {
   const lines: string[] = [];
-  return { notifier: openPushNotifier("log", { info: (line) => lines.push(line) }), delivered: async () => lines.map(readLogLine), cleanup: async () => {} };
+  return { notifier: openPushNotifier(loadConfig({}).push, { info: (line) => lines.push(line), warn: (line) => lines.push(line) }), delivered: async () => lines.map(readLogLine), cleanup: async () => {} };
 });
 
 describe("the log push notifier", () => {
@@ -43,8 +43,9 @@ describe("the log push notifier", () => {
 
 describe("PUSH_NOTIFIER", () => {
   it("is log unless told, and stops start-up on a driver that does not exist", () => {
-    expect(loadConfig({}).pushNotifier).to.equal("log");
-    expect(loadConfig({ PUSH_NOTIFIER: "log" }).pushNotifier).to.equal("log");
-    for (const raw of ["apns", "LOG", "log "]) expect(() => loadConfig({ PUSH_NOTIFIER: raw }), raw).to.throw(/PUSH_NOTIFIER must be one of log/);
+    expect(loadConfig({}).push.drivers).to.deep.equal(["log"]);
+    expect(loadConfig({ PUSH_NOTIFIER: "log" }).push.drivers).to.deep.equal(["log"]);
+    expect(loadConfig({ PUSH_NOTIFIER: " fcm , log", FCM_SERVICE_ACCOUNT_FILE: "/etc/parley/fcm.json" }).push.drivers).to.deep.equal(["log", "fcm"]);
+    for (const raw of ["LOG", "log,gcm", "apns;fcm"]) expect(() => loadConfig({ PUSH_NOTIFIER: raw }), raw).to.throw(/PUSH_NOTIFIER must list some of log, apns, fcm/);
   });
 });

@@ -1,5 +1,5 @@
 import type { PushTokenRecord } from "../store/store.js";
-import type { PushNotification, PushNotifier } from "./push-notifier.js";
+import type { PushNotification, PushNotifier, PushReport } from "./push-notifier.js";
 
 const platformNames: Record<number, string> = { 1: "apns", 2: "fcm" };
 
@@ -21,11 +21,12 @@ function loggable(notification: PushNotification): Record<string, unknown> {
 export class LogPushNotifier implements PushNotifier {
   constructor(private readonly log: { info(message: string): void }) {}
 
-  async send(tokens: readonly PushTokenRecord[], notification: PushNotification): Promise<void> {
+  async send(tokens: readonly PushTokenRecord[], notification: PushNotification): Promise<PushReport> {
     const shown = JSON.stringify(loggable(notification));
     for (const token of tokens) {
       const target = `${platformNames[token.platform] ?? "unknown"}${token.isSandbox ? "-sandbox" : ""}:${token.token.slice(0, 8)}…`;
       this.log.info(`push to user ${token.userId} device ${token.deviceId} (${target}): ${shown}`);
     }
+    return { rejected: [] };
   }
 }

@@ -219,6 +219,10 @@ export function pushTokenStore(ctx: CassandraContext): PushTokenStore {
       // An LWT so that "existed" is exact; token removal is rare.
       return (await cql.lwt("DELETE FROM push_tokens WHERE user_id = ? AND device_id = ? IF EXISTS", [userId, deviceId])).applied;
     },
+    async deleteRejectedPushToken(userId, deviceId, token) {
+      // Conditional, so a token the device registered after the rejected one was sent survives.
+      return (await cql.lwt("DELETE FROM push_tokens WHERE user_id = ? AND device_id = ? IF push_token = ?", [userId, deviceId, token])).applied;
+    },
     listPushTokens: listOf,
     async listPushTokensOf(userIds) {
       // A group message asks for every offline member: one IN query per slice of partitions, not a

@@ -23,6 +23,17 @@ export function describePushTokens(t: StoreSuite): void {
       expect(await store.pushTokens.deletePushToken(a.userId, "d")).to.equal(false);
     });
 
+    it("deletes a rejected token only while the device still has it, not one it registered since", async () => {
+      const a = await newUser("a@x.io");
+      await store.pushTokens.upsertPushToken({ userId: a.userId, deviceId: "d", token: "old", platform: 1, isSandbox: true, updatedAt: 1 });
+      await store.pushTokens.upsertPushToken({ userId: a.userId, deviceId: "d", token: "new", platform: 1, isSandbox: true, updatedAt: 2 });
+      expect(await store.pushTokens.deleteRejectedPushToken(a.userId, "d", "old")).to.equal(false);
+      expect((await store.pushTokens.listPushTokens(a.userId)).map((t) => t.token)).to.deep.equal(["new"]);
+      expect(await store.pushTokens.deleteRejectedPushToken(a.userId, "d", "new")).to.equal(true);
+      expect(await store.pushTokens.listPushTokens(a.userId)).to.deep.equal([]);
+      expect(await store.pushTokens.deleteRejectedPushToken(a.userId, "d", "new")).to.equal(false);
+    });
+
     it("reads the tokens of several users at once", async () => {
       const [a, b, c] = [await newUser("a@x.io"), await newUser("b@x.io"), await newUser("c@x.io")];
       for (const [user, device] of [[a, "a1"], [a, "a2"], [b, "b1"], [c, "c1"]] as const) {

@@ -287,6 +287,7 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
     ON CONFLICT (user_id, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform,
       is_sandbox = excluded.is_sandbox, updated_at = excluded.updated_at`);
   const remove = db.prepare("DELETE FROM push_tokens WHERE user_id = ? AND device_id = ?");
+  const removeRejected = db.prepare("DELETE FROM push_tokens WHERE user_id = ? AND device_id = ? AND token = ?");
   const list = db.prepare<[number], PushTokenRow>("SELECT * FROM push_tokens WHERE user_id = ? ORDER BY device_id");
   const listOf = db.prepare<[string], PushTokenRow>(
     "SELECT * FROM push_tokens WHERE user_id IN (SELECT value FROM json_each(?)) ORDER BY user_id, device_id",
@@ -297,6 +298,9 @@ function pushTokenStore(db: Database.Database): PushTokenStore {
     },
     async deletePushToken(userId, deviceId) {
       return remove.run(userId, deviceId).changes === 1;
+    },
+    async deleteRejectedPushToken(userId, deviceId, token) {
+      return removeRejected.run(userId, deviceId, token).changes === 1;
     },
     async listPushTokens(userId) {
       return list.all(userId).map(toPushToken);
