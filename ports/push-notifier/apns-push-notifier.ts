@@ -60,29 +60,44 @@ export function loadApnsKey(settings: ApnsSettings): KeyObject {
   return privateKeyFrom(text, origin, { type: "ec", curve: "prime256v1", what: "the P-256 signing key (.p8) Apple issued" });
 }
 
-/** The JSON body of a notification; the message's ids are custom keys beside aps, as strings. */
-export function apnsPayload(notification: PushNotification): Record<string, unknown> {
+/**
+ * A silent notification that sets the badge (ClearBadge's badge 0) is an alert without alert or
+ * sound, as Apple asks (a badge change is a user-visible effect, which background pushes may not
+ * have); one with nothing to show wakes the app in the background.
+ */
+export function apnsPushType(notification: PushNotification): "alert" | "background" {
+  return notification.silent && notification.badge === undefined ? "background" : "alert";
+}
+
+/** The aps dictionary: an alert with sound and thread, a bare badge, or content-available alone. */
+export function apsOf(notification: PushNotification): Record<string, unknown> {
   const badge = notification.badge === undefined ? {} : { badge: notification.badge };
-  if (notification.silent) return { aps: { "content-available": 1, ...badge } };
+  if (notification.silent) return apnsPushType(notification) === "background" ? { "content-available": 1 } : badge;
   const { message } = notification;
   return {
-    aps: {
-      alert: { title: notification.title ?? "", body: notification.body ?? "" },
-      ...badge,
-      sound: "default",
-      ...(message ? { "thread-id": message.conversationId } : {}),
-    },
+    alert: { title: notification.title ?? "", body: notification.body ?? "" },
+    ...badge,
+    sound: "default",
+    ...(message ? { "thread-id": message.conversationId } : {}),
+  };
+}
+
+/** The JSON body of a notification; the message's ids are custom keys beside aps, as strings. */
+export function apnsPayload(notification: PushNotification): Record<string, unknown> {
+  if (notification.silent) return { aps: apsOf(notification) };
+  const { message } = notification;
+  return {
+    aps: apsOf(notification),
     ...(message ? { conversationId: message.conversationId, messageId: message.messageId, senderId: String(message.senderId) } : {}),
   };
 }
 
-export function apnsHeaders(notification: PushNotification, topic: string, ttlSeconds: number, nowMs: number): Record<string, string> {
+/** The apns-* headers, also sent inside an FCM message's APNs block. */
+export function apnsHeaders(notification: PushNotification, ttlSeconds: number, nowMs: number): Record<string, string> {
   const collapse = collapseKey(notification);
   return {
-    "content-type": "application/json",
-    "apns-topic": topic,
-    // Background pushes must go at priority 5: Apple refuses 10 for them.
-    "apns-push-type": notification.silent ? "background" : "alert",
+    "apns-push-type": apnsPushType(notification),
+    // Silent pushes go at priority 5 (power-friendly; Apple refuses 10 for background ones).
     "apns-priority": notification.silent ? "5" : "10",
     "apns-expiration": String(expiresAt(ttlSeconds, nowMs)),
     ...(collapse ? { "apns-collapse-id": collapse } : {}),
@@ -113,7 +128,12 @@ export class ApnsDriver implements ProviderDriver {
   async attempt(token: PushTokenRecord, notification: PushNotification): Promise<AttemptResult> {
     const host = token.isSandbox ? this.sandbox : this.production;
     const jwt = await this.providerToken.jwt();
-    const headers = { authorization: `bearer ${jwt}`, ...apnsHeaders(notification, this.settings.topic, this.connections.ttlSeconds, Date.now()) };
+    const headers = {
+      authorization: `bearer ${jwt}`,
+      "content-type": "application/json",
+      "apns-topic": this.settings.topic,
+      ...apnsHeaders(notification, this.connections.ttlSeconds, Date.now()),
+    };
     try {
       const answer = await host.post(`/3/device/${encodeURIComponent(token.token)}`, headers, JSON.stringify(apnsPayload(notification)));
       return this.judge(answer.status, reasonOf(answer.body), retryAfterMs(answer.headers["retry-after"]));

@@ -9,7 +9,8 @@ import type { FcmSettings } from "../../shared/config.js";
 import type { PushTokenRecord } from "../store/store.js";
 import { Http2Origin, OriginUnreachable } from "./http2-origin.js";
 import { privateKeyFrom, readCredential } from "./provider-credentials.js";
-import { collapseKey, expiresAt, retryAfterMs, type ProviderConnections } from "./provider-payloads.js";
+import { apnsHeaders, apsOf } from "./apns-push-notifier.js";
+import { collapseKey, retryAfterMs, type ProviderConnections } from "./provider-payloads.js";
 import type { AttemptResult, ProviderDriver } from "./provider-push-notifier.js";
 import type { PushNotification } from "./push-notifier.js";
 
@@ -65,6 +66,7 @@ class AccessTokenTrouble extends Error {
 export class GoogleAccessToken {
   private current: { token: Promise<string>; renewAt: number } | undefined;
 
+  /** `now` schedules renewals; the assertion itself carries the real time, which Google checks. */
   constructor(
     private readonly account: ServiceAccount,
     private readonly timeoutMs: number,
@@ -98,7 +100,7 @@ export class GoogleAccessToken {
 
   private async exchange(): Promise<{ accessToken: string; lifetimeMs: number }> {
     this.exchanges++;
-    const issuedAt = Math.floor(this.now() / 1000);
+    const issuedAt = Math.floor(Date.now() / 1000);
     const assertion = await new SignJWT({ scope: fcmScope })
       .setProtectedHeader({ alg: "RS256", typ: "JWT", ...(this.account.privateKeyId ? { kid: this.account.privateKeyId } : {}) })
       .setIssuer(this.account.clientEmail)
@@ -141,7 +143,6 @@ export function fcmMessage(token: string, notification: PushNotification, ttlSec
     ...(message ? { conversationId: message.conversationId, messageId: message.messageId, senderId: String(message.senderId) } : {}),
     ...(notification.badge === undefined ? {} : { badge: String(notification.badge) }),
   };
-  const badge = notification.badge === undefined ? {} : { badge: notification.badge };
   return {
     token,
     ...(Object.keys(data).length > 0 ? { data } : {}),
@@ -152,16 +153,14 @@ export function fcmMessage(token: string, notification: PushNotification, ttlSec
       ...(collapse ? { collapse_key: collapse } : {}),
       ...(silent ? {} : { notification: { ...(collapse ? { tag: collapse } : {}), ...(notification.badge === undefined ? {} : { notification_count: notification.badge }) } }),
     },
-    apns: {
-      headers: {
-        "apns-push-type": silent ? "background" : "alert",
-        "apns-priority": silent ? "5" : "10",
-        "apns-expiration": String(expiresAt(ttlSeconds, nowMs)),
-        ...(collapse ? { "apns-collapse-id": collapse } : {}),
-      },
-      payload: { aps: silent ? { "content-available": 1, ...badge } : { ...badge, sound: "default", ...(message ? { "thread-id": message.conversationId } : {}) } },
-    },
+    // FCM builds the alert from `notification`; the APNs block adds the rest of what a direct APNs push carries.
+    apns: { headers: apnsHeaders(notification, ttlSeconds, nowMs), payload: { aps: withoutAlert(apsOf(notification)) } },
   };
+}
+
+function withoutAlert(aps: Record<string, unknown>): Record<string, unknown> {
+  const { alert: _alert, ...rest } = aps;
+  return rest;
 }
 
 interface GoogleError {

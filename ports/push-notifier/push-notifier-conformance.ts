@@ -24,14 +24,21 @@ export interface PushNotifierUnderTest {
   cleanup(): Promise<void>;
 }
 
+/** A device token that says whose it is, in hex as APNs device tokens are: `conformanceTokenOwner` reads it back. */
 const token = (userId: number, deviceId: string, platform: number): PushTokenRecord => ({
   userId,
   deviceId,
-  token: `token-${userId}-${deviceId}-0123456789abcdef`,
+  token: Buffer.from(`${userId}/${deviceId}`).toString("hex"),
   platform,
   isSandbox: false,
   updatedAt: 1,
 });
+
+/** The user and device a conformance token was made for. */
+export function conformanceTokenOwner(token: string): { userId: number; deviceId: string } {
+  const [userId, deviceId] = Buffer.from(token, "hex").toString("utf8").split("/");
+  return { userId: Number(userId), deviceId };
+}
 
 export function describePushNotifierConformance(name: string, open: () => Promise<PushNotifierUnderTest>): void {
   describe(`push notifier conformance: ${name}`, () => {
