@@ -136,6 +136,7 @@ export class ApnsDriver implements ProviderDriver {
     };
     try {
       const answer = await host.post(`/3/device/${encodeURIComponent(token.token)}`, headers, JSON.stringify(apnsPayload(notification)));
+      if (answer.status === 200) return { outcome: "sent" };
       return this.judge(answer.status, reasonOf(answer.body), retryAfterMs(answer.headers["retry-after"]));
     } catch (err) {
       if (err instanceof OriginUnreachable) return { outcome: "retry", reason: err.kind };
@@ -161,6 +162,7 @@ export class ApnsDriver implements ProviderDriver {
 }
 
 function reasonOf(body: string): string | undefined {
+  if (body === "") return undefined;
   try {
     const parsed = JSON.parse(body) as { reason?: unknown };
     return typeof parsed.reason === "string" ? parsed.reason : undefined;

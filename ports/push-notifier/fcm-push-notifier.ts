@@ -200,6 +200,7 @@ export class FcmDriver implements ProviderDriver {
     const body = JSON.stringify({ message: fcmMessage(token.token, notification, this.connections.ttlSeconds, Date.now()) });
     try {
       const answer = await this.origin.post(`/v1/projects/${encodeURIComponent(this.account.projectId)}/messages:send`, { authorization: `Bearer ${bearer}`, "content-type": "application/json" }, body);
+      if (answer.status === 200) return { outcome: "sent" };
       const result = judge(answer.status, googleErrorOf(answer.body), retryAfterMs(answer.headers["retry-after"]));
       if (answer.status === 401 && result.outcome === "retry") this.accessToken.forget(accessToken);
       return result;

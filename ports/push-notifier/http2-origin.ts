@@ -41,16 +41,17 @@ export class Http2Origin {
   post(path: string, headers: Record<string, string>, body: string): Promise<OriginResponse> {
     if (this.closed) return Promise.reject(new OriginUnreachable("network", `${this.origin} is closed`));
     const session = this.session();
-    return new Promise((resolve, reject) => {
+    this.holdOpen(session, +1);
+    return new Promise<OriginResponse>((resolve, reject) => {
       let settled = false;
-      const fail = (error: OriginUnreachable) => {
+      const fail = (error: () => OriginUnreachable) => {
         if (settled) return;
         settled = true;
-        reject(error);
+        reject(error());
       };
       const stream = session.request({ [HTTP2_HEADER_METHOD]: "POST", [HTTP2_HEADER_PATH]: path, ...headers });
       stream.setTimeout(this.timeoutMs, () => {
-        fail(new OriginUnreachable("timeout", `${this.origin} did not answer within ${this.timeoutMs} ms`));
+        fail(() => new OriginUnreachable("timeout", `${this.origin} did not answer within ${this.timeoutMs} ms`));
         stream.close(NGHTTP2_CANCEL);
       });
       let responseHeaders: IncomingHttpHeaders = {};
@@ -62,11 +63,11 @@ export class Http2Origin {
         settled = true;
         resolve({ status: Number(responseHeaders[HTTP2_HEADER_STATUS]), headers: responseHeaders, body: Buffer.concat(chunks).toString("utf8") });
       });
-      stream.on("error", (err: Error) => fail(new OriginUnreachable("network", `${this.origin}: ${err.message}`)));
+      stream.on("error", (err: Error) => fail(() => new OriginUnreachable("network", `${this.origin}: ${err.message}`)));
       // A stream the peer reset or refused ends with 'close' and no 'end'.
-      stream.on("close", () => fail(new OriginUnreachable("network", `${this.origin} closed the stream (code ${stream.rstCode})`)));
+      stream.on("close", () => fail(() => new OriginUnreachable("network", `${this.origin} closed the stream (code ${stream.rstCode})`)));
       stream.end(body);
-    });
+    }).finally(() => this.holdOpen(session, -1));
   }
 
   /** Ends every session once its streams finish. */
@@ -93,9 +94,23 @@ export class Http2Origin {
     session.on("goaway", forget);
     session.on("close", forget);
     session.on("error", forget);
-    // Connections wait for work without keeping a stopping process alive.
+    // An idle connection waits for work without keeping a stopping process alive; one with
+    // requests in flight keeps it (holdOpen).
     session.unref();
     this.sessions[slot] = session;
     return session;
+  }
+
+  private readonly inFlight = new Map<ClientHttp2Session, number>();
+
+  private holdOpen(session: ClientHttp2Session, change: 1 | -1): void {
+    const count = (this.inFlight.get(session) ?? 0) + change;
+    if (count === 0) {
+      this.inFlight.delete(session);
+      if (!session.destroyed) session.unref();
+    } else {
+      this.inFlight.set(session, count);
+      if (count === 1 && change === 1) session.ref();
+    }
   }
 }

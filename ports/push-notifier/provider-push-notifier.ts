@@ -60,6 +60,7 @@ export class ProviderQueue {
   private readonly stopSampling: () => void;
   private readonly warned = new Map<string, { at: number; suppressed: number }>();
   private readonly durations;
+  private readonly sent;
 
   constructor(
     private readonly driver: ProviderDriver,
@@ -68,6 +69,7 @@ export class ProviderQueue {
     private readonly random: () => number = Math.random,
   ) {
     this.durations = pushRequestDuration.bind({ provider: driver.provider });
+    this.sent = pushSent.bind({ provider: driver.provider });
     this.stopSampling = pushQueueDepth.sample({ provider: driver.provider }, () => this.depth);
   }
 
@@ -120,7 +122,7 @@ export class ProviderQueue {
     this.durations.observe((performance.now() - startedAt) / 1000);
     switch (result.outcome) {
       case "sent":
-        pushSent.bind({ provider: this.driver.provider }).inc();
+        this.sent.inc();
         job.done("sent");
         return;
       case "token-rejected":
