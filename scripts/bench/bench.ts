@@ -12,6 +12,7 @@ import cassandra from "cassandra-driver";
 import { releaseTestCassandra, testCassandra } from "../../test/support/cassandra.js";
 import { freePort, generousAbuseLimits } from "../../test/support/harness.js";
 import { buildFixture } from "./fixture.js";
+import { buildPushFixture, startLocalPushProviders, type LocalPushProviders } from "./push-fixture.js";
 import { backingServices } from "../cluster/backing.js";
 import { pidsListeningOn, startNode, stop, waitHealthy, type BackingPids } from "./processes.js";
 import { report } from "./report.js";
@@ -19,7 +20,8 @@ import { measureRow, medians, roleFigure, rowNames, type BenchContext, type Figu
 import { closeAll, keepAlive, openGatewaySocket, openRelaySocket, PushRouter, RpcClient } from "./wire.js";
 
 const usage = `npm run bench -- [options]
-  --rows private,group,delta,rpc,rss   rows to measure (default: all)
+  --rows private,group,delta,rpc,rss,push   rows to measure (default: all; without push with
+                             --url or --store cluster, which it cannot run on)
   --runs 3                   rounds; every figure is the median of its rounds
   --concurrency 32           operations in flight in the closed loops
   --closed-warmup 1 --closed-seconds 5     closed loop: warm-up, then measured seconds
@@ -27,6 +29,10 @@ const usage = `npm run bench -- [options]
   --private-rate 1000 --group-rate 50 --delta-rate 1000   open-loop rates (operations/s)
   --pairs 50 --group-size 200              befriended pairs; members of the group
   --idle-sockets 5000        authenticated idle sockets for the memory row
+  --push-recipients 50       push row: offline recipients with a device token (APNs and FCM in
+                             turn) and as many without; at least --concurrency, so no two lanes
+                             share a conversation. The row needs the server the benchmark starts
+                             (sqlite or cassandra): it points it at local APNs and FCM servers
   --socket-driver ws|uws     SOCKET_DRIVER of the server the benchmark starts
   --store sqlite,cassandra,cluster   what the benchmark starts, one after the other: the server on
                              SQLite or on Cassandra (a real server, started if none runs, on a keyspace
@@ -42,7 +48,7 @@ const usage = `npm run bench -- [options]
 
 const { values } = parseArgs({
   options: {
-    rows: { type: "string", default: rowNames.join(",") },
+    rows: { type: "string" },
     runs: { type: "string" },
     concurrency: { type: "string" },
     "closed-warmup": { type: "string" },
@@ -55,6 +61,7 @@ const { values } = parseArgs({
     pairs: { type: "string" },
     "group-size": { type: "string" },
     "idle-sockets": { type: "string" },
+    "push-recipients": { type: "string" },
     "socket-driver": { type: "string" },
     store: { type: "string", default: "sqlite" },
     gateways: { type: "string", default: "2" },
@@ -81,8 +88,17 @@ function numberOption(name: keyof typeof values, normal: number, small = normal)
   return n;
 }
 
-const rows = values.rows.split(",").map((r) => r.trim()) as RowName[];
+const stores = values.store.split(",").map((name) => name.trim());
+for (const store of stores) if (!["sqlite", "cassandra", "cluster"].includes(store)) throw new Error(`--store takes sqlite, cassandra and/or cluster, not ${store}`);
+if (values.url && values.store !== "sqlite") throw new Error("--store chooses the store of a server the benchmark starts; not with --url");
+// The push row points the server at local push providers through its settings, so it needs a
+// server the benchmark starts as one process. (The cluster would pass them on to its processes,
+// but that path has not been run.)
+const pushUnavailable = values.url ? "--url" : stores.includes("cluster") ? "--store cluster" : undefined;
+
+const rows = (values.rows?.split(",").map((r) => r.trim()) ?? rowNames.filter((row) => row !== "push" || !pushUnavailable)) as RowName[];
 for (const row of rows) if (!rowNames.includes(row)) throw new Error(`unknown row ${row}; rows are ${rowNames.join(", ")}`);
+if (rows.includes("push") && pushUnavailable) throw new Error(`the push row needs a server the benchmark starts on sqlite or cassandra (it points it at local APNs and FCM servers); not with ${pushUnavailable}`);
 const runs = numberOption("runs", 3, 1);
 const concurrency = numberOption("concurrency", 32, 4);
 const closed = { warmupMs: numberOption("closed-warmup", 1, 0.2) * 1000, measureMs: numberOption("closed-seconds", 5, 0.5) * 1000 };
@@ -90,16 +106,16 @@ const open = { warmupMs: numberOption("warmup", 2, 0.2) * 1000, measureMs: numbe
 const rates = { private: numberOption("private-rate", 1000, 200), group: numberOption("group-rate", 50, 20), delta: numberOption("delta-rate", 1000, 200) };
 const shape = { pairs: numberOption("pairs", 50, 4), groupSize: numberOption("group-size", 200, 20), streams: rows.includes("delta") ? concurrency : 0 };
 const idleSockets = numberOption("idle-sockets", 5000, 200);
-if (shape.pairs < 1 || shape.groupSize < 2 || concurrency < 1) throw new Error("--pairs, --concurrency need at least 1 and --group-size at least 2");
+const pushRecipients = numberOption("push-recipients", 50, 4);
+if (shape.pairs < 1 || shape.groupSize < 2 || concurrency < 1 || pushRecipients < 1) throw new Error("--pairs, --concurrency, --push-recipients need at least 1 and --group-size at least 2");
+if (rows.includes("push") && pushRecipients < concurrency) process.stderr.write(`bench: ${pushRecipients} push recipients for ${concurrency} lanes: lanes share conversations and queue behind each other there\n`);
 if (values.url && !values["codes-file"]) throw new Error("--url needs --codes-file (the server's CODE_DELIVERY=file: path) to sign users in");
 if (values.url && rows.includes("rss") && !values["server-pids"]) throw new Error("the rss row reads the server's memory: with --url, give --server-pids");
 
-const stores = values.store.split(",").map((name) => name.trim());
-for (const store of stores) if (!["sqlite", "cassandra", "cluster"].includes(store)) throw new Error(`--store takes sqlite, cassandra and/or cluster, not ${store}`);
-if (values.url && values.store !== "sqlite") throw new Error("--store chooses the store of a server the benchmark starts; not with --url");
-
 const children: ChildProcess[] = [];
 let dataDir: string | undefined;
+/** Started before the server it serves, stopped after it, as the children are. */
+let pushProviders: LocalPushProviders | undefined;
 const benchKeyspace = `parley_bench_${process.pid}`;
 let keyspaceCreated = false;
 
@@ -183,7 +199,18 @@ async function startServer(store: string): Promise<StartedServer> {
   const port = await freePort();
   const profile = process.env.BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
   const driver: Record<string, string> = values["socket-driver"] ? { SOCKET_DRIVER: values["socket-driver"] } : {};
-  const env: Record<string, string> = { PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, CODE_DELIVERY: `file:${codesFile}`, LOG_LEVEL: "warn", ...generousAbuseLimits, ...driver, ...(await storeEnv(store)) };
+  if (rows.includes("push")) pushProviders = await startLocalPushProviders();
+  const env: Record<string, string> = {
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    DATA_DIR: dataDir,
+    CODE_DELIVERY: `file:${codesFile}`,
+    LOG_LEVEL: "warn",
+    ...generousAbuseLimits,
+    ...driver,
+    ...(await storeEnv(store)),
+    ...pushProviders?.serverEnv,
+  };
   const server = await startNode(["--expose-gc", ...profile], ["scripts/bench/server.ts"], env);
   children.push(server);
   const url = `http://127.0.0.1:${port}`;
@@ -219,7 +246,11 @@ async function main(store: string): Promise<number> {
     relaySockets.push(relaySocket);
   }
   const stopKeepAlive = keepAlive(gatewaySockets);
-  process.stderr.write(`bench: ${fixture.users.length} users signed in and connected in ${((performance.now() - setupStarted) / 1000).toFixed(1)} s\n`);
+  // The push row's recipients stay offline: signed in, no socket.
+  const push = pushProviders && { providers: pushProviders, fixture: await buildPushFixture(server, fixture.users[0], pushRecipients) };
+  process.stderr.write(
+    `bench: ${fixture.users.length} users signed in and connected${push ? ` and ${2 * pushRecipients} offline push recipients set up` : ""} in ${((performance.now() - setupStarted) / 1000).toFixed(1)} s\n`,
+  );
 
   const parley = new RpcClient(server.url, Math.max(concurrency, 256));
   const echo = new RpcClient(`http://127.0.0.1:${echoPort}`, concurrency);
@@ -240,6 +271,7 @@ async function main(store: string): Promise<number> {
     open,
     rates,
     idleSockets,
+    push,
   };
   if (server.pids.length === 0) process.stderr.write("bench: no --server-pids: server CPU figures are unknown (n/a)\n");
 
@@ -265,14 +297,16 @@ async function main(store: string): Promise<number> {
   const heading = [
     `Medians of ${runs} run${runs === 1 ? "" : "s"}, ${startedAt.toISOString().slice(0, 16)}Z; ${machine}; server ${values.url ?? `started by the benchmark on ${store}${store === "cluster" ? ` (${values.engines} engines, ${values.gateways} gateways)` : ""}`}, socket driver ${values["socket-driver"] ?? process.env.SOCKET_DRIVER ?? "default"};`,
     `closed loops ${closed.measureMs / 1000} s after ${closed.warmupMs / 1000} s warm-up, open loops ${open.measureMs / 1000} s after ${open.warmupMs / 1000} s warm-up;`,
-    `${fixture.users.length} users, each with one gateway socket and one relay socket. The load generator shares the machine:`,
+    `${fixture.users.length} users, each with one gateway socket and one relay socket${push ? `; ${pushRecipients} offline recipients with a device token and ${pushRecipients} without` : ""}. The load generator shares the machine:`,
     `it used ${(((clientCpu.user + clientCpu.system) / 1000 / (elapsedS * 1000)) * 100).toFixed(0)} % of one core over the whole run (per phase: column "client CPU").`,
   ].join("\n");
   console.log("\n" + report(results, { groupSize: shape.groupSize, concurrency, runs, heading }));
 
   // In smoke mode the script checks itself: every row must have completed operations without a loss.
   if (smoke) {
-    const broken = [...perRow].filter(([, all]) => all.some((f) => (f.closedFailed ?? 0) > 0 || (f.openFailed ?? 0) > 0 || f.opsPerSec === 0 || Number.isNaN(f.opsPerSec ?? f.rssPerSocketKb)));
+    const broken = [...perRow].filter(([, all]) =>
+      all.some((f) => (f.closedFailed ?? 0) > 0 || (f.openFailed ?? 0) > 0 || f.opsPerSec === 0 || Number.isNaN(f.opsPerSec ?? f.rssPerSocketKb) || f.notificationsPerSec === 0 || (f.undelivered ?? 0) > 0),
+    );
     if (broken.length) {
       console.error(`bench --smoke: rows with failed or no operations: ${broken.map(([row]) => row).join(", ")}`);
       return 1;
@@ -295,6 +329,8 @@ try {
     } finally {
       await Promise.all(children.splice(0).map(stop));
       if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+      await pushProviders?.close();
+      pushProviders = undefined;
     }
   }
 } finally {

@@ -34,7 +34,7 @@ export interface FixtureShape {
   streams: number;
 }
 
-async function inBatches<T>(count: number, batch: number, make: (index: number) => Promise<T>): Promise<T[]> {
+export async function inBatches<T>(count: number, batch: number, make: (index: number) => Promise<T>): Promise<T[]> {
   const made: T[] = [];
   for (let start = 0; start < count; start += batch) made.push(...(await Promise.all(Array.from({ length: Math.min(batch, count - start) }, (_, k) => make(start + k)))));
   return made;

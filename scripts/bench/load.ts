@@ -139,6 +139,7 @@ export interface Workload {
 
 interface Snapshot {
   at: number;
+  wallClockMs: number;
   serverCpuMs: number;
   backingCpuMs: Record<string, number>;
   clientCpuMs: number;
@@ -150,11 +151,14 @@ interface Snapshot {
 function snapshot(tracker: Tracker, pids: number[], backing: BackingPids): Snapshot {
   const { user, system } = process.cpuUsage();
   const backingCpuMs = Object.fromEntries(Object.entries(backing).map(([name, servicePids]) => [name, processCpuMs(servicePids)]));
-  return { at: performance.now(), serverCpuMs: processCpuMs(pids), backingCpuMs, clientCpuMs: (user + system) / 1000, loopbackBytes: loopbackBytes(), completed: tracker.completed, deliveries: tracker.deliveries };
+  return { at: performance.now(), wallClockMs: Date.now(), serverCpuMs: processCpuMs(pids), backingCpuMs, clientCpuMs: (user + system) / 1000, loopbackBytes: loopbackBytes(), completed: tracker.completed, deliveries: tracker.deliveries };
 }
 
 export interface WindowFigures {
   seconds: number;
+  /** The window's bounds by Date.now(), the clock of events other code stamps (the push providers' arrivals). */
+  startedAtMs: number;
+  endedAtMs: number;
   operations: number;
   deliveries: number;
   serverCpuMs: number;
@@ -168,6 +172,8 @@ export interface WindowFigures {
 function windowOf(start: Snapshot, end: Snapshot, operations = end.completed - start.completed): WindowFigures {
   return {
     seconds: (end.at - start.at) / 1000,
+    startedAtMs: start.wallClockMs,
+    endedAtMs: end.wallClockMs,
     operations,
     deliveries: end.deliveries - start.deliveries,
     serverCpuMs: end.serverCpuMs - start.serverCpuMs,

@@ -33,6 +33,28 @@ describe("benchmark report", () => {
     ]);
   });
 
+  it("sets the push row apart: CPU per message without and with a notification, per notification, and the providers' rate", () => {
+    const push: Figures = {
+      tokenlessCpuPerOpMs: 0.3,
+      cpuPerOpMs: 0.42,
+      cpuPerNotificationUs: 125,
+      notificationsPerSec: 2400.4,
+      tokenlessOpsPerSec: 3000,
+      opsPerSec: 2450,
+      backlog: 50,
+      undelivered: 0,
+      tokenlessClientCpuPct: 40,
+      clientCpuPct: 75,
+    };
+    const text = report({ push }, shape);
+    expect(tableAfter(text, "| offline push")).to.deep.equal([
+      "| offline push, closed loop, 32 in flight | server CPU per message, recipient offline: no token / one token | server CPU per notification | notifications/s to the local APNs and FCM | messages/s: no token / one token | backlog in the window / undelivered | client CPU, providers included |",
+      "|---|---|---|---|---|---|---|",
+      "| SendMessage, private | 0.300 ms / 0.420 ms | 125.0 µs | 2400/s | 3000 / 2450 | 50 / 0 | 40 % / 75 % |",
+    ]);
+    expect(text, "no cost table of the other rows").to.not.include("| operation |");
+  });
+
   it("shows no role table for one process", () => {
     expect(report({ private: { cpuPerOpMs: 0.2, [backingFigure("cassandra")]: 0.5 } }, shape)).to.not.include("| CPU per operation, closed loop | api");
   });

@@ -1,5 +1,6 @@
-// The summary: three markdown tables (cost and throughput, latency at a fixed rate, memory per
-// idle socket), medians of the runs, each figure next to the issue's target for it.
+// The summary: markdown tables (cost and throughput, latency at a fixed rate, memory per idle
+// socket, offline push), medians of the runs, each figure next to the issue's target for it where
+// the issue set one.
 import { backingFigure, roleFigure, type Figures, type RowName } from "./rows.js";
 
 export const targets = {
@@ -26,7 +27,7 @@ export interface ReportShape {
 
 export function report(results: Partial<Record<RowName, Figures>>, shape: ReportShape): string {
   const lines: string[] = [shape.heading, ""];
-  const { private: p, group: g, delta: d, rpc: r, rss } = results;
+  const { private: p, group: g, delta: d, rpc: r, rss, push } = results;
   const fanOutNames = { private: "SendMessage, private", group: `SendMessage, ${shape.groupSize}-member group`, delta: "PushStreamDelta, private stream" } as const;
 
   if (p || g || d || r) {
@@ -95,6 +96,16 @@ export function report(results: Partial<Record<RowName, Figures>>, shape: Report
       "| idle authenticated sockets | server RSS before → after | RSS per idle socket | target |",
       "|---|---|---|---|",
       `| ${count(rss.idleSockets)} | ${count(rss.rssBeforeMb)} → ${count(rss.rssAfterMb)} MiB | ${known(rss.rssPerSocketKb) ? rss.rssPerSocketKb.toFixed(2) : "n/a"} KiB | ${targets.rss.memory} |`,
+      "",
+    );
+  }
+
+  // The providers are local stand-ins in the load generator's process: their CPU is the client's.
+  if (push) {
+    lines.push(
+      `| offline push, closed loop, ${shape.concurrency} in flight | server CPU per message, recipient offline: no token / one token | server CPU per notification | notifications/s to the local APNs and FCM | messages/s: no token / one token | backlog in the window / undelivered | client CPU, providers included |`,
+      "|---|---|---|---|---|---|---|",
+      `| SendMessage, private | ${ms(push.tokenlessCpuPerOpMs)} / ${ms(push.cpuPerOpMs)} | ${us(push.cpuPerNotificationUs)} | ${count(push.notificationsPerSec)}/s | ${count(push.tokenlessOpsPerSec)} / ${count(push.opsPerSec)} | ${count(push.backlog)} / ${count(push.undelivered)} | ${pct(push.tokenlessClientCpuPct)} / ${pct(push.clientCpuPct)} |`,
       "",
     );
   }

@@ -5,10 +5,11 @@ import type WebSocket from "ws";
 import type { Fixture } from "./fixture.js";
 import { closedLoop, marker, median, openLoop, percentile, writeMarker, type Timing, type Tracker, type WindowFigures, type Workload } from "./load.js";
 import { rssKb, type BackingPids } from "./processes.js";
+import type { LocalPushProviders, PushFixture } from "./push-fixture.js";
 import { closeAll, openGatewaySocket, paths, protoHeaders, relayHeader, sendMessageBody, streamDeltaBody, type Headers, type PushRouter, type RpcClient } from "./wire.js";
 
-export type RowName = "private" | "group" | "delta" | "rpc" | "rss";
-export const rowNames: RowName[] = ["private", "group", "delta", "rpc", "rss"];
+export type RowName = "private" | "group" | "delta" | "rpc" | "rss" | "push";
+export const rowNames: RowName[] = ["private", "group", "delta", "rpc", "rss", "push"];
 
 /** One run's figures of one row, by name; `median` folds several runs. */
 export type Figures = Record<string, number>;
@@ -33,6 +34,8 @@ export interface BenchContext {
   open: Timing;
   rates: { private: number; group: number; delta: number };
   idleSockets: number;
+  /** The push row's providers and recipients; only when it runs (the benchmark started the server pointed at those providers). */
+  push?: { providers: LocalPushProviders; fixture: PushFixture };
 }
 
 /** Who sends and who receives each lane's operations, as socket indices. */
@@ -218,9 +221,95 @@ async function measureIdleSockets(context: BenchContext): Promise<Figures> {
   }
 }
 
+/** The sender of the push row's messages: its socket gets the echo of each, which is what ends an operation in the closed loop. */
+const pushSender = 0;
+
+/**
+ * The push sender's messages, lane n's to conversation n modulo their number (with at least as many
+ * conversations as lanes, no send waits behind another in its conversation); counts those accepted.
+ */
+function senderWorkload(context: BenchContext, conversations: bigint[]): Workload & { accepted: number } {
+  const headers = protoHeaders(context.fixture.users[pushSender].accessToken);
+  const workload = {
+    accepted: 0,
+    fanOut: 1,
+    echoSocket: () => pushSender,
+    prepare: (id: number, lane: number) => sendMessageBody(conversations[lane % conversations.length], marker(id)),
+    post: async (_lane: number, body: Uint8Array) => {
+      const ok = await context.parley.post(paths.sendMessage, headers, body);
+      if (ok) workload.accepted += 1;
+      return ok;
+    },
+  };
+  return workload;
+}
+
+/** After the last send, how long the providers may go without a new arrival before the rest counts as undelivered. */
+const pushStallMs = 5_000;
+
+/** Waits until the providers accepted `expected` notifications or stopped receiving them; resolves with the seconds it took. */
+async function drainNotifications(providers: LocalPushProviders, expected: number): Promise<number> {
+  const began = performance.now();
+  let seen = providers.accepted();
+  let lastProgress = began;
+  while (seen < expected && performance.now() - lastProgress < pushStallMs) {
+    await sleep(50);
+    const now = providers.accepted();
+    if (now > seen) lastProgress = performance.now();
+    seen = now;
+  }
+  return (performance.now() - began) / 1000;
+}
+
+/**
+ * The cost of an offline notification: two closed loops of the same shape, the sender's messages
+ * to offline recipients without a device token (what a message costs with nothing to notify) and
+ * to offline recipients with one each (the same plus exactly one notification). Server CPU of the
+ * second beyond what the first costs per message, divided by the notifications the providers
+ * accepted in the window, is the notification's. Notifications are sent after the message is
+ * answered, so the closed loop does not wait for them: when they cannot keep up, the window holds
+ * fewer of them than messages (the backlog), and after it the row waits for the stragglers so
+ * they do not land in the next phase.
+ */
+async function measurePush(context: BenchContext): Promise<Figures> {
+  const push = context.push;
+  if (!push) throw new Error("the push row needs the local push providers the benchmark starts with its own server");
+  const { providers, fixture } = push;
+  const loop = (workload: Workload) => closedLoop(workload, context.concurrency, context.closed, context.serverPids, context.router, context.backingPids);
+  const tokenless = await loop(senderWorkload(context, fixture.tokenless));
+  providers.forget();
+  const notifying = senderWorkload(context, fixture.withToken);
+  const notified = await loop(notifying);
+  const drainS = await drainNotifications(providers, notifying.accepted);
+  const { window } = notified;
+  const notifications = providers.acceptedBetween(window.startedAtMs, window.endedAtMs);
+  const tokenlessCpuPerOpMs = tokenless.window.serverCpuMs / tokenless.window.operations;
+  const figures: Figures = {
+    tokenlessOpsPerSec: perSecond(tokenless.window),
+    tokenlessCpuPerOpMs,
+    tokenlessClientCpuPct: cpuPercent(tokenless.window),
+    opsPerSec: perSecond(window),
+    cpuPerOpMs: window.serverCpuMs / window.operations,
+    clientCpuPct: cpuPercent(window),
+    notificationsPerSec: notifications / ((window.endedAtMs - window.startedAtMs) / 1000),
+    cpuPerNotificationUs: ((window.serverCpuMs - tokenlessCpuPerOpMs * window.operations) * 1000) / notifications,
+    backlog: Math.max(0, window.operations - notifications),
+    drainS,
+    undelivered: Math.max(0, notifying.accepted - providers.accepted()),
+    closedFailed: tokenless.tracker.errors + tokenless.tracker.lost + notified.tracker.errors + notified.tracker.lost,
+  };
+  providers.forget();
+  log(
+    `push: ${figures.opsPerSec.toFixed(0)} msg/s and ${figures.notificationsPerSec.toFixed(0)} notifications/s, ${figures.cpuPerNotificationUs.toFixed(1)} µs server CPU/notification ` +
+      `(${figures.cpuPerOpMs.toFixed(3)} ms/msg with one, ${tokenlessCpuPerOpMs.toFixed(3)} ms without); backlog ${figures.backlog}, ${figures.undelivered} undelivered after ${drainS.toFixed(1)} s`,
+  );
+  return figures;
+}
+
 export function measureRow(row: RowName, context: BenchContext): Promise<Figures> {
   if (row === "rpc") return measureRpc(context);
   if (row === "rss") return measureIdleSockets(context);
+  if (row === "push") return measurePush(context);
   return measureFanOut(row, context);
 }
 
