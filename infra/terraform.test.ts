@@ -85,11 +85,17 @@ describe("infra/terraform: the Kubernetes deployment (OpenTofu, hashicorp/kubern
         s3_secret_access_key: "parley-secret",
         smtp_from: "Parley <no-reply@example.com>",
         extra_ca_certs_pem: "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n",
+        push_notifier: ["apns", "fcm"],
+        apns_key_pem: "-----BEGIN PRIVATE KEY-----\nMA==\n-----END PRIVATE KEY-----\n",
+        apns_key_id: "ABC123DEFG",
+        apns_team_id: "TEAM123456",
+        apns_topic: "com.example.chat",
+        fcm_service_account_json: '{"type":"service_account"}',
       }),
     );
     const expression = "jsonencode(concat(keys(local.config_env), keys(nonsensitive(local.secret_env)), local.pod_env_names))";
     const names = JSON.parse(JSON.parse((await consoleOutput(tofu, dir, varFile, expression)).trim())) as string[];
-    expect(names).to.include.members(["ROLES", "NODE_ID", "TRANSPORTER", "REDIS_URL", "CASSANDRA_CONTACT_POINTS", "S3_SECRET_ACCESS_KEY", "NODE_EXTRA_CA_CERTS"]);
+    expect(names).to.include.members(["ROLES", "NODE_ID", "TRANSPORTER", "REDIS_URL", "CASSANDRA_CONTACT_POINTS", "S3_SECRET_ACCESS_KEY", "NODE_EXTRA_CA_CERTS", "PUSH_NOTIFIER", "APNS_KEY", "FCM_SERVICE_ACCOUNT"]);
 
     const root = resolve(import.meta.dirname, "..");
     const serverSource = readFileSync(join(root, "shared", "config.ts"), "utf8");

@@ -73,7 +73,9 @@ locals {
       BLOB_STORE                              = "s3"
       S3_BUCKET                               = var.s3_bucket
       S3_REGION                               = var.s3_region
+      PUSH_NOTIFIER                           = join(",", var.push_notifier)
     },
+    contains(var.push_notifier, "apns") ? { APNS_KEY_ID = var.apns_key_id, APNS_TEAM_ID = var.apns_team_id, APNS_TOPIC = var.apns_topic } : {},
     var.s3_endpoint == null ? {} : { S3_ENDPOINT = var.s3_endpoint },
     var.s3_force_path_style == null ? {} : { S3_FORCE_PATH_STYLE = tostring(var.s3_force_path_style) },
     var.smtp_from == null ? {} : { SMTP_FROM = var.smtp_from },
@@ -89,6 +91,8 @@ locals {
       S3_ACCESS_KEY_ID     = var.s3_access_key_id
       S3_SECRET_ACCESS_KEY = var.s3_secret_access_key
     },
+    contains(var.push_notifier, "apns") ? { APNS_KEY = var.apns_key_pem } : {},
+    contains(var.push_notifier, "fcm") ? { FCM_SERVICE_ACCOUNT = var.fcm_service_account_json } : {},
   )
 
   # Set per pod rather than in the ConfigMap: extra_environment must not shadow them either.
@@ -99,7 +103,8 @@ locals {
       "VERIFY_CODES_PER_ADDRESS_PER_MINUTE", "VERIFY_CODES_PER_MINUTE", "SIGN_IN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", "STORE", "CASSANDRA_CONTACT_POINTS",
       "CASSANDRA_KEYSPACE", "CASSANDRA_LOCAL_DC", "CASSANDRA_REPLICATION", "CASSANDRA_MIGRATE", "KAFKA_BROKERS", "KAFKA_TOPIC_PREFIX", "REDIS_PREFIX",
       "BLOB_STORE", "S3_BUCKET", "S3_REGION", "S3_ENDPOINT", "S3_FORCE_PATH_STYLE", "SMTP_FROM", "NODE_EXTRA_CA_CERTS",
-    "REDIS_URL", "CODE_DELIVERY", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"],
+      "REDIS_URL", "CODE_DELIVERY", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "PUSH_NOTIFIER", "APNS_KEY", "APNS_KEY_FILE", "APNS_KEY_ID",
+    "APNS_TEAM_ID", "APNS_TOPIC", "FCM_SERVICE_ACCOUNT", "FCM_SERVICE_ACCOUNT_FILE"],
   )
 }
 
@@ -152,6 +157,15 @@ resource "kubernetes_secret_v1" "env" {
     precondition {
       condition     = (var.s3_access_key_id == null) == (var.s3_secret_access_key == null)
       error_message = "Set s3_access_key_id and s3_secret_access_key together, or neither (the SDK's own chain)."
+    }
+    # The server would refuse to start without them; the plan says so first.
+    precondition {
+      condition     = !contains(var.push_notifier, "apns") || (var.apns_key_pem != null && var.apns_key_id != null && var.apns_team_id != null && var.apns_topic != null)
+      error_message = "push_notifier lists apns: set apns_key_pem, apns_key_id, apns_team_id and apns_topic."
+    }
+    precondition {
+      condition     = !contains(var.push_notifier, "fcm") || var.fcm_service_account_json != null
+      error_message = "push_notifier lists fcm: set fcm_service_account_json."
     }
   }
 }

@@ -663,3 +663,46 @@ variable "s3_secret_access_key" {
   default     = null
   sensitive   = true
 }
+
+variable "push_notifier" {
+  description = "PUSH_NOTIFIER: where offline notifications go, some of log (one log line per device), apns, fcm. apns needs the apns_* variables, fcm needs fcm_service_account_json."
+  type        = list(string)
+  default     = ["log"]
+
+  validation {
+    condition     = length(var.push_notifier) > 0 && alltrue([for name in var.push_notifier : contains(["log", "apns", "fcm"], name)])
+    error_message = "push_notifier must list some of log, apns, fcm."
+  }
+}
+
+variable "apns_key_pem" {
+  description = "APNS_KEY: the .p8 token-signing key Apple issued (its PEM text), kept in the Secret; needed with apns in push_notifier."
+  type        = string
+  default     = null
+  sensitive   = true
+}
+
+variable "apns_key_id" {
+  description = "APNS_KEY_ID: the key's 10-character id."
+  type        = string
+  default     = null
+}
+
+variable "apns_team_id" {
+  description = "APNS_TEAM_ID: the Apple developer team id."
+  type        = string
+  default     = null
+}
+
+variable "apns_topic" {
+  description = "APNS_TOPIC: the iOS app's bundle id."
+  type        = string
+  default     = null
+}
+
+variable "fcm_service_account_json" {
+  description = "FCM_SERVICE_ACCOUNT: the Google service account key (its JSON text), kept in the Secret; needed with fcm in push_notifier."
+  type        = string
+  default     = null
+  sensitive   = true
+}

@@ -310,3 +310,61 @@ run "refuses_extra_environment_that_shadows_a_managed_variable" {
 
   expect_failures = [kubernetes_config_map_v1.env]
 }
+
+run "push_providers_get_their_settings_and_keys_in_the_secret" {
+  command = plan
+
+  variables {
+    push_notifier            = ["apns", "fcm"]
+    apns_key_pem             = "-----BEGIN PRIVATE KEY-----\nMA==\n-----END PRIVATE KEY-----\n"
+    apns_key_id              = "ABC123DEFG"
+    apns_team_id             = "TEAM123456"
+    apns_topic               = "com.example.chat"
+    fcm_service_account_json = "{\"type\": \"service_account\"}"
+  }
+
+  assert {
+    condition = alltrue([
+      kubernetes_config_map_v1.env.data["PUSH_NOTIFIER"] == "apns,fcm",
+      kubernetes_config_map_v1.env.data["APNS_KEY_ID"] == "ABC123DEFG",
+      kubernetes_config_map_v1.env.data["APNS_TEAM_ID"] == "TEAM123456",
+      kubernetes_config_map_v1.env.data["APNS_TOPIC"] == "com.example.chat",
+      !contains(keys(kubernetes_config_map_v1.env.data), "APNS_KEY"),
+      !contains(keys(kubernetes_config_map_v1.env.data), "FCM_SERVICE_ACCOUNT"),
+    ])
+    error_message = "the providers' settings are in the ConfigMap, their keys are not"
+  }
+
+  assert {
+    condition = nonsensitive(alltrue([
+      kubernetes_secret_v1.env.data["APNS_KEY"] == var.apns_key_pem,
+      kubernetes_secret_v1.env.data["FCM_SERVICE_ACCOUNT"] == var.fcm_service_account_json,
+    ]))
+    error_message = "the APNs key and the service account go into the Secret"
+  }
+}
+
+run "push_defaults_to_the_log" {
+  command = plan
+
+  assert {
+    condition = alltrue([
+      kubernetes_config_map_v1.env.data["PUSH_NOTIFIER"] == "log",
+      !contains(keys(nonsensitive(kubernetes_secret_v1.env.data)), "APNS_KEY"),
+    ])
+    error_message = "without providers, notifications go to the log and no key is asked for"
+  }
+}
+
+run "refuses_apns_without_its_key" {
+  command = plan
+
+  variables {
+    push_notifier = ["apns"]
+    apns_key_id   = "ABC123DEFG"
+    apns_team_id  = "TEAM123456"
+    apns_topic    = "com.example.chat"
+  }
+
+  expect_failures = [kubernetes_secret_v1.env]
+}
