@@ -22,6 +22,9 @@ export class OriginUnreachable extends Error {
 
 const { HTTP2_HEADER_METHOD, HTTP2_HEADER_PATH, HTTP2_HEADER_STATUS, NGHTTP2_CANCEL } = constants;
 
+/** How long closing waits for requests in flight before it cuts their connections. */
+const closeGraceMs = 2_000;
+
 export class Http2Origin {
   private readonly sessions: (ClientHttp2Session | undefined)[];
   private next = 0;
@@ -70,11 +73,24 @@ export class Http2Origin {
     }).finally(() => this.holdOpen(session, -1));
   }
 
-  /** Ends every session once its streams finish. */
+  /**
+   * Ends every session once its streams finish, or cuts them after closeGraceMs: a provider that
+   * holds its answers must not hold a stopping engine for a whole request timeout.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    const open = this.sessions.filter((session): session is ClientHttp2Session => !!session && !session.closed && !session.destroyed);
     await Promise.all(
-      this.sessions.map((session) => (session && !session.closed && !session.destroyed ? new Promise<void>((resolve) => session.close(() => resolve())) : undefined)),
+      open.map(
+        (session) =>
+          new Promise<void>((resolve) => {
+            const cut = setTimeout(() => session.destroy(), closeGraceMs);
+            session.close(() => {
+              clearTimeout(cut);
+              resolve();
+            });
+          }),
+      ),
     );
   }
 
