@@ -19,7 +19,7 @@ import { openPushNotifier } from "../ports/push-notifier/open-push-notifier.js";
 import type { Store } from "../ports/store/store.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
 import { testTopology } from "./support/cluster-topology.js";
-import { generateServiceAccountKeys, makeApnsCredentials, makeFcmServiceAccount, startFakeApns, startFakeFcm, type FakeApns, type FakeFcm } from "./support/fake-push-providers.js";
+import { generateServiceAccountKeys, makeFcmServiceAccount, startPushProviders, type FakeApns, type FakeFcm, type PushProviders } from "./support/fake-push-providers.js";
 import { client, openServerStore, startTestServer, type TestServer } from "./support/harness.js";
 import { eventually, nextClientMessageId, textBody } from "./support/messaging.js";
 import { befriend } from "./support/social.js";
@@ -37,30 +37,16 @@ describe("offline push through the APNs and FCM drivers", function () {
   let production: FakeApns;
   let sandbox: FakeApns;
   let fcm: FakeFcm;
+  let providers: PushProviders;
   let env: Record<string, string>;
   let server: TestServer;
   let store: Store;
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), "parley-push-"));
-    const apnsKey = makeApnsCredentials(dir);
-    production = await startFakeApns({ ...apnsKey, topic });
-    sandbox = await startFakeApns({ ...apnsKey, topic });
-    const account = generateServiceAccountKeys();
-    fcm = await startFakeFcm(account);
-    const { file } = makeFcmServiceAccount(dir, fcm.tokenUri, account);
-    env = {
-      PUSH_NOTIFIER: "apns,fcm",
-      APNS_KEY_FILE: apnsKey.keyFile,
-      APNS_KEY_ID: apnsKey.keyId,
-      APNS_TEAM_ID: apnsKey.teamId,
-      APNS_TOPIC: topic,
-      APNS_PRODUCTION_URL: production.url,
-      APNS_SANDBOX_URL: sandbox.url,
-      FCM_SERVICE_ACCOUNT_FILE: file,
-      FCM_URL: fcm.url,
-      PUSH_RETRY_WINDOW_MS: "4000",
-    };
+    providers = await startPushProviders(dir, topic);
+    ({ production, sandbox, fcm } = providers);
+    env = { ...providers.env, PUSH_RETRY_WINDOW_MS: "4000" };
     server = await startTestServer({ env });
     store = await openServerStore(server);
   });
@@ -73,7 +59,7 @@ describe("offline push through the APNs and FCM drivers", function () {
   after(async () => {
     await store?.close();
     await server?.dispose();
-    await Promise.all([production?.close(), sandbox?.close(), fcm?.close()]);
+    await providers?.close();
     rmSync(dir, { recursive: true, force: true });
   });
 

@@ -11,8 +11,8 @@ import {
   generateServiceAccountKeys,
   makeApnsCredentials,
   makeFcmServiceAccount,
-  startFakeApns,
   startFakeFcm,
+  startPushProviders,
   type ApnsArrival,
   type FcmArrival,
 } from "../../test/support/fake-push-providers.js";
@@ -50,30 +50,16 @@ function fromFcm(arrival: FcmArrival): DeliveredPush {
 
 describePushNotifierConformance("apns and fcm", async () => {
   const dir = mkdtempSync(join(tmpdir(), "parley-push-conformance-"));
-  const apnsKey = makeApnsCredentials(dir);
-  const apns = await startFakeApns({ ...apnsKey, topic });
-  const account = generateServiceAccountKeys();
-  const fcm = await startFakeFcm(account);
-  const { file } = makeFcmServiceAccount(dir, fcm.tokenUri, account);
-  const config = loadConfig({
-    PUSH_NOTIFIER: "apns,fcm",
-    APNS_KEY: apnsKey.keyPem,
-    APNS_KEY_ID: apnsKey.keyId,
-    APNS_TEAM_ID: apnsKey.teamId,
-    APNS_TOPIC: topic,
-    APNS_PRODUCTION_URL: apns.url,
-    APNS_SANDBOX_URL: apns.url,
-    FCM_SERVICE_ACCOUNT_FILE: file,
-    FCM_URL: fcm.url,
-  }).push;
-  const notifier = openPushNotifier(config, { info: () => undefined, warn: () => undefined });
+  const providers = await startPushProviders(dir, topic);
+  const { production, fcm } = providers;
+  const notifier = openPushNotifier(loadConfig(providers.env).push, { info: () => undefined, warn: () => undefined });
   return {
     notifier,
     // A send resolves once each provider answered, so what arrived is all there is.
-    delivered: async () => [...apns.accepted.map(fromApns), ...fcm.accepted.map(fromFcm)],
+    delivered: async () => [...production.accepted.map(fromApns), ...fcm.accepted.map(fromFcm)],
     cleanup: async () => {
       await notifier.close?.();
-      await Promise.all([apns.close(), fcm.close()]);
+      await providers.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };

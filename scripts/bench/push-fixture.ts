@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { PushService } from "../../shared/gen/api/v1/push_pb.js";
 import { PushPlatform } from "../../shared/gen/shared/v1/common_pb.js";
 import { signInWithCode, type SignedIn } from "../../test/support/accounts.js";
-import { generateServiceAccountKeys, makeApnsCredentials, makeFcmServiceAccount, startFakeApns, startFakeFcm } from "../../test/support/fake-push-providers.js";
+import { startPushProviders } from "../../test/support/fake-push-providers.js";
 import { client } from "../../test/support/harness.js";
 import { befriend } from "../../test/support/social.js";
 import { inBatches } from "./fixture.js";
@@ -45,33 +45,17 @@ export async function startLocalPushProviders(): Promise<LocalPushProviders> {
   const previousTlsDir = process.env.PARLEY_TEST_TLS_DIR;
   process.env.PARLEY_TEST_TLS_DIR = dir;
   try {
-    const apnsKey = makeApnsCredentials(dir);
-    const apns = await startFakeApns({ ...apnsKey, topic });
-    started.push(apns);
-    const account = generateServiceAccountKeys();
-    const fcm = await startFakeFcm(account);
-    started.push(fcm);
-    const { file } = makeFcmServiceAccount(dir, fcm.tokenUri, account);
-    const arrivals = () => [...apns.accepted, ...fcm.accepted];
+    const providers = await startPushProviders(dir, topic);
+    started.push(providers);
+    const { production, sandbox, fcm } = providers;
+    const all = [production, sandbox, fcm];
+    const arrivals = (): { at: number }[] => all.flatMap((provider): { at: number }[] => provider.accepted);
     return {
-      serverEnv: {
-        PUSH_NOTIFIER: "apns,fcm",
-        APNS_KEY_FILE: apnsKey.keyFile,
-        APNS_KEY_ID: apnsKey.keyId,
-        APNS_TEAM_ID: apnsKey.teamId,
-        APNS_TOPIC: topic,
-        // One stand-in serves both hosts: the fixture's tokens are production ones anyway.
-        APNS_PRODUCTION_URL: apns.url,
-        APNS_SANDBOX_URL: apns.url,
-        FCM_SERVICE_ACCOUNT_FILE: file,
-        FCM_URL: fcm.url,
-        NODE_EXTRA_CA_CERTS: join(dir, "ca.pem"),
-      },
+      serverEnv: { ...providers.env, NODE_EXTRA_CA_CERTS: join(dir, "ca.pem") },
       acceptedBetween: (fromMs, untilMs) => arrivals().filter((arrival) => arrival.at >= fromMs && arrival.at < untilMs).length,
-      accepted: () => apns.accepted.length + fcm.accepted.length,
+      accepted: () => arrivals().length,
       forget: () => {
-        apns.received.splice(0);
-        fcm.received.splice(0);
+        for (const provider of all) provider.received.splice(0);
       },
       close,
     };

@@ -914,3 +914,40 @@ function randomLowercaseAlnum(length: number): string {
   const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
   return Array.from({ length }, () => alphabet[randomInt(alphabet.length)]).join("");
 }
+
+// ---------------------------------------------------------------------------------------------
+// All of it at once
+
+export interface PushProviders {
+  production: FakeApns;
+  sandbox: FakeApns;
+  fcm: FakeFcm;
+  /** The settings that point a server at these providers (PUSH_NOTIFIER, APNS_*, FCM_*); the CA is the caller's to trust. */
+  env: Record<string, string>;
+  close(): Promise<void>;
+}
+
+/** A local APNs (production and sandbox hosts) and FCM, with fresh credentials written into `dir`. */
+export async function startPushProviders(dir: string, topic: string): Promise<PushProviders> {
+  const apnsKey = makeApnsCredentials(dir);
+  const account = generateServiceAccountKeys();
+  const [production, sandbox, fcm] = await Promise.all([startFakeApns({ ...apnsKey, topic }), startFakeApns({ ...apnsKey, topic }), startFakeFcm(account)]);
+  const { file } = makeFcmServiceAccount(dir, fcm.tokenUri, account);
+  return {
+    production,
+    sandbox,
+    fcm,
+    env: {
+      PUSH_NOTIFIER: "apns,fcm",
+      APNS_KEY_FILE: apnsKey.keyFile,
+      APNS_KEY_ID: apnsKey.keyId,
+      APNS_TEAM_ID: apnsKey.teamId,
+      APNS_TOPIC: topic,
+      APNS_PRODUCTION_URL: production.url,
+      APNS_SANDBOX_URL: sandbox.url,
+      FCM_SERVICE_ACCOUNT_FILE: file,
+      FCM_URL: fcm.url,
+    },
+    close: async () => void (await Promise.all([production.close(), sandbox.close(), fcm.close()])),
+  };
+}
