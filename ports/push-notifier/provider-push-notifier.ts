@@ -83,7 +83,7 @@ export class ProviderQueue {
   }
 
   deliver(token: PushTokenRecord, notification: PushNotification): Promise<Delivery> {
-    if (this.waiting.length >= this.policy.queueLimit) {
+    if (this.depth >= this.policy.queueLimit) {
       this.fail(token, "queue_full", `queue of ${this.policy.queueLimit} is full`);
       return Promise.resolve("failed");
     }
