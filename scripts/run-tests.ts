@@ -3,13 +3,14 @@ import Mocha from "mocha";
 import { readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 
-// test/cluster runs against the local cluster, in a pass of its own (scripts/test.sh).
-const clusterTests = resolve(import.meta.dirname, "..", "test", "cluster");
+// test/cluster runs against the local cluster, in a pass of its own (scripts/test.sh); test/image
+// builds and runs the OCI image, its own npm script (`npm run test:image`, in .ci/run).
+const ownPasses = new Set(["cluster", "image"].map((name) => resolve(import.meta.dirname, "..", "test", name)));
 
 function collectTestFiles(dir: string): string[] {
   const found: string[] = [];
   for (const name of readdirSync(dir)) {
-    if (name === "node_modules" || name.startsWith(".") || name === "data" || join(dir, name) === clusterTests) continue;
+    if (name === "node_modules" || name.startsWith(".") || name === "data" || name === "dist" || ownPasses.has(join(dir, name))) continue;
     const path = join(dir, name);
     if (statSync(path).isDirectory()) found.push(...collectTestFiles(path));
     else if (name.endsWith(".test.ts")) found.push(path);
