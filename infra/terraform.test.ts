@@ -11,6 +11,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { expect } from "chai";
 import { transporterOf } from "../moleculer.config.js";
+import { imageTag } from "../scripts/image/build.js";
 import { copyConfiguration, init, terraformDir, validated } from "../scripts/infra/check.js";
 import { prepareTofu, type Tofu } from "../scripts/infra/tofu.js";
 import { clusterConfig } from "../shared/config.js";
@@ -63,6 +64,12 @@ describe("infra/terraform: the Kubernetes deployment (OpenTofu, hashicorp/kubern
     const result = await tofu.run([`-chdir=${broken}`, "validate", "-json", "-no-color"]);
     expect(validated(result)).to.equal(false);
     expect(result.stdout).to.include("min_ready_secs");
+  });
+
+  it("defaults the image to the tag `npm run image` gives what it builds", () => {
+    const variables = readFileSync(join(dir, "variables.tf"), "utf8");
+    const block = variables.slice(variables.indexOf('variable "image" {'));
+    expect(/default\s*=\s*"([^"]+)"/.exec(block)?.[1]).to.equal(imageTag());
   });
 
   it("sets only environment variables the server reads (or Node, or the start-up script)", async () => {

@@ -45,8 +45,9 @@ variable "name_prefix" {
 }
 
 variable "image" {
-  description = "The Parley container image (registry/repository:tag or @digest): the repository with its dependencies installed (`npm ci --omit=dev`), Node 20 (20.19 or newer; the uWS binary is built for Node 20) and /bin/sh; see docs/deployment.md."
+  description = "The Parley container image (registry/repository:tag, best pinned @sha256:digest). The default is the tag `npm run image` gives the image it builds (docker.io/library/parley:<version> once imported into a cluster's container runtime); pushed to a registry, pass REGISTRY/parley:<version>@<digest> as the build prints them. See docs/deployment.md."
   type        = string
+  default     = "parley:0.1.0"
 
   validation {
     condition     = can(regex("^[^\\s]+$", var.image))

@@ -223,6 +223,11 @@ function appLayer(revision: string, epoch: number): Layer {
   return layerOf(tar, `git archive ${revision} (${appPaths.join(" ")})`);
 }
 
+/** The tag a build gives its image: the package's version. The Kubernetes module's image default is this. */
+export function imageTag(): string {
+  return `parley:${(JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version}`;
+}
+
 export interface BuiltImage {
   tag: string;
   /** The manifest's digest: what a registry calls the image by. */
@@ -244,7 +249,7 @@ export function buildImage(): BuiltImage {
   const dirty = run("git", ["-C", root, "status", "--porcelain", "--untracked-files=no"]).trim() !== "";
   if (dirty) log(`the working tree has uncommitted changes: the image holds HEAD (${revision.slice(0, 12)}) without them`);
   const source = process.env.PARLEY_IMAGE_SOURCE ?? "https://github.com/parley-chat/parley";
-  const tag = `parley:${pkg.version}`;
+  const tag = imageTag();
   const created = new Date(epoch * 1000).toISOString();
 
   const layers = [baseLayer(), dependencyLayer(epoch), appLayer(revision, epoch)];
