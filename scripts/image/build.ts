@@ -49,7 +49,8 @@ function fileSha256(path: string): string {
 
 /** mmdebstrap, apt-get's package, installed from the machine's Debian mirror when missing. */
 function ensureTools(): void {
-  const missing = ["mmdebstrap", "bwrap"].filter((tool) => {
+  // skopeo is not needed to build; the image's test reads the archive with it, as a registry push would.
+  const missing = ["mmdebstrap", "bwrap", "skopeo"].filter((tool) => {
     try {
       run("sh", ["-c", `command -v ${tool}`]);
       return false;
@@ -228,6 +229,25 @@ export function imageTag(): string {
   return `parley:${(JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version}`;
 }
 
+/**
+ * Where the image's source is published: PARLEY_IMAGE_SOURCE (a release build sets it), else the
+ * clone's origin when it is a public URL (https, or git@host:path read as https). A local path is
+ * never used: it would say nothing to a reader of the image and differ from clone to clone.
+ */
+export function imageSource(): string | undefined {
+  if (process.env.PARLEY_IMAGE_SOURCE) return process.env.PARLEY_IMAGE_SOURCE;
+  let origin: string;
+  try {
+    origin = run("git", ["-C", root, "config", "--get", "remote.origin.url"]).trim();
+  } catch {
+    // No origin: git config exits 1.
+    return undefined;
+  }
+  if (/^https:\/\//.test(origin)) return origin.replace(/\.git$/, "");
+  const ssh = /^git@([^:]+):(.+?)(\.git)?$/.exec(origin);
+  return ssh ? `https://${ssh[1]}/${ssh[2]}` : undefined;
+}
+
 export interface BuiltImage {
   tag: string;
   /** The manifest's digest: what a registry calls the image by. */
@@ -248,7 +268,8 @@ export function buildImage(): BuiltImage {
   const epoch = Number(run("git", ["-C", root, "log", "-1", "--format=%ct", "HEAD"]).trim());
   const dirty = run("git", ["-C", root, "status", "--porcelain", "--untracked-files=no"]).trim() !== "";
   if (dirty) log(`the working tree has uncommitted changes: the image holds HEAD (${revision.slice(0, 12)}) without them`);
-  const source = process.env.PARLEY_IMAGE_SOURCE ?? "https://github.com/parley-chat/parley";
+  const source = imageSource();
+  if (!source) log("no source label: set PARLEY_IMAGE_SOURCE to the repository's public URL (or give the clone an https origin)");
   const tag = imageTag();
   const created = new Date(epoch * 1000).toISOString();
 
@@ -258,9 +279,8 @@ export function buildImage(): BuiltImage {
     "org.opencontainers.image.description": "Open messaging and agent platform backend",
     "org.opencontainers.image.version": pkg.version,
     "org.opencontainers.image.revision": revision,
-    "org.opencontainers.image.source": source,
+    ...(source ? { "org.opencontainers.image.source": source } : {}),
     "org.opencontainers.image.created": created,
-    "org.opencontainers.image.licenses": "Apache-2.0",
     "org.opencontainers.image.base.name": `debian:${suite}`,
   };
   const config = {

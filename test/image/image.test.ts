@@ -12,7 +12,7 @@ import { toJsonString } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { MessageService } from "../../shared/gen/api/v1/message_pb.js";
 import { ServerFrameSchema, type ServerFrame } from "../../shared/gen/api/v1/gateway_pb.js";
-import { buildImage, cacheDir, root, serverUid, type BuiltImage } from "../../scripts/image/build.js";
+import { buildImage, cacheDir, imageSource, root, serverUid, type BuiltImage } from "../../scripts/image/build.js";
 import { startFromImage, unpackImage, type Bundle, type ImageProcess } from "../../scripts/image/run.js";
 import { signInWithCode } from "../support/accounts.js";
 import { client, freePort } from "../support/harness.js";
@@ -73,13 +73,24 @@ describe("the OCI image", function () {
     const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
     const { config } = bundle.image;
     expect(config.Labels).to.include({ "org.opencontainers.image.version": version, "org.opencontainers.image.revision": revision });
-    expect(config.Labels["org.opencontainers.image.source"]).to.match(/^https:\/\//);
+    expect(config.Labels["org.opencontainers.image.source"]).to.equal(imageSource());
+    expect(config.Labels["org.opencontainers.image.created"]).to.equal(new Date(Number(execFileSync("git", ["-C", root, "log", "-1", "--format=%ct"], { encoding: "utf8" })) * 1000).toISOString());
     expect(config.User).to.equal(`${serverUid}:${serverUid}`);
     expect(config.Cmd).to.deep.equal(["node", "--import", "tsx", "main.ts"]);
     expect(config.WorkingDir).to.equal("/app");
     expect(config.Env).to.include.members(["HOST=0.0.0.0", "PORT=8080", "DATA_DIR=/data"]);
     expect(image.layers.map((layer) => layer.createdBy)).to.satisfy((steps: string[]) => steps[0].startsWith("mmdebstrap") && steps[1].startsWith("npm ci") && steps[2].startsWith("git archive"));
     expect(image.tag).to.equal(`parley:${version}`);
+  });
+
+  it("is an archive skopeo reads both as an OCI archive and as a docker archive (what docker load reads)", () => {
+    for (const transport of ["oci-archive", "docker-archive"]) {
+      const inspected = JSON.parse(execFileSync("skopeo", ["inspect", `${transport}:${image.archive}`], { encoding: "utf8" })) as { Layers: string[]; Labels: Record<string, string> };
+      expect(inspected.Layers, transport).to.have.length(3);
+      expect(inspected.Labels["org.opencontainers.image.revision"], transport).to.equal(bundle.image.config.Labels["org.opencontainers.image.revision"]);
+    }
+    const oci = JSON.parse(execFileSync("skopeo", ["inspect", `oci-archive:${image.archive}`], { encoding: "utf8" })) as { Digest: string };
+    expect(oci.Digest).to.equal(image.digest);
   });
 
   it("holds Debian's Node and the production dependencies, and no tests, dev tools, dev dependencies or secrets", async () => {
