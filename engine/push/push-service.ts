@@ -104,6 +104,7 @@ export function pushService(deps: EngineDeps): ServiceSchema {
   // Pushes run after their message was answered; stopping lets the ones under way finish (a
   // broker-wide context tracker would do it too, at a cost on every call of every service).
   const underWay = new Set<Promise<void>>();
+  /** The service's own logger, known once Moleculer created it. */
   let logger: { warn(message: string): void } | undefined;
   const track = (work: Promise<void>): Promise<void> => {
     underWay.add(work);
@@ -118,9 +119,9 @@ export function pushService(deps: EngineDeps): ServiceSchema {
     }
   };
   /** Alerts the offline recipients' devices of a message, each user with their own badge; a failure is logged, never thrown. */
-  const alertOffline = async (ctx: Context<NewMessagePush>, logger: { warn(message: string): void }): Promise<void> => {
+  const alertOffline = async (ctx: Context<NewMessagePush>): Promise<void> => {
     const { conversationId, messageId, senderId, senderNickname, preview } = ctx.params;
-    const failed = (err: unknown) => logger.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
+    const failed = (err: unknown) => logger?.warn(`offline push for message ${conversationId}/${messageId} failed: ${err instanceof Error ? err.message : String(err)}`);
     try {
       const tokens = await offlineRecipientTokens(deps, ctx, ctx.params);
       const byUser = new Map<number, PushTokenRecord[]>();
@@ -153,8 +154,8 @@ export function pushService(deps: EngineDeps): ServiceSchema {
     },
     events: {
       [PushEvents.newMessage]: {
-        handler(this: { logger: { warn(message: string): void } }, ctx: Context<NewMessagePush>) {
-          return track(alertOffline(ctx, this.logger));
+        handler(ctx: Context<NewMessagePush>) {
+          return track(alertOffline(ctx));
         },
       },
     },
