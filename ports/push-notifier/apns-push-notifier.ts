@@ -120,11 +120,6 @@ export class ApnsDriver implements ProviderDriver {
     this.sandbox = new Http2Origin(settings.sandboxUrl, connections.perHost, connections.requestTimeoutMs);
   }
 
-  /** HTTP/2 sessions opened since start, both hosts together. */
-  get sessionsOpened(): number {
-    return this.production.sessionsOpened + this.sandbox.sessionsOpened;
-  }
-
   async attempt(token: PushTokenRecord, notification: PushNotification): Promise<AttemptResult> {
     const host = token.isSandbox ? this.sandbox : this.production;
     const jwt = await this.providerToken.jwt();

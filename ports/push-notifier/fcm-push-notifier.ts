@@ -14,7 +14,7 @@ import { collapseKey, retryAfterMs, type ProviderConnections } from "./provider-
 import type { AttemptResult, ProviderDriver } from "./provider-push-notifier.js";
 import type { PushNotification } from "./push-notifier.js";
 
-export const fcmScope = "https://www.googleapis.com/auth/firebase.messaging";
+const fcmScope = "https://www.googleapis.com/auth/firebase.messaging";
 /** An access token is renewed this long before Google said it expires, so no request carries a dying one. */
 const accessTokenMarginMs = 5 * 60_000;
 
@@ -73,9 +73,6 @@ export class GoogleAccessToken {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Token exchanges so far (a test reads it to see tokens are reused). */
-  exchanges = 0;
-
   token(): Promise<string> {
     if (!this.current || this.now() >= this.current.renewAt) {
       const current = { token: Promise.resolve(""), renewAt: Number.POSITIVE_INFINITY };
@@ -99,7 +96,6 @@ export class GoogleAccessToken {
   }
 
   private async exchange(): Promise<{ accessToken: string; lifetimeMs: number }> {
-    this.exchanges++;
     const issuedAt = Math.floor(Date.now() / 1000);
     const assertion = await new SignJWT({ scope: fcmScope })
       .setProtectedHeader({ alg: "RS256", typ: "JWT", ...(this.account.privateKeyId ? { kid: this.account.privateKeyId } : {}) })
@@ -171,8 +167,8 @@ interface GoogleError {
 export class FcmDriver implements ProviderDriver {
   readonly provider = "fcm";
   readonly platform = 2;
-  readonly account: ServiceAccount;
-  readonly accessToken: GoogleAccessToken;
+  private readonly account: ServiceAccount;
+  private readonly accessToken: GoogleAccessToken;
   private readonly origin: Http2Origin;
 
   constructor(
@@ -182,10 +178,6 @@ export class FcmDriver implements ProviderDriver {
     this.account = loadServiceAccount(settings);
     this.accessToken = new GoogleAccessToken(this.account, connections.requestTimeoutMs);
     this.origin = new Http2Origin(settings.url, connections.perHost, connections.requestTimeoutMs);
-  }
-
-  get sessionsOpened(): number {
-    return this.origin.sessionsOpened;
   }
 
   async attempt(token: PushTokenRecord, notification: PushNotification): Promise<AttemptResult> {

@@ -29,8 +29,6 @@ export class Http2Origin {
   private readonly sessions: (ClientHttp2Session | undefined)[];
   private next = 0;
   private closed = false;
-  /** Sessions opened since start: a test reads it to see connections are reused. */
-  sessionsOpened = 0;
 
   constructor(
     readonly origin: string,
@@ -101,7 +99,6 @@ export class Http2Origin {
     const existing = this.sessions[slot];
     if (existing && !existing.closed && !existing.destroyed) return existing;
     const session = connect(this.origin);
-    this.sessionsOpened++;
     const forget = () => {
       if (this.sessions[slot] === session) this.sessions[slot] = undefined;
     };
