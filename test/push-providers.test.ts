@@ -14,7 +14,7 @@ import { GroupService } from "../shared/gen/api/v1/group_pb.js";
 import { MessageService } from "../shared/gen/api/v1/message_pb.js";
 import { PushService } from "../shared/gen/api/v1/push_pb.js";
 import { loadConfig } from "../shared/config.js";
-import { pushRemovedTokens, pushRetries } from "../shared/metrics.js";
+import { pushFailed, pushRemovedTokens, pushRetries } from "../shared/metrics.js";
 import { openPushNotifier } from "../ports/push-notifier/open-push-notifier.js";
 import type { Store } from "../ports/store/store.js";
 import { signInAnotherDevice, signInWithCode, type SignedIn } from "./support/accounts.js";
@@ -178,6 +178,25 @@ describe("offline push through the APNs and FCM drivers", function () {
     expect(pushRemovedTokens.bind({ provider: "apns" }).value + pushRemovedTokens.bind({ provider: "fcm" }).value - removedBefore).to.equal(3);
     // A refusal that is not the token's is not retried either.
     expect(apnsArrivals(production, tokens.kept)).to.have.length(1);
+  });
+
+  it("a refusal of Parley's own credentials is counted as auth, not retried, and keeps the device's token", async () => {
+    const alice = await signInWithCode(server);
+    const [withIphone, withAndroid] = [await signInWithCode(server), await signInWithCode(server)];
+    const [iphone, android] = [apnsToken(), fcmToken()];
+    await register(withIphone, iphone, PushPlatform.APNS);
+    await register(withAndroid, android, PushPlatform.FCM);
+    production.answerFor(iphone, { status: 403, reason: "InvalidProviderToken" });
+    fcm.answerFor(android, { status: 403, fcmError: "SENDER_ID_MISMATCH" });
+    const authFailures = () => pushFailed.bind({ provider: "apns", reason: "auth" }).value + pushFailed.bind({ provider: "fcm", reason: "auth" }).value;
+    const before = authFailures();
+    await send(alice, await befriend(server, alice, withIphone));
+    await send(alice, await befriend(server, alice, withAndroid));
+    await eventually(() => authFailures() - before === 2, "both refusals counted");
+    expect(apnsArrivals(production, iphone).map((arrival) => arrival.status)).to.deep.equal([403]);
+    expect(fcmArrivals(android).map((arrival) => arrival.status)).to.deep.equal([403]);
+    expect(await tokensOf(withIphone)).to.deep.equal([iphone]);
+    expect(await tokensOf(withAndroid)).to.deep.equal([android]);
   });
 
   it("retries 429 and 5xx answers after the provider's Retry-After, until the notification is accepted", async () => {
