@@ -211,6 +211,8 @@ export function contentPreview(body: MessageBody): string {
 
 /** How much of a message a lock screen shows, in characters. */
 const notificationPreviewLength = 100;
+/** The UTF-16 units a preview is made from: room for 100 characters after whitespace is folded and marks dropped. */
+const previewWindow = 8 * notificationPreviewLength;
 
 /**
  * What an offline notification says of a message: its words where it has some (Markdown without
@@ -219,16 +221,24 @@ const notificationPreviewLength = 100;
  */
 export function notificationPreview(body: MessageBody): string {
   const content = body.content;
+  // Runs for every message sent: only the start of a long text (up to 10,000 characters, a stream's
+  // final text unbounded) is worked on, never all of it.
+  let cut = false;
+  const head = (text: string) => {
+    if (text.length <= previewWindow) return text;
+    cut = true;
+    return text.slice(0, previewWindow);
+  };
   const words = (() => {
     switch (content.case) {
       case "text":
-        return content.value.text;
+        return head(content.value.text);
       case "markdown":
-        return withoutMarkdownMarks(content.value.rawMarkdown);
+        return withoutMarkdownMarks(head(content.value.rawMarkdown));
       case "card":
         return content.value.fallbackText || "[Card]";
       case "stream":
-        return content.value.accumulatedText || "[Message]";
+        return head(content.value.accumulatedText) || "[Message]";
       case "image":
         return "[Photo]";
       case "audio":
@@ -241,8 +251,10 @@ export function notificationPreview(body: MessageBody): string {
         return "[Message]";
     }
   })();
-  const characters = [...words.replace(/\s+/g, " ").trim()];
-  return characters.length > notificationPreviewLength ? `${characters.slice(0, notificationPreviewLength - 1).join("")}…` : characters.join("");
+  // A cut through a surrogate pair leaves half a character: it goes.
+  const characters = [...words.replace(/\s+/g, " ").trim()].filter((character) => !/^[\uD800-\uDFFF]$/.test(character));
+  const longer = characters.length > notificationPreviewLength || cut;
+  return longer ? `${characters.slice(0, notificationPreviewLength - 1).join("")}…` : characters.join("");
 }
 
 /** Markdown as a reader sees it: links as their text, no emphasis, heading or quote marks, no code fences. */
