@@ -27,6 +27,7 @@ for (const file of files) mocha.addFile(file);
 await mocha.loadFilesAsync();
 const runner = mocha.run((failures) => {
   printSlowestFiles();
+  printFailedTests();
   const passed = runner.stats?.passes ?? 0;
   const failed = Math.max(runner.stats?.failures ?? 0, failures);
   console.log(`${passed} passed, ${failed} failed`);
@@ -44,6 +45,21 @@ runner.on("suite end", (suite) => {
   const startedAt = suite.file ? fileStartedAt.get(suite.file) : undefined;
   if (startedAt !== undefined && suite.parent?.root) fileMs.set(suite.file!, performance.now() - startedAt);
 });
+
+// A CI record may keep only the tail of the output, so each failure is named again beside the summary:
+// one line each, with a fixed prefix that scripts/test.sh and .ci/run gather from every pass.
+const failedTests: string[] = [];
+runner.on("fail", (test, error: unknown) => {
+  const file = test.file ? test.file.slice(root.length + 1) : "(no file)";
+  const message = error instanceof Error ? error.message : String(error);
+  failedTests.push(`FAILED ${file}: ${test.fullTitle()}: ${message.split("\n")[0]!.slice(0, 300)}`);
+});
+
+function printFailedTests(): void {
+  if (failedTests.length === 0) return;
+  console.log("");
+  for (const line of failedTests) console.log(line);
+}
 
 function printSlowestFiles(): void {
   const slowest = [...fileMs].sort((a, b) => b[1] - a[1]).slice(0, 12);

@@ -49,6 +49,7 @@ for name in sqlite cluster-shape cluster; do
     continue
   fi
   echo "$name pass: $line"
+  grep -E '^FAILED ' "$summary_dir/$name" | sed "s/^/  $name pass: /"
   passed=$((passed + ${line%% passed*}))
   rest="${line#*, }"
   failed=$((failed + ${rest%% failed}))
