@@ -60,9 +60,8 @@ describe("Ownership", () => {
     expect(leaseTimings(OwnershipPolicy.leaseMs)).to.deep.equal({ leaseMs: OwnershipPolicy.leaseMs, renewEveryMs: OwnershipPolicy.renewEveryMs, safetyMarginMs: OwnershipPolicy.safetyMarginMs });
     for (const raw of ["2999", "600001", "1.5", "8s"]) expect(() => loadConfig({ SHARD_LEASE_MS: raw }), raw).to.throw(/SHARD_LEASE_MS must be 3000\.\.600000/);
     const policy = { ...OwnershipPolicy, ...leaseTimings(loadConfig({ SHARD_LEASE_MS: "8000" }).shardLeaseMs) };
-    // Still, so the 1 ms before the lease's end is exact: with the AdjustableClock real time ran on
-    // between the two fences, and under load b found the lease expired (a sqlite pass here failed
-    // so, with the refusal undefined).
+    // A clock that stands still, so 1 ms before the lease's end is exact: with real time running on
+    // between the two fences (AdjustableClock), a loaded machine let b find the lease expired.
     let now = Date.now();
     const still = { now: () => now };
     const a = new Ownership(store.leases, still, "a", policy);
