@@ -227,7 +227,9 @@ export function notificationPreview(body: MessageBody): string {
   const head = (text: string) => {
     if (text.length <= previewWindow) return text;
     cut = true;
-    return text.slice(0, previewWindow);
+    // Never half a character: a window ending inside a surrogate pair ends before it.
+    const lastUnit = text.charCodeAt(previewWindow - 1);
+    return text.slice(0, lastUnit >= 0xd800 && lastUnit <= 0xdbff ? previewWindow - 1 : previewWindow);
   };
   const words = (() => {
     switch (content.case) {
@@ -251,8 +253,7 @@ export function notificationPreview(body: MessageBody): string {
         return "[Message]";
     }
   })();
-  // A cut through a surrogate pair leaves half a character: it goes.
-  const characters = [...words.replace(/\s+/g, " ").trim()].filter((character) => !/^[\uD800-\uDFFF]$/.test(character));
+  const characters = [...words.replace(/\s+/g, " ").trim()];
   const longer = characters.length > notificationPreviewLength || cut;
   return longer ? `${characters.slice(0, notificationPreviewLength - 1).join("")}…` : characters.join("");
 }

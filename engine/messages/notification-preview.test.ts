@@ -22,6 +22,8 @@ describe("notificationPreview", () => {
     expect(preview).to.equal(`${"a ".repeat(30)}${"b".repeat(39)}…`);
     // Whitespace folded down to fewer than 100 characters inside the window: still marked as cut.
     expect(notificationPreview(body({ case: "text", value: { text: `x${" ".repeat(900)}y` } }))).to.equal("x…");
+    // A window ending inside a surrogate pair leaves the whole character out, not half of it.
+    expect(notificationPreview(body({ case: "text", value: { text: `ab${" ".repeat(797)}😀 and more` } }))).to.equal("ab…");
   });
 
   it("shows Markdown without its marks, a card's fallback text, a stream's final text, and labels for the rest", () => {
