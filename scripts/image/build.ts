@@ -28,6 +28,8 @@ const suite = "trixie";
 const mirror = "http://deb.debian.org/debian";
 /** The server's user: the Kubernetes module's run_as_user default. */
 export const serverUid = 1000;
+/** The Debian root filesystems' own time (2025-11-29), kept while their packages are: they are cached, not rebuilt per commit. */
+const debianEpoch = 1764374400;
 const runtimePackages = ["nodejs", "ca-certificates"];
 /** What `npm ci` needs to build better-sqlite3 from source: the registry serves no prebuilt binary here. */
 const builderPackages = [...runtimePackages, "npm", "python3", "make", "g++", "libnode-dev"];
@@ -76,17 +78,16 @@ function cached(path: string, make: (temporary: string) => void): string {
 }
 
 /** A Debian root filesystem as a tarball, cached by what it is made of. */
-function debianTarball(name: string, packages: string[], hooks: string[], epoch: number): string {
+function debianTarball(name: string, packages: string[], hooks: string[]): string {
   const args = ["--variant=essential", "--aptopt=APT::Install-Recommends \"false\"", `--include=${packages.join(",")}`];
   // Documentation and translations are of no use in a server image.
   for (const path of ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"]) args.push(`--dpkgopt=path-exclude=${path}`);
   args.push("--dpkgopt=path-include=/usr/share/doc/*/copyright");
   for (const hook of hooks) args.push(`--customize-hook=${hook}`);
-  // The base is cached, not rebuilt per commit: its epoch is the key's, not the commit's.
-  const key = sha256(JSON.stringify({ suite, mirror, args, epoch })).slice(0, 16);
+  const key = sha256(JSON.stringify({ suite, mirror, args, epoch: debianEpoch })).slice(0, 16);
   return cached(join(cacheDir, `${name}-${suite}-${key}.tar`), (temporary) => {
     log(`building the ${name} root filesystem (Debian ${suite}: ${packages.join(", ")})`);
-    run("mmdebstrap", [...args, "--format=tar", suite, temporary, mirror], { env: { ...process.env, SOURCE_DATE_EPOCH: String(epoch) }, stdio: ["ignore", "inherit", "inherit"] });
+    run("mmdebstrap", [...args, "--format=tar", suite, temporary, mirror], { env: { ...process.env, SOURCE_DATE_EPOCH: String(debianEpoch) }, stdio: ["ignore", "inherit", "inherit"] });
   });
 }
 
@@ -130,7 +131,6 @@ function layerOf(tar: string, createdBy: string): Layer {
 
 /** The base: Debian with Node.js, the server's user and its writable data directory. */
 function baseLayer(): Layer {
-  const epoch = 1764374400; // 2025-11-29: the base's own time, kept while its packages are.
   const hooks = [
     `echo 'parley:x:${serverUid}:${serverUid}:Parley server:/app:/usr/sbin/nologin' >> "$1/etc/passwd"`,
     `echo 'parley:x:${serverUid}:' >> "$1/etc/group"`,
@@ -138,7 +138,7 @@ function baseLayer(): Layer {
     // apt's state and logs are of no use in the image and differ from build to build.
     `rm -rf "$1/var/lib/apt/lists"/* "$1/var/cache/apt"/* "$1/var/log"/* "$1/var/cache/ldconfig/aux-cache"`,
   ];
-  const tar = debianTarball("base", runtimePackages, hooks, epoch);
+  const tar = debianTarball("base", runtimePackages, hooks);
   return layerOf(tar, `mmdebstrap --variant=essential ${suite} (${runtimePackages.join(", ")}); user parley (${serverUid}); /data`);
 }
 
@@ -164,7 +164,7 @@ function dependencyLayer(epoch: number): Layer {
   const lock = readFileSync(join(root, "package-lock.json"));
   const manifest = readFileSync(join(root, "package.json"));
   const sdkManifest = readFileSync(join(root, "sdk", "package.json"));
-  const builder = debianTarball("builder", builderPackages, [], 1764374400);
+  const builder = debianTarball("builder", builderPackages, []);
   const key = sha256(Buffer.concat([lock, manifest, sdkManifest, Buffer.from(builder), Buffer.from(JSON.stringify(unusedInNodeModules))])).slice(0, 16);
   const tar = cached(join(cacheDir, `node_modules-${key}.tar`), (temporary) => {
     const work = join(cacheDir, `work-${key}`);
@@ -209,24 +209,23 @@ function dependencyLayer(epoch: number): Layer {
 
 /** The server's sources at HEAD, as git archive writes them (its times are the commit's). */
 function appLayer(revision: string, epoch: number): Layer {
-  const tar = join(cacheDir, "layers", `app-${revision}.tar`);
-  if (!existsSync(tar)) {
-    mkdirSync(dirname(tar), { recursive: true });
+  const tar = cached(join(cacheDir, "layers", `app-${revision}.tar`), (temporary) => {
     const staging = join(cacheDir, `app-${revision}`);
     rmSync(staging, { recursive: true, force: true });
     mkdirSync(staging, { recursive: true });
     const pathspecs = [...appPaths, ...appExcluded.map((pattern) => `:(exclude,glob)**/${pattern}`), ...appExcluded.map((pattern) => `:(exclude,glob)${pattern}`)];
     run("bash", ["-c", `set -o pipefail; git -C "$1" archive --format=tar HEAD -- "\${@:3}" | tar -x -C "$2"`, "bash", root, staging, ...pathspecs]);
-    reproducibleTar(staging, ["."], `${tar}.partial`, epoch, "s,^\\.,app,S");
-    renameSync(`${tar}.partial`, tar);
+    reproducibleTar(staging, ["."], temporary, epoch, "s,^\\.,app,S");
     rmSync(staging, { recursive: true, force: true });
-  }
+  });
   return layerOf(tar, `git archive ${revision} (${appPaths.join(" ")})`);
 }
 
+const packageVersion = () => (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
+
 /** The tag a build gives its image: the package's version. The Kubernetes module's image default is this. */
 export function imageTag(): string {
-  return `parley:${(JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version}`;
+  return `parley:${packageVersion()}`;
 }
 
 /**
@@ -263,7 +262,7 @@ export interface BuiltImage {
 
 export function buildImage(): BuiltImage {
   ensureTools();
-  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string };
+  const version = packageVersion();
   const revision = run("git", ["-C", root, "rev-parse", "HEAD"]).trim();
   const epoch = Number(run("git", ["-C", root, "log", "-1", "--format=%ct", "HEAD"]).trim());
   const dirty = run("git", ["-C", root, "status", "--porcelain", "--untracked-files=no"]).trim() !== "";
@@ -277,7 +276,7 @@ export function buildImage(): BuiltImage {
   const labels = {
     "org.opencontainers.image.title": "Parley",
     "org.opencontainers.image.description": "Open messaging and agent platform backend",
-    "org.opencontainers.image.version": pkg.version,
+    "org.opencontainers.image.version": version,
     "org.opencontainers.image.revision": revision,
     ...(source ? { "org.opencontainers.image.source": source } : {}),
     "org.opencontainers.image.created": created,
@@ -327,7 +326,7 @@ export function buildImage(): BuiltImage {
     JSON.stringify({
       schemaVersion: 2,
       mediaType: "application/vnd.oci.image.index.v1+json",
-      manifests: [{ mediaType: manifest.mediaType, digest, size: manifestBytes.length, annotations: { "org.opencontainers.image.ref.name": pkg.version, "io.containerd.image.name": `docker.io/library/${tag}` } }],
+      manifests: [{ mediaType: manifest.mediaType, digest, size: manifestBytes.length, annotations: { "org.opencontainers.image.ref.name": version, "io.containerd.image.name": `docker.io/library/${tag}` } }],
     }),
   );
   // docker load reads manifest.json; skopeo and containerd read the OCI index beside it.
@@ -335,7 +334,7 @@ export function buildImage(): BuiltImage {
     join(layout, "manifest.json"),
     JSON.stringify([{ Config: `blobs/sha256/${configDigest}`, RepoTags: [tag], Layers: layers.map((layer) => `blobs/sha256/${layer.digest}`) }]),
   );
-  const archive = join(outDir, `parley-${pkg.version}.tar`);
+  const archive = join(outDir, `parley-${version}.tar`);
   reproducibleTar(layout, ["."], archive, epoch);
 
   const uncompressedBytes = layers.reduce((sum, layer) => sum + layer.tarSize, 0);

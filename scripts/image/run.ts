@@ -1,10 +1,9 @@
-// Running the image without a container engine: unpack its layers into an OCI runtime bundle's
-// root filesystem, then start its command with bubblewrap, as a runtime would: the root read-only
+// Running the image without a container engine: unpack its layers into a root filesystem, then start its command with bubblewrap, as a runtime would: the root read-only
 // (as the Kubernetes module mounts it), a fresh /tmp, /data bound from the host, /proc and /dev of
 // its own, the image's user, working directory and environment. The network is the host's, so a
 // test reaches the server on 127.0.0.1.
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
 interface ImageConfig {
@@ -20,7 +19,7 @@ export interface Bundle {
 
 const blob = (layout: string, digest: string) => join(layout, "blobs", "sha256", digest.replace(/^sha256:/, ""));
 
-/** Unpacks the layout's one image into `dir`/rootfs (layers in order) with a runtime-spec config.json beside it. */
+/** Unpacks the layout's one image into `dir`/rootfs, its layers in order; the image's config says how to run it. */
 export function unpackImage(layout: string, dir: string): Bundle {
   const index = JSON.parse(readFileSync(join(layout, "index.json"), "utf8")) as { manifests: { digest: string }[] };
   const manifest = JSON.parse(readFileSync(blob(layout, index.manifests[0].digest), "utf8")) as { config: { digest: string }; layers: { digest: string }[] };
@@ -29,19 +28,6 @@ export function unpackImage(layout: string, dir: string): Bundle {
   const rootfs = join(dir, "rootfs");
   mkdirSync(rootfs, { recursive: true });
   for (const layer of manifest.layers) execFileSync("tar", ["-xzf", blob(layout, layer.digest), "-C", rootfs, "--numeric-owner"]);
-  const [uid, gid] = image.config.User.split(":").map(Number);
-  writeFileSync(
-    join(dir, "config.json"),
-    JSON.stringify({
-      ociVersion: "1.0.2",
-      root: { path: "rootfs", readonly: true },
-      process: { user: { uid, gid }, cwd: image.config.WorkingDir, env: image.config.Env, args: image.config.Cmd },
-      mounts: [
-        { destination: "/proc", type: "proc", source: "proc" },
-        { destination: "/tmp", type: "tmpfs", source: "tmpfs" },
-      ],
-    }),
-  );
   return { dir, rootfs, image };
 }
 
